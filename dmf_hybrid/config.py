@@ -1,0 +1,63 @@
+"""One Settings object for dmf-hybrid; every setting has an environment variable ``DMF_<NAME>``.
+
+Nothing else in the package reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATA_DIR = Path("./dmf-data")
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_TENANT = "default"
+DEFAULT_EMBEDDER = "minilm"
+DEFAULT_EXACT_THRESHOLD = 20_000
+DEFAULT_RRF_K = 60
+MAX_K = 1000
+MAX_PAGE_SIZE = 1000
+MAX_PLAN_OPS = 100
+MAX_BODY_BYTES = 2 * 1024 * 1024
+EMBED_BATCH_SIZE = 64
+
+
+class Settings(BaseSettings):
+    """Runtime configuration, read from ``DMF_*`` environment variables and keyword arguments."""
+
+    model_config = SettingsConfigDict(env_prefix="DMF_", extra="forbid")
+
+    data_dir: Path = Field(DEFAULT_DATA_DIR, description="Memory directory (DuckDB + Chroma).")
+    host: str = Field(DEFAULT_HOST, description="Address the HTTP service binds.")
+    port: int = Field(DEFAULT_PORT, ge=1, le=65535, description="Port the HTTP service binds.")
+    tenant: str = Field(DEFAULT_TENANT, description="Tenant of the embedded Memory.")
+    embedder: str = Field(
+        DEFAULT_EMBEDDER, description='"minilm" (bundled model), "hash" (test embedder) or a path.'
+    )
+    model_path: str | None = Field(
+        None, description="sentence-transformers model directory; default: the bundled MiniLM."
+    )
+    chroma_url: str | None = Field(
+        None, description="http://host:port of a Chroma server; default: embedded on disk."
+    )
+    exact_threshold: int = Field(
+        DEFAULT_EXACT_THRESHOLD,
+        ge=0,
+        description="Filtered candidate sets up to this size are scored exactly.",
+    )
+    rrf_k: int = Field(DEFAULT_RRF_K, ge=1, description="Reciprocal rank fusion constant.")
+    embed_batch_size: int = Field(EMBED_BATCH_SIZE, ge=1, description="Texts per model call.")
+    max_k: int = Field(MAX_K, ge=1, description="Largest k a search may ask for.")
+    max_page_size: int = Field(MAX_PAGE_SIZE, ge=1, description="Largest query page.")
+    max_plan_ops: int = Field(MAX_PLAN_OPS, ge=1, description="Longest agent plan.")
+    max_body_bytes: int = Field(MAX_BODY_BYTES, ge=1024, description="Largest HTTP request body.")
+    api_keys: str | None = Field(
+        None,
+        description='Comma-separated "key:tenant:role" entries (roles: reader, writer, admin).',
+    )
+    keys_file: Path | None = Field(None, description="File of API keys (one per line, hashed).")
+    load_examples: bool = Field(
+        True, description="Load indexes/*.toml and example data into an empty store on serve."
+    )

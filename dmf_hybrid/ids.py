@@ -1,0 +1,59 @@
+"""Deterministic IDs and content hashes (SHA-256 over canonical JSON)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from decimal import Decimal
+from enum import Enum
+from typing import Any
+
+ID_HASH_HEX = 20  # 80 bits of SHA-256: collisions are negligible below ~10^11 entities.
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value.isoformat()
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    raise TypeError(f"cannot canonicalise {type(value).__name__}")
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON text for a value: sorted keys, no spaces, UTF-8, UTC datetimes."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default,
+        allow_nan=False,
+    )
+
+
+def sha256_hex(text: str | bytes) -> str:
+    """Hex SHA-256 of a text (UTF-8) or bytes."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_hash(value: Any) -> str:
+    """Hex SHA-256 of a value's canonical JSON."""
+    return sha256_hex(canonical_json(value))
+
+
+def entity_id(type_name: str, identity: dict[str, Any]) -> str:
+    """``<type>_<hash>``: the ID derived from a type's identity fields."""
+    return f"{type_name}_{content_hash({'type': type_name, 'identity': identity})[:ID_HASH_HEX]}"
+
+
+def derived_id(prefix: str, *parts: Any) -> str:
+    """A deterministic ID for a derived object (constraint, summary) from its parts."""
+    return f"{prefix}_{content_hash(list(parts))[:ID_HASH_HEX]}"

@@ -1,0 +1,503 @@
+"""Entity types, their fields, identity, relations and embed template; the filter language.
+
+A type is declared either as a pydantic v2 model (``Memory.define``) or as data
+(``indexes/*.toml``, ``TypeDef``); both become the same :class:`EntityType`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import re
+import string
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from .errors import FilterError, SchemaError, ValidationError
+
+TYPE_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
+FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+RELATION_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+RESERVED_FIELDS = frozenset(
+    {"id", "tenant", "version", "created_at", "updated_at", "deleted_at", "deleted_seq",
+     "created_seq", "type", "text_hash"}
+)
+SCALAR_KINDS = ("str", "int", "float", "bool", "date", "datetime", "enum")
+FieldKind = Literal["str", "int", "float", "bool", "date", "datetime", "enum", "list"]
+ItemKind = Literal["str", "int", "float", "bool", "date", "datetime"]
+Cardinality = Literal["one", "many"]
+FILTER_OPS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains")
+MAX_FILTER_DEPTH = 16
+MAX_FILTER_NODES = 256
+
+_PY_TYPES: dict[str, Any] = {
+    "str": str, "int": int, "float": float, "bool": bool, "date": dt.date, "datetime": dt.datetime,
+}
+
+
+class FieldSpec(BaseModel):
+    """One field of an entity type, as data."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: FieldKind = "str"
+    item: ItemKind | None = Field(None, description="Element type of a list field.")
+    values: tuple[str, ...] | None = Field(None, description="Allowed values of an enum field.")
+    required: bool = False
+    default: Any = None
+    nullable: bool = True
+    description: str | None = None
+
+    def python_type(self) -> Any:
+        """The Python annotation a value of this field has (without None)."""
+        if self.type == "enum":
+            assert self.values
+            return Literal[self.values]  # type: ignore[valid-type]
+        if self.type == "list":
+            return list[_PY_TYPES[self.item or "str"]]  # type: ignore[misc]
+        return _PY_TYPES[self.type]
+
+
+class RelationSpec(BaseModel):
+    """A relation a type may have: its target type and cardinality."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: str
+    cardinality: Cardinality = "many"
+    description: str | None = None
+
+
+class TypeDef(BaseModel):
+    """An entity type as data: what ``indexes/*.toml`` and the schema registry hold."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    fields: dict[str, FieldSpec]
+    identity: tuple[str, ...] | None = Field(
+        None, description="Fields the ID is derived from; None = all fields given at creation."
+    )
+    relations: dict[str, RelationSpec] = Field(default_factory=dict)
+    embed: str | None = Field(None, description="Text template of the embedded text.")
+    description: str | None = None
+
+    def check(self) -> TypeDef:
+        """This definition, or a SchemaError naming what is wrong with it."""
+        if not TYPE_NAME_RE.match(self.name):
+            raise SchemaError(
+                f"type name {self.name!r} must match {TYPE_NAME_RE.pattern}", field="name"
+            )
+        if not self.fields:
+            raise SchemaError(f"type {self.name} declares no fields", field="fields")
+        for name, spec in self.fields.items():
+            where = f"fields.{name}"
+            if not FIELD_NAME_RE.match(name):
+                raise SchemaError(f"field name {name!r} must match {FIELD_NAME_RE.pattern}",
+                                  field=where)
+            if name in RESERVED_FIELDS:
+                raise SchemaError(f"field name {name!r} is reserved", field=where)
+            if spec.type == "enum" and not spec.values:
+                raise SchemaError(f"enum field {name!r} needs values", field=where)
+            if spec.type != "enum" and spec.values:
+                raise SchemaError(f"only enum fields take values ({name!r})", field=where)
+            if spec.type == "list" and spec.item is None:
+                raise SchemaError(f"list field {name!r} needs an item type", field=where)
+            if spec.type != "list" and spec.item is not None:
+                raise SchemaError(f"only list fields take an item type ({name!r})", field=where)
+            if spec.required and spec.default is not None:
+                raise SchemaError(f"field {name!r} is required and has a default", field=where)
+            if spec.default is not None:
+                try:
+                    TypeAdapter(spec.python_type()).validate_python(spec.default)
+                except pydantic.ValidationError as exc:
+                    raise SchemaError(f"default of {name!r} does not fit its type: {exc}",
+                                      field=where) from None
+        for name in self.identity or ():
+            if name not in self.fields:
+                raise SchemaError(f"identity field {name!r} is not a field of {self.name}",
+                                  field="identity")
+        for name, rel in self.relations.items():
+            if not RELATION_NAME_RE.match(name):
+                raise SchemaError(f"relation name {name!r} must match {RELATION_NAME_RE.pattern}",
+                                  field=f"relations.{name}")
+            if rel.target != "*" and not TYPE_NAME_RE.match(rel.target):
+                raise SchemaError(f"relation {name!r} targets invalid type {rel.target!r}",
+                                  field=f"relations.{name}")
+        if self.embed is not None:
+            for placeholder in template_fields(self.embed):
+                if placeholder not in self.fields:
+                    raise SchemaError(
+                        f"embed template names unknown field {placeholder!r}", field="embed"
+                    )
+        return self
+
+
+def template_fields(template: str) -> list[str]:
+    """The field names a ``{field}`` text template refers to, in order."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise SchemaError(f"embed template is malformed: {exc}", field="embed") from None
+    names = []
+    for _, name, spec, conv in parsed:
+        if name is None:
+            continue
+        if not name or spec or conv:
+            raise SchemaError("embed template placeholders must be plain {field}", field="embed")
+        names.append(name)
+    return names
+
+
+def build_model(typedef: TypeDef) -> type[BaseModel]:
+    """A pydantic model class that validates the data of a TypeDef."""
+    definitions: dict[str, Any] = {}
+    for name, spec in typedef.fields.items():
+        annotation = spec.python_type()
+        if spec.nullable or not spec.required:
+            annotation = annotation | None
+        if spec.required:
+            default: Any = ...
+        elif spec.type == "list" and spec.default is None and not spec.nullable:
+            default = Field(default_factory=list)
+        else:
+            default = spec.default
+        definitions[name] = (annotation, Field(default, description=spec.description))
+    config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    return pydantic.create_model(  # type: ignore[call-overload,no-any-return]
+        typedef.name, __config__=config, __doc__=typedef.description, **definitions
+    )
+
+
+def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+        raise SchemaError(f"union types are not supported: {annotation}")
+    return annotation, False
+
+
+def _scalar_kind(annotation: Any, where: str) -> tuple[str, tuple[str, ...] | None]:
+    if annotation in (str, int, float, bool):
+        return annotation.__name__, None
+    if annotation is dt.datetime:
+        return "datetime", None
+    if annotation is dt.date:
+        return "date", None
+    if typing.get_origin(annotation) is Literal:
+        values = typing.get_args(annotation)
+        if all(isinstance(v, str) for v in values):
+            return "enum", tuple(values)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "enum", tuple(str(m.value) for m in annotation)
+    raise SchemaError(f"field {where} has an unsupported type {annotation!r}", field=where)
+
+
+def typedef_from_model(
+    model: type[BaseModel],
+    *,
+    name: str | None = None,
+    identity: Sequence[str] | None = None,
+    relations: Mapping[str, Any] | None = None,
+    embed: str | None = None,
+) -> TypeDef:
+    """The TypeDef of a pydantic model class (fields from its annotations)."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise SchemaError(f"define() takes a pydantic model class, not {model!r}")
+    fields: dict[str, FieldSpec] = {}
+    for fname, info in model.model_fields.items():
+        annotation, nullable = _unwrap_optional(info.annotation)
+        item = values = None
+        if typing.get_origin(annotation) is list:
+            (item_type,) = typing.get_args(annotation) or (str,)
+            item, _ = _scalar_kind(item_type, fname)
+            kind = "list"
+        else:
+            kind, values = _scalar_kind(annotation, fname)
+        default = None
+        if not info.is_required():
+            raw = info.get_default(call_default_factory=True)
+            default = raw.value if isinstance(raw, enum.Enum) else raw
+        fields[fname] = FieldSpec(
+            type=kind, item=item, values=values, required=info.is_required(),  # type: ignore[arg-type]
+            default=default, nullable=nullable, description=info.description,
+        )
+    rels = {k: v if isinstance(v, RelationSpec) else RelationSpec.model_validate(v)
+            for k, v in (relations or {}).items()}
+    return TypeDef(
+        name=name or model.__name__, fields=fields,
+        identity=tuple(identity) if identity is not None else None,
+        relations=rels, embed=embed, description=(model.__doc__ or "").strip() or None,
+    ).check()
+
+
+@dataclass
+class EntityType:
+    """A registered entity type: its definition, version and the model that validates data."""
+
+    typedef: TypeDef
+    version: int
+    model: type[BaseModel]
+
+    @property
+    def name(self) -> str:
+        return self.typedef.name
+
+    @property
+    def fields(self) -> dict[str, FieldSpec]:
+        return self.typedef.fields
+
+    def field(self, name: str, where: str = "where") -> FieldSpec:
+        """The spec of a field, or a FilterError naming the known fields."""
+        spec = self.typedef.fields.get(name)
+        if spec is None:
+            known = ", ".join(sorted(self.typedef.fields))
+            raise FilterError(f"{self.name} has no field {name!r} (fields: {known})", field=where)
+        return spec
+
+    def validate_data(self, data: Mapping[str, Any], where: str = "data") -> BaseModel:
+        """The validated model instance for ``data``, or a ValidationError naming the field."""
+        if not isinstance(data, Mapping):
+            raise ValidationError(f"{where} must be an object", field=where)
+        unknown = sorted(set(data) - set(self.typedef.fields))
+        if unknown:
+            raise ValidationError(
+                f"{self.name} has no field {unknown[0]!r}", field=f"{where}.{unknown[0]}"
+            )
+        try:
+            instance = self.model.model_validate(dict(data))
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise ValidationError(
+                f"{self.name}.{loc}: {first['msg']}", field=f"{where}.{loc}" if loc else where,
+                errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()],
+            ) from None
+        for name, spec in self.typedef.fields.items():
+            value = getattr(instance, name)
+            if value is None and not spec.nullable:
+                raise ValidationError(f"{self.name}.{name} may not be null",
+                                      field=f"{where}.{name}")
+            if isinstance(value, float) and value != value or value in (float("inf"),
+                                                                          float("-inf")):
+                raise ValidationError(f"{self.name}.{name} must be a finite number",
+                                      field=f"{where}.{name}")
+        return instance
+
+    def embed_text(self, data: Mapping[str, Any]) -> str | None:
+        """The text the embed template makes of an entity's data (None: not embedded)."""
+        template = self.typedef.embed
+        if template is None:
+            return None
+        values = {}
+        for name in template_fields(template):
+            value = data.get(name)
+            if value is None:
+                values[name] = ""
+            elif isinstance(value, list):
+                values[name] = ", ".join(str(v) for v in value)
+            elif isinstance(value, enum.Enum):
+                values[name] = str(value.value)
+            else:
+                values[name] = str(value)
+        return " ".join(template.format(**values).split())
+
+
+def check_compatible(old: TypeDef, new: TypeDef) -> list[str]:
+    """Fields that ``new`` adds to ``old``; SchemaError if the change is incompatible."""
+    reasons = []
+    for name, spec in old.fields.items():
+        if name not in new.fields:
+            reasons.append(f"field {name!r} was removed")
+            continue
+        nspec = new.fields[name]
+        if (nspec.type, nspec.item) != (spec.type, spec.item):
+            reasons.append(f"field {name!r} changed type {spec.type} -> {nspec.type}")
+        if spec.values and nspec.values and not set(spec.values) <= set(nspec.values):
+            reasons.append(f"enum {name!r} dropped values")
+        if nspec.required and not spec.required:
+            reasons.append(f"field {name!r} became required")
+        if spec.nullable and not nspec.nullable:
+            reasons.append(f"field {name!r} became non-nullable")
+    added = [n for n in new.fields if n not in old.fields]
+    for name in added:
+        if new.fields[name].required:
+            reasons.append(f"new field {name!r} is required and has no default")
+    if old.identity != new.identity:
+        reasons.append("identity fields changed (IDs would change)")
+    for name, rel in old.relations.items():
+        if name in new.relations and new.relations[name] != rel:
+            if (new.relations[name].target, new.relations[name].cardinality) != (
+                    rel.target, rel.cardinality):
+                reasons.append(f"relation {name!r} changed target or cardinality")
+        elif name not in new.relations:
+            reasons.append(f"relation {name!r} was removed")
+    if reasons:
+        raise SchemaError(
+            f"incompatible change to {old.name}: " + "; ".join(reasons), field="fields",
+            reasons=reasons,
+        )
+    return added
+
+
+def load_toml(path: str | Path) -> list[TypeDef]:
+    """The entity types declared in a TOML file (``[types.Name]`` tables)."""
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SchemaError(f"definition file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SchemaError(f"{path}: invalid TOML: {exc}") from None
+    return typedefs_from_data(raw.get("types", {}), source=str(path))
+
+
+def typedefs_from_data(types_data: Mapping[str, Any], source: str = "data") -> list[TypeDef]:
+    """TypeDefs from a mapping of type name to definition (the TOML/JSON form)."""
+    result = []
+    for tname, body in types_data.items():
+        try:
+            result.append(TypeDef.model_validate({"name": tname, **body}).check())
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise SchemaError(f"{source}: type {tname}: {loc}: {first['msg']}",
+                              field=loc) from None
+    return result
+
+
+# ---------------------------------------------------------------- filter language
+
+
+@dataclass(frozen=True)
+class Cmp:
+    """``field <op> value`` with the value already coerced to the field's type."""
+
+    field: str
+    op: str
+    value: Any
+    spec: FieldSpec
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    """``$and`` / ``$or`` over sub-filters."""
+
+    op: Literal["$and", "$or"]
+    items: tuple[FilterNode, ...] = field(default_factory=tuple)
+
+
+FilterNode = Union[Cmp, BoolOp]  # noqa: UP007 - a runtime alias used before 3.12
+
+
+def parse_filter(etype: EntityType, where: Any) -> FilterNode | None:
+    """The validated filter tree of a ``where`` mapping (None: no filter)."""
+    if where is None or where == {}:
+        return None
+    counter = [0]
+    return _parse(etype, where, 0, counter, "where")
+
+
+def _parse(etype: EntityType, node: Any, depth: int, counter: list[int], path: str) -> FilterNode:
+    if depth > MAX_FILTER_DEPTH:
+        raise FilterError(f"filter nests deeper than {MAX_FILTER_DEPTH}", field=path)
+    if not isinstance(node, Mapping) or not node:
+        raise FilterError("a filter must be a non-empty object", field=path)
+    items: list[FilterNode] = []
+    for key, value in node.items():
+        counter[0] += 1
+        if counter[0] > MAX_FILTER_NODES:
+            raise FilterError(f"filter has more than {MAX_FILTER_NODES} terms", field=path)
+        if not isinstance(key, str):
+            raise FilterError("filter keys must be strings", field=path)
+        if key in ("$and", "$or"):
+            if not isinstance(value, list) or not value:
+                raise FilterError(f"{key} takes a non-empty list of filters", field=f"{path}.{key}")
+            subs = tuple(_parse(etype, v, depth + 1, counter, f"{path}.{key}[{i}]")
+                         for i, v in enumerate(value))
+            items.append(BoolOp(key, subs))  # type: ignore[arg-type]
+        elif key.startswith("$"):
+            raise FilterError(f"unknown filter operator {key!r} (use $and, $or or a field name)",
+                              field=f"{path}.{key}")
+        else:
+            spec = etype.field(key, where=f"{path}.{key}")
+            if isinstance(value, Mapping):
+                if not value:
+                    raise FilterError("an operator object may not be empty", field=f"{path}.{key}")
+                for op, operand in value.items():
+                    items.append(_cmp(etype, key, spec, op, operand, f"{path}.{key}.{op}"))
+            else:
+                items.append(_cmp(etype, key, spec, "$eq", value, f"{path}.{key}"))
+    return items[0] if len(items) == 1 else BoolOp("$and", tuple(items))
+
+
+def _coerce(spec: FieldSpec, value: Any, where: str, element: bool = False) -> Any:
+    annotation = _PY_TYPES[spec.item or "str"] if element else spec.python_type()
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        raise FilterError("filter values must be finite numbers", field=where)
+    try:
+        return TypeAdapter(annotation).validate_python(value)
+    except pydantic.ValidationError as exc:
+        raise FilterError(f"value {value!r} does not fit field type {spec.type}: "
+                          f"{exc.errors()[0]['msg']}", field=where) from None
+
+
+def _cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
+         where: str) -> Cmp:
+    if op not in FILTER_OPS:
+        raise FilterError(f"unknown operator {op!r} (known: {', '.join(FILTER_OPS)})",
+                          field=where)
+    if operand is None:
+        if op not in ("$eq", "$ne"):
+            raise FilterError(f"{op} does not take null", field=where)
+        return Cmp(name, op, None, spec)
+    if op in ("$in", "$nin"):
+        if not isinstance(operand, list):
+            raise FilterError(f"{op} takes a list", field=where)
+        if len(operand) > 10_000:
+            raise FilterError(f"{op} takes at most 10000 values", field=where)
+        return Cmp(name, op, tuple(_coerce(spec, v, where) for v in operand), spec)
+    if op == "$contains":
+        if spec.type == "list":
+            return Cmp(name, op, _coerce(spec, operand, where, element=True), spec)
+        if spec.type == "str":
+            if not isinstance(operand, str):
+                raise FilterError("$contains on a text field takes a string", field=where)
+            return Cmp(name, op, operand, spec)
+        raise FilterError(f"$contains works on list and str fields, not {spec.type}", field=where)
+    if op in ("$gt", "$gte", "$lt", "$lte") and spec.type in ("list", "bool"):
+        raise FilterError(f"{op} does not apply to a {spec.type} field", field=where)
+    return Cmp(name, op, _coerce(spec, operand, where), spec)
+
+
+def parse_order(etype: EntityType, order_by: str | Sequence[str] | None) -> list[tuple[str, bool]]:
+    """``[(field, descending)]`` from ``"field"`` / ``"-field"`` or a list of those."""
+    if order_by is None:
+        return []
+    items = [order_by] if isinstance(order_by, str) else list(order_by)
+    result = []
+    for item in items:
+        if not isinstance(item, str) or not item.lstrip("-"):
+            raise FilterError("order_by takes field names, '-' prefixed for descending",
+                              field="order_by")
+        desc = item.startswith("-")
+        name = item.lstrip("-")
+        if name in ("created_at", "updated_at", "version"):
+            result.append((name, desc))
+            continue
+        spec = etype.field(name, where="order_by")
+        if spec.type == "list":
+            raise FilterError(f"cannot order by list field {name!r}", field="order_by")
+        result.append((name, desc))
+    if len(result) > 4:
+        raise FilterError("order_by takes at most 4 fields", field="order_by")
+    return result

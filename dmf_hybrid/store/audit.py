@@ -1,0 +1,152 @@
+"""The audit log: one hash-chained event per mutation, verification and erasure-safe redaction.
+
+Hashing: ``payload_hash = sha256(canonical({"before", "after"}))`` and
+``hash = sha256(prev_hash + "\\n" + canonical(header))`` where the header holds every column
+except the snapshots themselves but *including* ``payload_hash``. Erasure may therefore
+replace an event's snapshots with NULL (``redacted = true``) without breaking the chain:
+the chain covers the payload's hash, not its bytes. ``verify`` recomputes the payload hash of
+every unredacted event and accepts a redacted one only if the same entity has a later
+``erase`` event, so redaction cannot be used to hide an arbitrary change.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import duckdb
+
+from ..clock import to_aware_utc, to_naive_utc
+from ..ids import canonical_json, content_hash, sha256_hex
+from ..models import AuditEvent, AuditReport
+
+GENESIS_HASH = "0" * 64
+EVENT_COLUMNS = (
+    "seq", "ts", "tenant", "actor", "reason", "trace_id", "op", "type", "entity_id",
+    "version_before", "version_after", "before", "after", "meta", "payload_hash", "prev_hash",
+    "hash", "redacted",
+)
+EVENTS_DDL = """
+CREATE TABLE IF NOT EXISTS events (
+    seq BIGINT PRIMARY KEY, ts TIMESTAMP NOT NULL, tenant VARCHAR NOT NULL, actor VARCHAR,
+    reason VARCHAR, trace_id VARCHAR, op VARCHAR NOT NULL, type VARCHAR, entity_id VARCHAR,
+    version_before INTEGER, version_after INTEGER, before VARCHAR, after VARCHAR, meta VARCHAR,
+    payload_hash VARCHAR NOT NULL, prev_hash VARCHAR NOT NULL, hash VARCHAR NOT NULL,
+    redacted BOOLEAN NOT NULL DEFAULT FALSE
+)
+"""
+MAX_TEXT = 10_000
+
+
+def event_hash(prev_hash: str, header: dict[str, Any]) -> str:
+    """The chained hash of an event from its header and the previous hash."""
+    return sha256_hex(prev_hash + "\n" + canonical_json(header))
+
+
+def make_event(
+    *, seq: int, ts: dt.datetime, prev_hash: str, tenant: str, op: str, type_name: str | None,
+    entity_id: str | None, version_before: int | None, version_after: int | None,
+    before: dict[str, Any] | None, after: dict[str, Any] | None, actor: str | None,
+    reason: str | None, trace_id: str | None, meta: dict[str, Any] | None = None,
+) -> tuple[Any, ...]:
+    """One events-table row, hashed and chained to ``prev_hash``."""
+    payload_hash = content_hash({"before": before, "after": after})
+    ts = to_naive_utc(ts)
+    header = {
+        "seq": seq, "ts": ts.isoformat(), "tenant": tenant, "actor": actor, "reason": reason,
+        "trace_id": trace_id, "op": op, "type": type_name, "entity_id": entity_id,
+        "version_before": version_before, "version_after": version_after, "meta": meta,
+        "payload_hash": payload_hash,
+    }
+    digest = event_hash(prev_hash, header)
+    return (
+        seq, ts, tenant, actor, reason, trace_id, op, type_name, entity_id, version_before,
+        version_after, None if before is None else canonical_json(before),
+        None if after is None else canonical_json(after),
+        None if meta is None else canonical_json(meta), payload_hash, prev_hash, digest, False,
+    )
+
+
+def insert_events(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -> None:
+    """Append event rows (already chained) to the events table."""
+    if not rows:
+        return
+    marks = ",".join("?" * len(EVENT_COLUMNS))
+    if len(rows) == 1:
+        con.execute(f"INSERT INTO events VALUES ({marks})", rows[0])
+        return
+    import pyarrow as pa
+
+    table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(EVENT_COLUMNS)})
+    con.register("_events_batch", table)
+    try:
+        con.execute(
+            f"INSERT INTO events SELECT {', '.join(EVENT_COLUMNS)} FROM _events_batch"
+        )
+    finally:
+        con.unregister("_events_batch")
+
+
+def row_to_event(row: tuple[Any, ...]) -> AuditEvent:
+    """An AuditEvent from an events-table row (columns in EVENT_COLUMNS order)."""
+    values = dict(zip(EVENT_COLUMNS, row, strict=True))
+    for key in ("before", "after", "meta"):
+        values[key] = None if values[key] is None else json.loads(values[key])
+    values["ts"] = to_aware_utc(values["ts"])
+    return AuditEvent.model_validate(values)
+
+
+def verify_rows(rows: Any, start_prev: str = GENESIS_HASH, start_seq: int = 1,
+                erased: set[tuple[str, str]] | None = None) -> AuditReport:
+    """Check a seq-ordered iterable of event rows: gap-free seqs, payloads, the hash chain."""
+    prev, expected, checked = start_prev, start_seq, 0
+    erased = erased or set()
+    for row in rows:
+        values = dict(zip(EVENT_COLUMNS, row, strict=True))
+        seq = values["seq"]
+
+        def bad(problem: str, seq: int = seq, checked: int = checked, expected: int = expected,
+                prev: str = prev) -> AuditReport:
+            return AuditReport(ok=False, events_checked=checked, first_bad_seq=seq,
+                               problem=problem, last_seq=expected - 1, last_hash=prev)
+
+        if seq != expected:
+            return bad(f"expected seq {expected}, found {seq} (an event is missing or moved)")
+        if values["prev_hash"] != prev:
+            return bad("prev_hash does not match the previous event's hash")
+        if values["redacted"]:
+            if (values["tenant"], values["entity_id"]) not in erased:
+                return bad("snapshots removed but the entity was never erased")
+        else:
+            before = None if values["before"] is None else json.loads(values["before"])
+            after = None if values["after"] is None else json.loads(values["after"])
+            if content_hash({"before": before, "after": after}) != values["payload_hash"]:
+                return bad("snapshot content does not match its payload_hash (edited)")
+        header = {
+            "seq": seq, "ts": to_naive_utc(values["ts"]).isoformat(), "tenant": values["tenant"],
+            "actor": values["actor"], "reason": values["reason"], "trace_id": values["trace_id"],
+            "op": values["op"], "type": values["type"], "entity_id": values["entity_id"],
+            "version_before": values["version_before"], "version_after": values["version_after"],
+            "meta": None if values["meta"] is None else json.loads(values["meta"]),
+            "payload_hash": values["payload_hash"],
+        }
+        if event_hash(prev, header) != values["hash"]:
+            return bad("hash does not match the event's content (edited)")
+        prev = values["hash"]
+        expected += 1
+        checked += 1
+    return AuditReport(ok=True, events_checked=checked, last_seq=expected - 1, last_hash=prev)
+
+
+def check_text(name: str, value: str | None) -> str | None:
+    """An actor / reason / trace id, or a ValidationError if it is not a short string."""
+    from ..errors import ValidationError
+
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a string", field=name)
+    if len(value) > MAX_TEXT:
+        raise ValidationError(f"{name} is longer than {MAX_TEXT} characters", field=name)
+    return value

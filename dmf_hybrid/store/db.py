@@ -1,0 +1,160 @@
+"""The DuckDB connection: one writer (a lock and one connection), a read cursor per thread.
+
+Transactions nest: the outermost ``write()`` block commits; an exception that escapes any
+block dooms the whole transaction, which is rolled back when the outermost block exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ..errors import DMFError, StoreLocked
+
+log = logging.getLogger(__name__)
+
+
+class Database:
+    """A DuckDB database file (or in-memory) with one writer and per-thread readers."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        target = ":memory:" if path is None else str(path)
+        try:
+            self._writer = duckdb.connect(target)
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower():
+                raise StoreLocked(
+                    f"the memory directory {path.parent if path else ''} is open in another "
+                    "process (DuckDB allows one process per file); talk to that process's "
+                    "server with --url instead", path=str(path), cause=str(exc),
+                ) from None
+            raise
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._cursors: list[duckdb.DuckDBPyConnection] = []
+        self._owner: int | None = None
+        self._depth = 0
+        self._doomed = False
+        self._after_commit: list[Callable[[], None]] = []
+        self._on_rollback: list[Callable[[], None]] = []
+        self.closed = False
+
+    # ------------------------------------------------------------------ reads
+
+    def reader(self) -> duckdb.DuckDBPyConnection:
+        """The connection this thread reads with (the writer inside its own transaction)."""
+        if self._owner == threading.get_ident():
+            return self._writer
+        cur = getattr(self._local, "cursor", None)
+        if cur is None:
+            if self.closed:
+                raise DMFError("the memory is closed")
+            cur = self._writer.cursor()
+            self._local.cursor = cur
+            with self._lock:
+                self._cursors.append(cur)
+        return cur
+
+    def fetchall(self, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """All rows of a read query."""
+        return self.reader().execute(sql, params).fetchall()
+
+    def fetchone(self, sql: str, params: list[Any] | tuple[Any, ...] = ()
+                 ) -> tuple[Any, ...] | None:
+        """The first row of a read query, or None."""
+        return self.reader().execute(sql, params).fetchone()
+
+    # ------------------------------------------------------------------ writes
+
+    @property
+    def in_transaction(self) -> bool:
+        """True when the calling thread is inside a write transaction."""
+        return self._owner == threading.get_ident()
+
+    @contextmanager
+    def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A block inside the (possibly outer) write transaction; commits when outermost."""
+        with self._lock:
+            if self.closed:
+                raise DMFError("the memory is closed")
+            outer = self._depth == 0
+            if outer:
+                self._writer.execute("BEGIN TRANSACTION")
+                self._owner = threading.get_ident()
+                self._doomed = False
+            self._depth += 1
+            try:
+                yield self._writer
+            except BaseException:
+                self._doomed = True
+                if outer:
+                    self._finish(commit=False)
+                else:
+                    self._depth -= 1
+                raise
+            if outer:
+                if self._doomed:
+                    self._finish(commit=False)
+                    raise DMFError("the transaction was rolled back because a step in it failed")
+                self._finish(commit=True)
+            else:
+                self._depth -= 1
+
+    def _finish(self, commit: bool) -> None:
+        after_commit, on_rollback = self._after_commit, self._on_rollback
+        self._after_commit, self._on_rollback = [], []
+        try:
+            if commit:
+                try:
+                    self._writer.execute("COMMIT")
+                except BaseException:
+                    self._writer.execute("ROLLBACK")
+                    self._run(on_rollback[::-1])
+                    raise
+            else:
+                self._writer.execute("ROLLBACK")
+        finally:
+            self._depth = 0
+            self._owner = None
+        self._run(after_commit if commit else on_rollback[::-1])
+
+    @staticmethod
+    def _run(hooks: list[Callable[[], None]]) -> None:
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # a hook must never turn a committed write into an error
+                log.exception("transaction hook failed")
+
+    def after_commit(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once the current transaction commits (dropped on rollback)."""
+        self._after_commit.append(hook)
+
+    def on_rollback(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` if the current transaction rolls back (hooks run newest first)."""
+        self._on_rollback.append(hook)
+
+    def checkpoint(self) -> None:
+        """Write the WAL into the database file."""
+        with self._lock:
+            self._writer.execute("CHECKPOINT")
+
+    def close(self) -> None:
+        """Close every cursor and the database."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            for cur in self._cursors:
+                try:
+                    cur.close()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    pass
+            self._writer.close()

@@ -1,0 +1,145 @@
+"""Compile the filter language and orderings to SQL: field names checked, values bound."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from typing import Any
+
+from ..errors import FilterError
+from ..ids import canonical_json, content_hash
+from ..schema import BoolOp, Cmp, EntityType, FieldSpec, FilterNode
+
+SQL_TYPES = {
+    "str": "VARCHAR", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",
+    "datetime": "TIMESTAMP", "enum": "VARCHAR",
+}
+SYSTEM_ORDER_TYPES = {"created_at": "TIMESTAMP", "updated_at": "TIMESTAMP", "version": "INTEGER"}
+
+
+def sql_type(spec: FieldSpec) -> str:
+    """The DuckDB column type of a field."""
+    if spec.type == "list":
+        return f"{SQL_TYPES[spec.item or 'str']}[]"
+    return SQL_TYPES[spec.type]
+
+
+def q(name: str) -> str:
+    """A quoted identifier (names are validated against a strict pattern before this)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def bind_value(value: Any) -> Any:
+    """A Python value as DuckDB binds it (aware datetimes become naive UTC)."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    if isinstance(value, (list, tuple)):
+        return [bind_value(v) for v in value]
+    return value
+
+
+def compile_filter(node: FilterNode | None, params: list[Any], alias: str = "") -> str:
+    """SQL for a parsed filter, appending its bound values to ``params``."""
+    if node is None:
+        return "TRUE"
+    if isinstance(node, BoolOp):
+        joiner = " AND " if node.op == "$and" else " OR "
+        return "(" + joiner.join(compile_filter(n, params, alias) for n in node.items) + ")"
+    return _compile_cmp(node, params, alias)
+
+
+def _compile_cmp(node: Cmp, params: list[Any], alias: str) -> str:
+    col = f"{alias}{q(node.field)}"
+    typ = sql_type(node.spec)
+    op, value = node.op, node.value
+    if value is None:
+        return f"({col} IS NULL)" if op == "$eq" else f"({col} IS NOT NULL)"
+    if op == "$in" or op == "$nin":
+        if not value:
+            return "FALSE" if op == "$in" else "TRUE"
+        params.extend(bind_value(v) for v in value)
+        marks = ", ".join(f"CAST(? AS {typ})" for _ in value)
+        if op == "$in":
+            return f"({col} IN ({marks}))"
+        return f"({col} IS NULL OR {col} NOT IN ({marks}))"
+    if op == "$contains":
+        params.append(bind_value(value))
+        if node.spec.type == "list":
+            item = SQL_TYPES[node.spec.item or "str"]
+            return f"(coalesce(list_contains({col}, CAST(? AS {item})), FALSE))"
+        return f"(coalesce(contains({col}, CAST(? AS VARCHAR)), FALSE))"
+    params.append(bind_value(value))
+    sql_op = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}.get(op)
+    if sql_op is not None:
+        return f"(coalesce({col} {sql_op} CAST(? AS {typ}), FALSE))"
+    return f"({col} IS DISTINCT FROM CAST(? AS {typ}))"  # $ne
+
+
+def order_sql(order: list[tuple[str, bool]], alias: str = "") -> str:
+    """ORDER BY clause: the given keys (NULLS LAST), then the ID as unique tie-breaker."""
+    parts = [f"{alias}{q(name)} {'DESC' if desc else 'ASC'} NULLS LAST" for name, desc in order]
+    parts.append(f"{alias}id ASC")
+    return "ORDER BY " + ", ".join(parts)
+
+
+def column_type(etype: EntityType, name: str) -> str:
+    """The SQL type of an orderable column (a field or a system column)."""
+    if name in SYSTEM_ORDER_TYPES:
+        return SYSTEM_ORDER_TYPES[name]
+    return sql_type(etype.fields[name])
+
+
+def query_fingerprint(type_name: str, where: Any, order: list[tuple[str, bool]],
+                      as_of: int | None) -> str:
+    """A short hash of a query's shape, so a cursor is only accepted by the same query."""
+    return content_hash([type_name, canonical_json(where), order, as_of])[:16]
+
+
+def encode_cursor(fingerprint: str, last_values: list[Any], last_id: str) -> str:
+    """An opaque cursor pointing just after a row."""
+    values = [v.isoformat() if isinstance(v, (dt.date, dt.datetime)) else v for v in last_values]
+    raw = json.dumps([fingerprint, values, last_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, fingerprint: str) -> tuple[list[Any], str]:
+    """The (order values, id) a cursor points after; FilterError if it is not this query's."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        fp, values, last_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, binascii.Error, TypeError):
+        raise FilterError("cursor is malformed", field="cursor") from None
+    if fp != fingerprint or not isinstance(values, list) or not isinstance(last_id, str):
+        raise FilterError("cursor belongs to a different query", field="cursor")
+    return values, last_id
+
+
+def keyset_sql(etype: EntityType, order: list[tuple[str, bool]], values: list[Any], last_id: str,
+               params: list[Any], alias: str = "") -> str:
+    """SQL selecting rows strictly after (values, last_id) in ``order_sql`` order."""
+    if len(values) != len(order):
+        raise FilterError("cursor belongs to a different query", field="cursor")
+    keys = [(name, desc, column_type(etype, name), value)
+            for (name, desc), value in zip(order, values, strict=True)]
+    keys.append(("id", False, "VARCHAR", last_id))
+    disjuncts = []
+    for i, (name, desc, typ, value) in enumerate(keys):
+        col = f"{alias}{q(name)}" if name != "id" else f"{alias}id"
+        if value is None:
+            continue  # NULLS LAST: nothing sorts after a null on this key
+        conj = []
+        for pname, _, ptyp, pvalue in keys[:i]:
+            pcol = f"{alias}{q(pname)}" if pname != "id" else f"{alias}id"
+            if pvalue is None:
+                conj.append(f"{pcol} IS NULL")
+            else:
+                params.append(pvalue)
+                conj.append(f"{pcol} = CAST(? AS {ptyp})")
+        params.append(value)
+        cmp = "<" if desc else ">"
+        nulls = f" OR {col} IS NULL" if name != "id" else ""
+        conj.append(f"({col} {cmp} CAST(? AS {typ}){nulls})")
+        disjuncts.append("(" + " AND ".join(conj) + ")")
+    return "(" + (" OR ".join(disjuncts) or "FALSE") + ")"
