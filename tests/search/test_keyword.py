@@ -1,0 +1,296 @@
+"""KeywordIndex: scores equal a from-scratch BM25, filters are exact, order is deterministic."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dmf_hybrid.errors import ValidationError
+from dmf_hybrid.search.keyword import KeywordIndex
+from dmf_hybrid.search.text import Analyzer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+VOCAB = (
+    "memory agent running runs runner fact graph vector search index keyword store apple "
+    "banana cherry delta echo the and of a is"
+).split()
+
+
+def reference_bm25(
+    docs: dict[str, str],
+    query: str,
+    *,
+    k1: float = 0.9,
+    b: float = 0.4,
+    stemmer: str | None = "english",
+) -> list[tuple[str, float]]:
+    """Every document with a positive Lucene BM25 score, by (score desc, id asc), from scratch."""
+    analyzer = Analyzer(stemmer=stemmer, stopwords="en")
+    doc_terms = {doc_id: Counter(analyzer.terms(text)) for doc_id, text in docs.items()}
+    lengths = {doc_id: sum(c.values()) for doc_id, c in doc_terms.items()}
+    n = len(docs)
+    if n == 0:
+        return []
+    avg = sum(lengths.values()) / n
+    query_terms = Counter(analyzer.terms(query))
+    hits = []
+    for doc_id, counts in doc_terms.items():
+        score = 0.0
+        for term, qtf in query_terms.items():
+            tf = counts.get(term, 0)
+            if not tf:
+                continue
+            df = sum(1 for c in doc_terms.values() if term in c)
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            score += qtf * idf * tf / (tf + k1 * (1.0 - b + b * lengths[doc_id] / avg))
+        if score > 0:
+            hits.append((doc_id, score))
+    hits.sort(key=lambda h: (-h[1], h[0]))
+    return hits
+
+
+def random_text(rng: random.Random) -> str:
+    return " ".join(rng.choice(VOCAB) for _ in range(rng.randint(0, 12)))
+
+
+QUERIES = [
+    "running memory",
+    "apple apple banana",
+    "the index of a store",
+    "runner",
+    "vector graph search keyword",
+    "zebra",
+    "fact delta echo cherry",
+]
+
+
+def assert_same(got: list[tuple[str, float]], want: list[tuple[str, float]]) -> None:
+    assert [d for d, _ in got] == [d for d, _ in want]
+    for (_, g), (_, w) in zip(got, want, strict=True):
+        assert g == pytest.approx(w, rel=1e-12, abs=0.0)
+
+
+def test_scores_equal_reference_after_random_writes() -> None:
+    rng = random.Random(1234)
+    index = KeywordIndex()
+    docs: dict[str, str] = {}
+    for step in range(300):
+        op = rng.random()
+        if op < 0.6 or not docs:
+            batch = [
+                (f"e{rng.randrange(60):03d}", random_text(rng)) for _ in range(rng.randint(1, 4))
+            ]
+            index.upsert(batch)
+            docs.update(batch)  # last wins, as in the index
+        else:
+            gone = rng.sample(sorted(docs), min(len(docs), rng.randint(1, 3))) + ["never-seen"]
+            index.delete(gone)
+            for doc_id in gone:
+                docs.pop(doc_id, None)
+        assert len(index) == len(docs)
+        if step % 10 == 0:
+            for query in QUERIES:
+                assert_same(index.search(query, 1000), reference_bm25(docs, query))
+                assert_same(index.search(query, 3), reference_bm25(docs, query)[:3])
+    # the same scores, bit for bit, as an index built from scratch over the final documents
+    fresh = KeywordIndex()
+    fresh.upsert(sorted(docs.items(), reverse=True))
+    for query in QUERIES:
+        assert index.search(query, 1000) == fresh.search(query, 1000)
+
+
+def test_candidates_filter_is_exact() -> None:
+    rng = random.Random(99)
+    index = KeywordIndex()
+    docs = {f"d{i:03d}": random_text(rng) for i in range(200)}
+    index.upsert(list(docs.items()))
+    index.delete(["d000", "d001"])
+    del docs["d000"], docs["d001"]
+    ids = sorted(docs)
+    for trial in range(40):
+        size = rng.choice([1, 3, 10, 50, 150])
+        candidates = rng.sample(ids, size) + ["d000", "unknown"]  # deleted and unknown IDs
+        if trial % 2:
+            candidates = candidates + candidates[:2]  # duplicates are harmless
+        allowed = set(candidates)
+        for query in QUERIES:
+            full = index.search(query, 10_000)
+            want = [h for h in full if h[0] in allowed][:5]
+            got = index.search(query, 5, candidates)
+            assert got == want
+            assert all(doc_id in allowed for doc_id, _ in got)
+    # statistics stay global: a filtered score is the unfiltered score of that document
+    only = index.search("running memory", 5, {"d010"})
+    assert only == [h for h in index.search("running memory", 10_000) if h[0] == "d010"]
+    assert index.search("running memory", 5, []) == []
+    assert index.search("running memory", 5, ["nope"]) == []
+
+
+def test_ties_are_broken_by_id() -> None:
+    index = KeywordIndex()
+    index.upsert([("c", "apple pie"), ("a", "apple pie"), ("b", "apple pie"), ("z", "pear")])
+    hits = index.search("apple", 10)
+    assert [d for d, _ in hits] == ["a", "b", "c"]
+    assert len({s for _, s in hits}) == 1
+    assert [d for d, _ in index.search("apple", 2)] == ["a", "b"]  # cut inside a tie
+    assert [d for d, _ in index.search("apple", 2, ["c", "b"])] == ["b", "c"]
+
+
+@pytest.mark.parametrize("query", ["", "   ", "the and of a", "!!! ??", "x", "zebra"])
+def test_query_without_usable_terms_gives_nothing(query: str) -> None:
+    index = KeywordIndex()
+    index.upsert([("a", "the apple and the tree"), ("b", "banana")])
+    assert index.search(query, 10) == []
+
+
+def test_empty_index_and_only_positive_scores() -> None:
+    index = KeywordIndex()
+    assert index.search("apple", 10) == []
+    index.upsert([("a", "apple"), ("b", "banana"), ("c", "")])
+    assert [d for d, _ in index.search("apple", 10)] == ["a"]
+    assert all(score > 0 for _, score in index.search("apple banana", 10))
+    assert len(index) == 3 and "c" in index
+
+
+def test_stemming_matches_word_forms() -> None:
+    index = KeywordIndex()
+    index.upsert([("a", "She runs every morning"), ("b", "Studies of memory"), ("c", "cats")])
+    assert [d for d, _ in index.search("running", 10)] == ["a"]
+    assert [d for d, _ in index.search("study", 10)] == ["b"]
+    plain = KeywordIndex(stemmer=None)
+    plain.upsert([("a", "She runs every morning")])
+    assert plain.search("running", 10) == []
+    assert [d for d, _ in plain.search("runs", 10)] == ["a"]
+
+
+def test_upsert_replaces_and_delete_forgets() -> None:
+    index = KeywordIndex()
+    index.upsert([("a", "apple"), ("b", "apple banana")])
+    index.upsert([("a", "cherry")])
+    assert [d for d, _ in index.search("apple", 10)] == ["b"]
+    assert [d for d, _ in index.search("cherry", 10)] == ["a"]
+    index.upsert([("a", "cherry")])  # unchanged text: a no-op
+    index.delete(["a", "a", "missing"])
+    assert index.search("cherry", 10) == [] and len(index) == 1
+    index.upsert([("a", "apple"), ("a", "banana")])  # within one batch the last wins
+    assert [d for d, _ in index.search("banana", 10)] == ["a", "b"]
+    assert_same(
+        index.search("apple banana", 10),
+        reference_bm25({"a": "banana", "b": "apple banana"}, "apple banana"),
+    )
+
+
+def test_bad_input_is_rejected_and_changes_nothing() -> None:
+    index = KeywordIndex()
+    index.upsert([("a", "apple")])
+    with pytest.raises(ValidationError):
+        index.upsert([("b", "banana"), ("", "empty id")])
+    with pytest.raises(ValidationError):
+        index.upsert([("b", "banana"), ("c", None)])  # type: ignore[list-item]
+    assert len(index) == 1 and index.search("banana", 10) == []
+    for k in (0, -1, True):
+        with pytest.raises(ValidationError):
+            index.search("apple", k)
+    with pytest.raises(ValidationError):
+        index.search("apple", 5, "a")
+    with pytest.raises(ValidationError):
+        index.delete("a")
+    with pytest.raises(ValidationError):
+        KeywordIndex(stemmer="klingon")
+    with pytest.raises(ValidationError):
+        KeywordIndex(stopwords="xx")
+    with pytest.raises(ValidationError):
+        KeywordIndex(b=1.5)
+
+
+_SCRIPT = """
+import json, random, sys
+from dmf_hybrid.search.keyword import KeywordIndex
+rng = random.Random(5)
+words = "memory agent running runs fact graph vector apple banana cherry the of".split()
+index = KeywordIndex()
+for i in range(300):
+    index.upsert([(f"id{rng.randrange(150)}", " ".join(rng.choices(words, k=rng.randint(1, 9))))])
+    if i % 7 == 0:
+        index.delete([f"id{rng.randrange(150)}"])
+out = {q: index.search(q, 20, None if j % 2 else [f"id{n}" for n in range(0, 150, 3)])
+       for j, q in enumerate(["running memory", "apple banana apple", "graph", "cherry fact"])}
+json.dump(out, sys.stdout)
+"""
+
+
+def test_deterministic_across_processes() -> None:
+    outputs = set()
+    for seed in ("0", "1", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(
+            [sys.executable, "-c", _SCRIPT],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
+    assert any(json.loads(outputs.pop()).values())
+
+
+def test_concurrent_searches_with_writes() -> None:
+    rng = random.Random(3)
+    docs = {f"d{i}": random_text(rng) for i in range(100)}
+    index = KeywordIndex()
+    index.upsert(list(docs.items()))
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                for query in QUERIES:
+                    hits = index.search(query, 5, None)
+                    assert hits == sorted(hits, key=lambda h: (-h[1], h[0]))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for i in range(300):
+        doc_id = f"d{rng.randrange(120)}"
+        if i % 5 == 0:
+            index.delete([doc_id])
+            docs.pop(doc_id, None)
+        else:
+            text = random_text(rng)
+            index.upsert([(doc_id, text)])
+            docs[doc_id] = text
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    assert not errors
+    assert len(index) == len(docs)
+    for query in QUERIES:
+        assert_same(index.search(query, 1000), reference_bm25(docs, query))
+
+
+def test_bench_ndcg_at_10_matches_hand_computation() -> None:
+    from evaluation.bench_keyword import ndcg_at_10
+
+    rels = {"a": 2, "b": 1, "z": 1}
+    assert ndcg_at_10(["a", "b", "z"], rels) == pytest.approx(1.0)
+    dcg = 1 / math.log2(2) + 2 / math.log2(4)  # b at rank 1, a at rank 3
+    idcg = 2 / math.log2(2) + 1 / math.log2(3) + 1 / math.log2(4)
+    assert ndcg_at_10(["b", "x", "a"], rels) == pytest.approx(dcg / idcg)
+    assert ndcg_at_10([], rels) == 0.0
+    assert ndcg_at_10(["x"] * 10 + ["a"], rels) == 0.0  # rank 11 is past the cut
