@@ -10,10 +10,13 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .ids import DEFAULT_TENANT
+
+__all__ = ["DEFAULT_TENANT", "Settings"]
+
 DEFAULT_DATA_DIR = Path("./dmf-data")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-DEFAULT_TENANT = "default"
 DEFAULT_EMBEDDER = "minilm"
 DEFAULT_EXACT_THRESHOLD = 20_000
 DEFAULT_RRF_K = 60

@@ -9,6 +9,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any
 
+DEFAULT_TENANT = "default"  # the tenant of an embedded Memory unless told otherwise
 ID_HASH_HEX = 20  # 80 bits of SHA-256: collisions are negligible below ~10^11 entities.
 
 
@@ -49,9 +50,16 @@ def content_hash(value: Any) -> str:
     return sha256_hex(canonical_json(value))
 
 
-def entity_id(type_name: str, identity: dict[str, Any]) -> str:
-    """``<type>_<hash>``: the ID derived from a type's identity fields."""
-    return f"{type_name}_{content_hash({'type': type_name, 'identity': identity})[:ID_HASH_HEX]}"
+def entity_id(type_name: str, identity: dict[str, Any], tenant: str = DEFAULT_TENANT) -> str:
+    """``<type>_<hash>``: the ID derived from a type's identity fields (and a tenant).
+
+    In the default tenant the hash covers the type and identity only; in any other tenant it
+    also covers the tenant, so two tenants with the same fact never share (or probe) an ID.
+    """
+    content: dict[str, Any] = {"type": type_name, "identity": identity}
+    if tenant != DEFAULT_TENANT:
+        content["tenant"] = tenant
+    return f"{type_name}_{content_hash(content)[:ID_HASH_HEX]}"
 
 
 def derived_id(prefix: str, *parts: Any) -> str:

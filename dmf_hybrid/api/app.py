@@ -1,0 +1,87 @@
+"""The FastAPI application: ``create_app(settings, memory)``.
+
+To serve another resource, write ``routes/<name>.py`` with a ``router`` and add it to
+:data:`ROUTERS` (one line).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+from .. import __version__
+from ..config import Settings
+from ..memory import Memory
+from .auth import KeyRing
+from .deps import ServiceState, StartupTask
+from .errors import GuardMiddleware, install_error_handlers
+from .routes import admin, audit, entities, health, plans, relations, search, tools, types
+from .schemas import ErrorBody
+
+log = logging.getLogger(__name__)
+
+ROUTERS: list[APIRouter] = [
+    health.router,
+    types.router,
+    entities.router,
+    relations.router,
+    search.router,
+    audit.router,
+    admin.router,
+    plans.router,
+    tools.router,
+]
+
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in ((401, "No or unknown API key"), (403, "The key's role does not allow it"),
+                       (404, "Unknown ID or type (also for another tenant's IDs)"),
+                       (409, "Conflicts with the current state"),
+                       (412, "If-Match names a stale version"),
+                       (413, "Request body too large"),
+                       (422, "Invalid input; details.field names it"),
+                       (503, "Model or index not ready"))
+}
+
+DESCRIPTION = """A deterministic memory for AI agents: typed entities, relations, search and
+an audit log. DuckDB is the truth; the vector index only proposes IDs.
+
+Authenticate with `Authorization: Bearer <key>` or `X-API-Key: <key>` when the service has
+keys. Writes take optional `X-Actor`, `X-Reason` and `X-Trace-Id` headers (percent-encoded)
+that are recorded in the audit event. Errors are `{"error": code, "message", "details"}`."""
+
+
+def create_app(settings: Settings, memory: Memory | None = None, *,
+               keys: KeyRing | None = None,
+               startup_tasks: Sequence[StartupTask] = ()) -> FastAPI:
+    """The HTTP service over ``memory`` (default: open ``settings.data_dir``, closed on shutdown).
+
+    ``keys`` defaults to the keys of ``settings``. On startup (lifespan) a background thread runs
+    ``startup_tasks``, loads the embedding model and drains the outbox; ``/readyz`` reports it.
+    """
+    keys = keys if keys is not None else KeyRing.from_settings(settings)
+    owns = memory is None
+    if memory is None:
+        memory = Memory.open(settings.data_dir, settings=settings)
+    state = ServiceState(settings=settings, memory=memory, keys=keys, owns_memory=owns,
+                         startup_tasks=tuple(startup_tasks))
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        state.start_warmup()
+        try:
+            yield
+        finally:
+            state.close()
+
+    app = FastAPI(title="dmf-hybrid", version=__version__, description=DESCRIPTION,
+                  lifespan=lifespan, responses=ERROR_RESPONSES)
+    app.state.dmf = state
+    install_error_handlers(app)
+    app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app

@@ -1,0 +1,217 @@
+"""Dependencies of the routes: the service state, the caller, their tenant's Memory, audit context.
+
+Routes take ``ReaderMemory`` / ``WriterMemory`` / ``AdminMemory`` (a Memory confined to the
+caller's tenant, after checking their role) and ``Audit`` (actor, reason, trace id).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypedDict
+from urllib.parse import unquote
+
+from fastapi import Depends, Header, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from ..config import Settings
+from ..errors import ValidationError
+from ..memory import Memory
+from .auth import KeyRing, Principal, Role
+
+log = logging.getLogger(__name__)
+
+StartupTask = Callable[[Memory], object]
+
+
+@dataclass
+class ServiceState:
+    """What the app holds: settings, the root Memory, the keys and the warm-up progress."""
+
+    settings: Settings
+    memory: Memory
+    keys: KeyRing
+    owns_memory: bool = False
+    startup_tasks: Sequence[StartupTask] = ()
+    warming_up: bool = False
+    warmup_error: str | None = None
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    def start_warmup(self) -> None:
+        """Run the startup tasks, load the model and drain the outbox in the background."""
+        self.warming_up = True
+        self._thread = threading.Thread(target=self._warm_up, name="dmf-warmup", daemon=True)
+        self._thread.start()
+
+    def _warm_up(self) -> None:
+        try:
+            for task in self.startup_tasks:
+                task(self.memory)
+            load = getattr(self.memory.engine.embedder, "load", None)
+            if callable(load):
+                load()
+            self.memory.flush()
+        except Exception as exc:  # noqa: BLE001 - reported by /readyz, the process stays alive
+            log.exception("warm-up failed")
+            self.warmup_error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.warming_up = False
+
+    def stop_warmup(self, timeout: float = 30.0) -> None:
+        """Wait (bounded) for the warm-up thread before the memory closes."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def close(self) -> None:
+        """Stop the warm-up and close the memory if this service opened it (idempotent)."""
+        self.stop_warmup()
+        if self.owns_memory:
+            self.owns_memory = False
+            self.memory.close()
+
+    def readiness(self) -> dict[str, Any]:
+        """Whether the model is loaded and the outbox drained, and what is missing if not."""
+        engine = self.memory.engine
+        loaded = bool(getattr(engine.embedder, "loaded", True))
+        try:
+            pending = int(engine.indexer.pending())
+        except Exception as exc:  # noqa: BLE001 - a closed or broken store is "not ready"
+            log.warning("readiness: cannot count outbox rows: %s", exc)
+            pending = -1
+        problems = []
+        if self.warming_up:
+            problems.append("warming up (loading example data, model or index)")
+        if self.warmup_error:
+            problems.append(f"warm-up failed: {self.warmup_error}")
+        if not loaded:
+            problems.append("embedding model not loaded yet")
+        if pending:
+            problems.append(f"{pending} outbox rows not yet indexed" if pending > 0
+                            else "cannot read the outbox")
+        return {"ready": not problems, "model_loaded": loaded, "outbox_pending": pending,
+                "warming_up": self.warming_up, "problems": problems}
+
+
+def get_state(request: Request) -> ServiceState:
+    """The ServiceState of the app serving ``request``."""
+    state: ServiceState = request.app.state.dmf
+    return state
+
+
+State = Annotated[ServiceState, Depends(get_state)]
+
+_bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
+_api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="X-API-Key: <API key>")
+
+
+def get_principal(
+    state: State,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    api_key: Annotated[str | None, Security(_api_key)],
+) -> Principal:
+    """The caller, from ``Authorization: Bearer`` or ``X-API-Key`` (open mode: the default)."""
+    key = bearer.credentials if bearer is not None else api_key
+    return state.keys.authenticate(key)
+
+
+Caller = Annotated[Principal, Depends(get_principal)]
+
+
+def _memory_for(role: Role) -> Callable[[ServiceState, Principal], Memory]:
+    def dependency(state: State, principal: Caller) -> Memory:
+        principal.require(role)
+        return state.memory.for_tenant(principal.tenant)
+
+    dependency.__name__ = f"{role.name.lower()}_memory"
+    return dependency
+
+
+ReaderMemory = Annotated[Memory, Depends(_memory_for(Role.READER))]
+WriterMemory = Annotated[Memory, Depends(_memory_for(Role.WRITER))]
+AdminMemory = Annotated[Memory, Depends(_memory_for(Role.ADMIN))]
+
+
+class AuditKwargs(TypedDict):
+    """The audit keyword arguments every Memory write takes."""
+
+    actor: str | None
+    reason: str | None
+    trace_id: str | None
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    """Who does a write and why, recorded in its audit event."""
+
+    actor: str | None
+    reason: str | None
+    trace_id: str | None
+
+    def kwargs(self) -> AuditKwargs:
+        """``actor``, ``reason`` and ``trace_id`` as keyword arguments of a Memory write."""
+        return {"actor": self.actor, "reason": self.reason, "trace_id": self.trace_id}
+
+
+def _header_text(value: str | None) -> str | None:
+    # the Memory write checks type and length and names the field (actor, reason, trace_id)
+    return None if value is None else unquote(value)
+
+
+def get_audit_context(
+    principal: Caller,
+    x_actor: Annotated[str | None, Header(description="Who makes the change (percent-encoded)."
+                                          )] = None,
+    x_reason: Annotated[str | None, Header(description="Why (percent-encoded).")] = None,
+    x_trace_id: Annotated[str | None, Header(description="Trace ID to correlate events.")] = None,
+) -> AuditContext:
+    """The audit context of a write; with API keys the actor defaults to the key's label."""
+    actor = _header_text(x_actor) or principal.key_label
+    return AuditContext(actor, _header_text(x_reason), _header_text(x_trace_id))
+
+
+Audit = Annotated[AuditContext, Depends(get_audit_context)]
+
+
+def parse_as_of(value: str | None) -> int | dt.datetime | None:
+    """An ``as_of`` query parameter: an audit seq or an ISO-8601 time (naive = UTC)."""
+    if value is None or value == "":
+        return None
+    text = value.strip()
+    if text.isdigit():
+        seq = int(text)
+        if seq > 2**63 - 1:
+            raise ValidationError("as_of seq is too large", field="as_of")
+        return seq
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(
+            f"as_of must be an audit seq (integer) or an ISO-8601 time, not {value!r}",
+            field="as_of") from None
+
+
+def parse_if_match(value: str | None) -> int | None:
+    """The expected version an ``If-Match`` header carries (``"3"``, ``W/"3"``, ``3``; * = any)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text == "*":
+        return None
+    if text.startswith("W/"):
+        text = text[2:]
+    text = text.strip('"')
+    if not text.isdigit() or len(text) > 18:
+        raise ValidationError(f'If-Match must be an entity version ETag like "3", not {value!r}',
+                              field="If-Match")
+    return int(text)
+
+
+IfMatch = Annotated[str | None, Header(description='ETag of the expected version, e.g. "3".')]
+
+
+def etag(version: int) -> str:
+    """The ETag of an entity version."""
+    return f'"{version}"'

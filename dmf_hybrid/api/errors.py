@@ -1,0 +1,166 @@
+"""How errors leave the service: every error is ``{"error": code, "message", "details"}``.
+
+- a :class:`DMFError` keeps its own status and code;
+- request validation errors become 422 ``validation_error`` naming the field;
+- a body over ``max_body_bytes`` is 413 ``limit_exceeded`` (rejected before it is read whole);
+- anything else is a bug: logged with its traceback, answered 500 ``internal_error``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import DMFError, LimitExceeded, Unauthorized
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 415: "unsupported_media_type"}
+_LOC_PREFIXES = ("body", "query", "path", "header", "cookie")
+
+
+def error_response(status: int, payload: dict[str, Any],
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """A JSON error response."""
+    return JSONResponse(payload, status_code=status, headers=headers)
+
+
+def dmf_error_response(exc: DMFError) -> JSONResponse:
+    """The response of a DMFError: its status code and payload."""
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    return error_response(exc.status_code, exc.to_payload(), headers)
+
+
+def _field_of(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = list(loc)
+    if parts and parts[0] in _LOC_PREFIXES:
+        where = parts.pop(0)
+        if not parts:
+            return str(where)
+    return ".".join(str(p) for p in parts) or "body"
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def validation_payload(exc: RequestValidationError) -> dict[str, Any]:
+    """The 422 body of a request validation error, naming the first bad field."""
+    errors = list(exc.errors())
+    if not errors:
+        return {"error": "validation_error", "message": "invalid request", "details": {}}
+    first = errors[0]
+    field = _field_of(first.get("loc", ()))
+    msg = str(first.get("msg", "invalid value"))
+    if first.get("type") == "json_invalid":
+        field, msg = "body", f"invalid JSON: {first.get('ctx', {}).get('error', msg)}"
+    items = [{"field": _field_of(e.get("loc", ())), "msg": str(e.get("msg")),
+              "type": e.get("type")} for e in errors[:20]]
+    return {"error": "validation_error", "message": f"{field}: {msg}",
+            "details": {"field": field, "errors": _jsonable(items)}}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers that turn every error into the one JSON shape."""
+
+    async def on_dmf_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, DMFError)
+        return dmf_error_response(exc)
+
+    async def on_validation(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(422, validation_payload(exc))
+
+    async def on_http(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        if isinstance(exc, BodyTooLarge):
+            return error_response(413, LimitExceeded(str(exc.detail), field="body",
+                                                     limit=exc.limit).to_payload())
+        if exc.status_code == 400:  # FastAPI could not parse the body (e.g. nested too deep)
+            return error_response(422, {"error": "validation_error",
+                                        "message": f"body: {exc.detail}",
+                                        "details": {"field": "body"}})
+        code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+        return error_response(exc.status_code,
+                              {"error": code, "message": str(exc.detail), "details": {}},
+                              dict(exc.headers) if exc.headers else None)
+
+    app.add_exception_handler(DMFError, on_dmf_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """Raised inside ``receive`` when a streamed body passes the limit (FastAPI re-raises it)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body is larger than {limit} bytes")
+        self.limit = limit
+
+
+class GuardMiddleware:
+    """Limits request bodies to ``max_body_bytes`` (413) and turns uncaught bugs into 500 JSON."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    def _too_large(self) -> JSONResponse:
+        err = LimitExceeded(f"request body is larger than {self.max_body_bytes} bytes",
+                            field="body", limit=self.max_body_bytes)
+        return error_response(413, err.to_payload())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    too_large = int(value) > self.max_body_bytes
+                except ValueError:
+                    too_large = False
+                if too_large:
+                    await self._too_large()(scope, receive, send)
+                    return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise BodyTooLarge(self.max_body_bytes)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except BodyTooLarge:
+            if not started:
+                await self._too_large()(scope, receive, send)
+        except Exception:
+            log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                response = error_response(500, {"error": "internal_error",
+                                                "message": "internal server error (logged)",
+                                                "details": {}})
+                await response(scope, receive, send)

@@ -1,0 +1,58 @@
+"""Maintenance: reconcile and rebuild the vector index, drain the outbox, snapshot."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, status
+
+from ...errors import ValidationError
+from ..deps import AdminMemory, State
+from ..schemas import CountsPublic, SnapshotRequest
+
+router = APIRouter(prefix="/admin", tags=["admin"])
+
+SNAPSHOT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def snapshot_dir(base: Path, name: str) -> Path:
+    """``base/snapshots/name``; ValidationError for a name that could leave that directory."""
+    if not SNAPSHOT_NAME_RE.match(name) or ".." in name:
+        raise ValidationError(
+            "snapshot name must be 1-64 letters, digits, '.', '_' or '-', start with a letter "
+            "or digit and contain no '..'", field="name")
+    root = (base / "snapshots").resolve()
+    dest = (root / name).resolve()
+    if dest.parent != root:
+        raise ValidationError("snapshot name must stay inside the snapshots directory",
+                              field="name")
+    return dest
+
+
+@router.post("/reconcile")
+def reconcile(memory: AdminMemory) -> CountsPublic:
+    """Compare the vector index with DuckDB and repair drift; returns counts."""
+    return CountsPublic(**memory.reconcile())
+
+
+@router.post("/reindex")
+def reindex(memory: AdminMemory) -> CountsPublic:
+    """Rebuild the vector index from DuckDB and the embedding cache."""
+    return CountsPublic(**memory.reindex())
+
+
+@router.post("/flush")
+def flush(memory: AdminMemory) -> CountsPublic:
+    """Apply pending outbox rows now; returns how many were applied."""
+    return CountsPublic(applied=memory.flush())
+
+
+@router.post("/snapshot", status_code=status.HTTP_201_CREATED)
+def snapshot(body: SnapshotRequest, memory: AdminMemory, state: State) -> dict[str, Any]:
+    """Export the database to data_dir/snapshots/<name> (409 if it exists); the manifest."""
+    dest = snapshot_dir(Path(state.settings.data_dir), body.name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    manifest = memory.snapshot(dest)
+    return {**manifest, "name": body.name, "path": f"snapshots/{body.name}"}

@@ -1,0 +1,122 @@
+"""Entities: create, read (with time travel), query, update (If-Match), append, delete, erase."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+
+from ...models import Entity
+from ..deps import (
+    Audit,
+    IfMatch,
+    ReaderMemory,
+    WriterMemory,
+    etag,
+    parse_as_of,
+    parse_if_match,
+)
+from ..schemas import (
+    AS_OF_DOC,
+    CountPublic,
+    EntityAppend,
+    EntityBatchCreate,
+    EntityCount,
+    EntityCreate,
+    EntityPublic,
+    EntityQuery,
+    EntityUpdate,
+    PagePublic,
+    SeqPublic,
+)
+
+router = APIRouter(tags=["entities"])
+
+
+def _reply(entity: Entity, response: Response) -> EntityPublic:
+    response.headers["ETag"] = etag(entity.version)
+    return EntityPublic.of(entity)
+
+
+@router.post("/entities/{type_name}", status_code=status.HTTP_201_CREATED)
+def create_entity(type_name: str, body: EntityCreate, memory: WriterMemory, audit: Audit,
+                  response: Response) -> EntityPublic:
+    """Create an entity (201); the same identity again returns the existing one (200)."""
+    entity = memory.create(type_name, body.data, id=body.id, **audit.kwargs())
+    if not entity.created:
+        response.status_code = status.HTTP_200_OK
+    response.headers["Location"] = f"/entities/{entity.id}"
+    return _reply(entity, response)
+
+
+@router.post("/entities/{type_name}/batch", status_code=status.HTTP_201_CREATED)
+def create_entities(type_name: str, body: EntityBatchCreate, memory: WriterMemory,
+                    audit: Audit) -> list[EntityPublic]:
+    """Create many entities of one type (validated first, then written together)."""
+    entities = memory.create_many(type_name, body.rows, **audit.kwargs())
+    return [EntityPublic.of(e) for e in entities]
+
+
+@router.get("/entities/{entity_id}")
+def get_entity(entity_id: str, memory: ReaderMemory, response: Response,
+               as_of: Annotated[str | None, Query(description=AS_OF_DOC)] = None
+               ) -> EntityPublic:
+    """The entity now or as of an audit seq / time; its ETag is its version."""
+    return _reply(memory.get(entity_id, as_of=parse_as_of(as_of)), response)
+
+
+@router.post("/entities/{type_name}/query")
+def query_entities(type_name: str, body: EntityQuery, memory: ReaderMemory) -> PagePublic:
+    """One page of a type's entities matching a filter, in a deterministic order."""
+    page = memory.query(type_name, body.where, body.order_by, body.limit, body.cursor,
+                        body.as_of)
+    return PagePublic(items=[EntityPublic.of(e) for e in page.items],
+                      next_cursor=page.next_cursor, as_of_seq=page.as_of_seq)
+
+
+@router.post("/entities/{type_name}/count")
+def count_entities(type_name: str, body: EntityCount, memory: ReaderMemory) -> CountPublic:
+    """How many entities of a type match a filter."""
+    return CountPublic(count=memory.count(type_name, body.where, body.as_of))
+
+
+@router.patch("/entities/{entity_id}")
+def update_entity(entity_id: str, body: EntityUpdate, memory: WriterMemory, audit: Audit,
+                  response: Response, if_match: IfMatch = None) -> EntityPublic:
+    """Change fields; with If-Match a stale version fails with 412."""
+    entity = memory.update(entity_id, body.data, expected_version=parse_if_match(if_match),
+                           **audit.kwargs())
+    return _reply(entity, response)
+
+
+@router.post("/entities/{entity_id}/append")
+def append_to_entity(entity_id: str, body: EntityAppend, memory: WriterMemory, audit: Audit,
+                     response: Response, if_match: IfMatch = None) -> EntityPublic:
+    """Append values to a list field atomically."""
+    entity = memory.append(entity_id, body.field, body.values,
+                           expected_version=parse_if_match(if_match), **audit.kwargs())
+    return _reply(entity, response)
+
+
+@router.delete("/entities/{entity_id}")
+def delete_entity(entity_id: str, memory: WriterMemory, audit: Audit, response: Response,
+                  if_match: IfMatch = None) -> EntityPublic:
+    """Soft-delete an entity (restorable); returns it as deleted."""
+    entity = memory.delete(entity_id, expected_version=parse_if_match(if_match),
+                           **audit.kwargs())
+    return _reply(entity, response)
+
+
+@router.post("/entities/{entity_id}/restore")
+def restore_entity(entity_id: str, memory: WriterMemory, audit: Audit, response: Response,
+                   if_match: IfMatch = None) -> EntityPublic:
+    """Undo a soft delete."""
+    entity = memory.restore(entity_id, expected_version=parse_if_match(if_match),
+                            **audit.kwargs())
+    return _reply(entity, response)
+
+
+@router.post("/entities/{entity_id}/erase")
+def erase_entity(entity_id: str, memory: WriterMemory, audit: Audit) -> SeqPublic:
+    """Erase an entity's content everywhere (irreversible); returns the event seq."""
+    return SeqPublic(seq=memory.erase(entity_id, **audit.kwargs()))

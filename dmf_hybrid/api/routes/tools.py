@@ -1,0 +1,49 @@
+"""Agent tools: function-calling definitions of the memory operations, and calling one."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Query
+
+from ..auth import Role
+from ..deps import Audit, Caller, State
+from .plans import plan_role
+
+router = APIRouter(prefix="/tools", tags=["tools"])
+
+READ_TOOLS = ("get", "related", "history")
+
+
+def tool_role(name: str, arguments: dict[str, Any]) -> Role:
+    """The role a tool call needs: reader for reads, writer for writes."""
+    if name in READ_TOOLS or name.startswith(("query_", "search_")):
+        return Role.READER
+    if name == "execute_plan" and isinstance(arguments.get("ops"), list):
+        return plan_role(arguments["ops"])
+    return Role.WRITER
+
+
+@router.get("")
+def definitions(
+    state: State, caller: Caller,
+    format: Annotated[Literal["openai", "json_schema"], Query(
+        description='"openai" ({type: function, function: {...}}) or "json_schema".')
+    ] = "openai",
+) -> list[dict[str, Any]]:
+    """Function-calling definitions for the memory operations of the defined types."""
+    caller.require(Role.READER)
+    return state.memory.for_tenant(caller.tenant).tools(format)
+
+
+@router.post("/{name}")
+def call(
+    name: str, state: State, caller: Caller, audit: Audit,
+    arguments: Annotated[dict[str, Any] | None, Body(
+        description="The call's arguments, as the tool's parameters schema describes.")
+    ] = None,
+) -> Any:
+    """Validate and execute one tool call (422 plan_error with problems if invalid)."""
+    args = arguments or {}
+    caller.require(tool_role(name, args))
+    return state.memory.for_tenant(caller.tenant).call_tool(name, args, **audit.kwargs())

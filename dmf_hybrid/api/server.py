@@ -1,0 +1,72 @@
+"""Serve the HTTP API with uvicorn: ``run(settings)``.
+
+The server owns its data directory (DuckDB locks it per process). On start it loads the
+example domains of ``indexes/*.toml`` and, when the store is empty, the example dataset
+(``settings.load_examples``); the model loads in the background (see ``/readyz``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..config import Settings
+from ..memory import Memory
+from .app import create_app
+from .auth import KeyRing, check_bind
+from .deps import StartupTask
+
+log = logging.getLogger(__name__)
+
+
+def _seed(memory: Memory) -> None:
+    from ..examples import seed_examples
+
+    counts = seed_examples(memory)
+    if counts is not None:
+        log.info("seeded the empty store with %s", counts)
+
+
+def create_server(settings: Settings, memory: Memory | None = None, **uvicorn_options: Any
+                  ) -> Any:
+    """A ``uvicorn.Server`` for the app on settings.host:settings.port (not started yet).
+
+    Refuses (ValidationError) an open service on a non-loopback address before opening
+    anything. ``memory`` defaults to ``settings.data_dir``, closed when the server stops.
+    """
+    import uvicorn
+
+    keys = KeyRing.from_settings(settings)
+    check_bind(settings.host, keys)
+    tasks: list[StartupTask] = [_seed] if settings.load_examples else []
+    app = create_app(settings, memory, keys=keys, startup_tasks=tasks)
+    options: dict[str, Any] = {"log_level": "info", "access_log": False, **uvicorn_options}
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, **options)
+    if keys.open:
+        log.warning("no API keys configured: serving tenant %r without authentication on %s",
+                    settings.tenant, settings.host)
+    return uvicorn.Server(config)
+
+
+def run(settings: Settings) -> None:
+    """Serve until interrupted (Ctrl-C / SIGTERM); the memory is closed on the way out."""
+    server = create_server(settings)
+    log.info("serving dmf-hybrid on http://%s:%d (docs at /docs)", settings.host, settings.port)
+    try:
+        server.run()
+    finally:
+        server.config.app.state.dmf.close()
+
+
+if __name__ == "__main__":  # python -m dmf_hybrid.api.server (settings from DMF_* variables)
+    import sys
+
+    from ..errors import DMFError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    try:
+        run(Settings())
+    except DMFError as exc:
+        log.error("%s", exc)
+        sys.exit(2)

@@ -1,0 +1,267 @@
+"""HTTP-only behaviour: keys and roles, status codes, headers, limits, health, error bodies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+
+from dmf_hybrid import (
+    Conflict,
+    Forbidden,
+    HashEmbedder,
+    LimitExceeded,
+    ServiceUnavailable,
+    Settings,
+    Unauthorized,
+    ValidationError,
+)
+from dmf_hybrid.api import create_app
+from dmf_hybrid.client import MemoryClient
+from dmf_hybrid.vector.exact import ExactIndex
+from tests.api.conftest import Front, SyncASGITransport, open_memory
+
+POI = {"name": "The Bund", "city": "Shanghai"}
+
+
+def test_no_key_or_unknown_key_is_401(http_api: Front) -> None:
+    assert http_api.with_key is not None
+    for key in (None, "wrong", ""):
+        with pytest.raises(Unauthorized):
+            http_api.with_key(key).types()
+    with http_api.raw(api_key=None) as raw:
+        response = raw.get("/types")
+        assert response.status_code == 401
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert response.json()["error"] == "unauthorized"
+        assert raw.get("/types", headers={"X-API-Key": "key-reader"}).status_code == 200
+        assert raw.get("/healthz").status_code == 200
+        assert raw.get("/readyz").status_code == 200
+
+
+def test_roles_are_403(http_api: Front) -> None:
+    assert http_api.as_role is not None
+    reader, writer = http_api.as_role("reader"), http_api.as_role("writer")
+    bund = writer.create("Poi", POI)
+    assert reader.get(bund.id).id == bund.id
+    assert reader.search("Poi", "Bund").hits[0].entity.id == bund.id
+    assert reader.history(bund.id) and reader.verify_audit().ok
+    for forbidden in (lambda: reader.create("Poi", POI), lambda: reader.delete(bund.id),
+                      lambda: reader.update(bund.id, {"cost": 1}),
+                      lambda: writer.define_type({"name": "X", "fields": {"a": {}}}),
+                      writer.reconcile, writer.reindex, writer.flush,
+                      lambda: writer.snapshot("s1")):
+        with pytest.raises(Forbidden):
+            forbidden()
+    assert writer.update(bund.id, {"cost": 1}).version == 2
+    assert http_api.mem.reconcile()["checked"] >= 1
+    assert http_api.mem.reindex()["entities"] >= 1
+    assert http_api.mem.flush() == 0
+
+
+def test_actor_defaults_to_key_label(http_api: Front) -> None:
+    assert http_api.as_role is not None
+    bund = http_api.as_role("writer").create("Poi", POI)
+    actor = http_api.mem.history(bund.id)[0].actor
+    assert actor is not None and actor.startswith("key:") and "key-writer" not in actor
+
+
+def test_etag_and_if_match_headers(http_api: Front) -> None:
+    with http_api.raw() as raw:
+        created = raw.post("/entities/Poi", json={"data": POI})
+        assert created.status_code == 201 and created.headers["etag"] == '"1"'
+        eid = created.json()["id"]
+        assert created.headers["location"] == f"/entities/{eid}"
+        assert raw.post("/entities/Poi", json={"data": POI}).status_code == 200
+        assert raw.get(f"/entities/{eid}").headers["etag"] == '"1"'
+        stale = raw.patch(f"/entities/{eid}", json={"data": {"cost": 2}},
+                          headers={"If-Match": '"9"'})
+        assert stale.status_code == 412 and stale.json()["error"] == "version_conflict"
+        weak = raw.patch(f"/entities/{eid}", json={"data": {"cost": 2}},
+                         headers={"If-Match": 'W/"1"'})
+        assert weak.status_code == 200 and weak.headers["etag"] == '"2"'
+        assert raw.patch(f"/entities/{eid}", json={"data": {"cost": 3}},
+                         headers={"If-Match": "*"}).status_code == 200
+        bad = raw.patch(f"/entities/{eid}", json={"data": {}}, headers={"If-Match": "abc"})
+        assert bad.status_code == 422 and bad.json()["details"]["field"] == "If-Match"
+
+
+def test_request_validation_names_the_field(http_api: Front) -> None:
+    with http_api.raw() as raw:
+        wrong_type = raw.post("/search", json={"type": "Poi", "text": "x", "k": "many"})
+        body = wrong_type.json()
+        assert wrong_type.status_code == 422
+        assert body["error"] == "validation_error" and body["details"]["field"] == "k"
+        assert body["message"].startswith("k: ")
+        unknown = raw.post("/entities/Poi/query", json={"wher": {}})
+        assert unknown.status_code == 422 and unknown.json()["details"]["field"] == "wher"
+        missing = raw.post("/entities/Poi", json={})
+        assert missing.status_code == 422 and missing.json()["details"]["field"] == "data"
+        broken = raw.post("/search", content=b"{not json",
+                          headers={"Content-Type": "application/json"})
+        assert broken.status_code == 422 and broken.json()["details"]["field"] == "body"
+        deep = raw.post("/search", content=b"[" * 20_000 + b"]" * 20_000,
+                        headers={"Content-Type": "application/json"})
+        assert deep.status_code == 422 and deep.json()["details"]["field"] == "body"
+        as_of = raw.get("/entities/Poi_0123456789abcdef0123", params={"as_of": "yesterday"})
+        assert as_of.status_code == 422 and as_of.json()["details"]["field"] == "as_of"
+        events = raw.get("/audit/events", params={"limit": 10**6})
+        assert events.status_code == 422 and events.json()["error"] == "limit_exceeded"
+        huge_seq = raw.get("/audit/events", params={"since_seq": 10**30})
+        assert huge_seq.status_code == 422 and huge_seq.json()["details"]["field"] == "since_seq"
+        assert raw.get("/no/such/route").json()["error"] == "not_found"
+
+
+def test_body_too_large_is_413(http_api: Front) -> None:
+    big = {"name": "x" * (100 * 1024), "city": "Shanghai"}
+    with pytest.raises(LimitExceeded) as err:
+        http_api.mem.create("Poi", big)
+    assert err.value.details["field"] == "body"
+    with http_api.raw() as raw:
+        response = raw.post("/entities/Poi", json={"data": big})
+        assert response.status_code == 413 and response.json()["error"] == "limit_exceeded"
+
+        def chunks():  # no Content-Length: the limit applies while the body streams in
+            for _ in range(100):
+                yield b" " * 1024
+
+        streamed = raw.post("/entities/Poi", content=chunks(),
+                            headers={"Content-Type": "application/json"})
+        assert streamed.status_code == 413
+    assert http_api.mem.count("Poi") == 0
+
+
+def test_snapshot_names(http_api: Front, tmp_path: Path) -> None:
+    http_api.mem.create("Poi", POI)
+    for bad in ("../escape", "a/b", "..", ".hidden", "", "x" * 65):
+        with pytest.raises(ValidationError) as err:
+            http_api.mem.snapshot(bad)
+        assert err.value.details["field"] == "name"
+    manifest = http_api.mem.snapshot("first.v1")
+    assert manifest["name"] == "first.v1" and manifest["last_seq"] >= 1
+    assert (tmp_path / "data" / "snapshots" / "first.v1" / "dmf-snapshot.json").is_file()
+    assert not (tmp_path / "escape").exists()
+    with pytest.raises(Conflict):
+        http_api.mem.snapshot("first.v1")
+
+
+def test_openapi_documents_every_route(tmp_path: Path) -> None:
+    mem = open_memory(None)
+    try:
+        app = create_app(Settings(data_dir=tmp_path), mem)
+        with MemoryClient("http://testserver", transport=SyncASGITransport(app)) as client:
+            spec = client._http.get("/openapi.json").json()
+            assert client._http.get("/docs").status_code == 200
+    finally:
+        mem.close()
+    paths = spec["paths"]
+    expected = {("/types", "get"), ("/types", "post"), ("/types/{name}", "get"),
+                ("/entities/{type_name}", "post"), ("/entities/{entity_id}", "get"),
+                ("/entities/{type_name}/query", "post"), ("/entities/{entity_id}", "patch"),
+                ("/entities/{entity_id}/append", "post"), ("/entities/{entity_id}", "delete"),
+                ("/entities/{entity_id}/restore", "post"), ("/entities/{entity_id}/erase", "post"),
+                ("/relations", "post"), ("/relations", "delete"),
+                ("/entities/{entity_id}/related", "get"), ("/search", "post"),
+                ("/entities/{entity_id}/history", "get"), ("/audit/events", "get"),
+                ("/audit/verify", "get"), ("/admin/reconcile", "post"),
+                ("/admin/reindex", "post"), ("/admin/snapshot", "post"), ("/healthz", "get"),
+                ("/readyz", "get")}
+    present = {(p, m) for p, ops in paths.items() for m in ops}
+    assert expected <= present
+    for path, method in present:
+        description = paths[path][method].get("description", "")
+        assert description and "\n" not in description.strip(), (path, method)
+    schemes = spec["components"]["securitySchemes"]
+    assert {"HTTPBearer", "APIKeyHeader"} <= set(schemes)
+
+
+class _NotLoadedYet(HashEmbedder):
+    """The hash embedder pretending its model is still loading (readiness only)."""
+
+    loaded = False
+
+
+class _FailingIndex(ExactIndex):
+    """An exact index that refuses writes while ``failing`` (an index outage)."""
+
+    failing = True
+
+    def upsert(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if self.failing:
+            raise RuntimeError("index down")
+        return super().upsert(*args, **kwargs)
+
+
+def _raw_app(app: FastAPI) -> MemoryClient:
+    return MemoryClient("http://testserver", transport=SyncASGITransport(app))
+
+
+def test_readyz_reports_what_is_missing(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, embedder="hash")
+    index = _FailingIndex()
+    mem = open_memory(None, vector_index=index)
+    embedder = mem.engine.embedder
+    try:
+        mem.engine.embedder = _NotLoadedYet()
+        client = _raw_app(create_app(settings, mem))
+        report = client.readiness()
+        assert report["ready"] is False and report["model_loaded"] is False
+        assert any("model" in p for p in report["problems"])
+        assert client.health() == {"status": "ok"}
+        mem.engine.embedder = embedder
+        client.create("Poi", POI)  # committed in DuckDB; indexing fails and stays pending
+        report = client.readiness()
+        assert report["ready"] is False and report["outbox_pending"] >= 1
+        with pytest.raises(ServiceUnavailable) as err:
+            client._call("GET", "/readyz")
+        assert "outbox" in err.value.message
+        index.failing = False
+        assert client.flush() >= 1
+        assert client.readiness()["ready"] is True
+        client.close()
+    finally:
+        mem.engine.embedder = embedder
+        mem.close()
+
+
+def test_bugs_are_500_json(tmp_path: Path) -> None:
+    mem = open_memory(None)
+    try:
+        app = create_app(Settings(data_dir=tmp_path), mem)
+
+        @app.get("/boom")
+        def boom() -> None:
+            raise RuntimeError("a real bug")
+
+        with MemoryClient("http://testserver", transport=SyncASGITransport(app)) as client:
+            response = client._http.get("/boom")
+        assert response.status_code == 500
+        assert response.json() == {"error": "internal_error",
+                                   "message": "internal server error (logged)", "details": {}}
+    finally:
+        mem.close()
+
+
+def test_open_mode_uses_the_default_tenant(tmp_path: Path) -> None:
+    mem = open_memory(None)
+    try:
+        app = create_app(Settings(data_dir=tmp_path, tenant="solo"), mem)
+        with MemoryClient("http://testserver", transport=SyncASGITransport(app)) as client:
+            poi = client.create("Poi", POI)
+            assert poi.tenant == "solo"
+            assert client.define_type({"name": "Memo", "fields": {"text": {}}}).version == 1
+        assert mem.for_tenant("solo").get(poi.id).id == poi.id
+    finally:
+        mem.close()
+
+
+def test_unreachable_server_is_service_unavailable() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with MemoryClient(f"http://127.0.0.1:{port}", timeout=2) as client, \
+            pytest.raises(ServiceUnavailable):
+        client.types()

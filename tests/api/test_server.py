@@ -1,0 +1,126 @@
+"""The server: bind refusal, API keys (settings and keys file), a real start with example data."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dmf_hybrid import Memory, Settings, Unauthorized, ValidationError
+from dmf_hybrid.api.auth import KeyRing, Role, check_bind, hash_key, is_loopback
+from dmf_hybrid.api.server import create_server
+from dmf_hybrid.client import MemoryClient
+from tests.api.conftest import open_memory
+
+WAIT = 20.0
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.20", "::", "example.com"])
+def test_open_service_refuses_non_loopback(tmp_path: Path, host: str) -> None:
+    settings = Settings(data_dir=tmp_path / "data", host=host, embedder="hash")
+    with pytest.raises(ValidationError) as err:
+        create_server(settings)
+    assert err.value.details["field"] == "host" and "no API keys" in err.value.message
+    assert not (tmp_path / "data").exists(), "nothing may be opened before the refusal"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])
+def test_loopback_hosts(host: str) -> None:
+    assert is_loopback(host)
+    check_bind(host, KeyRing([], "default"))
+
+
+def test_keys_allow_any_address(settings_for: Callable[..., Settings]) -> None:
+    mem = open_memory(None)
+    try:
+        server = create_server(settings_for(host="0.0.0.0"), memory=mem)
+        assert server.config.host == "0.0.0.0"
+    finally:
+        mem.close()
+
+
+def test_key_ring_from_settings_and_file(tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys.txt"
+    digest = hashlib.sha256(b"s3cret").hexdigest()
+    keys_file.write_text(f"# team keys\n{digest}:acme:writer  # ci\n\n")
+    ring = KeyRing.from_settings(Settings(api_keys="plain:beta:reader", keys_file=keys_file))
+    assert hash_key("s3cret") == digest
+    writer = ring.authenticate("s3cret")
+    assert (writer.tenant, writer.role) == ("acme", Role.WRITER)
+    assert ring.authenticate("plain").tenant == "beta"
+    assert "s3cret" not in repr(ring.entries) and "plain" not in repr(ring.entries)
+    for key in (None, "", "nope"):
+        with pytest.raises(Unauthorized):
+            ring.authenticate(key)
+
+
+@pytest.mark.parametrize(("api_keys", "line"), [
+    ("k:t", None), ("k:t:root", None), ("k::admin", None), (None, "short:t:admin"),
+    (None, "a" * 64 + ":t"), (None, "a" * 64 + ":bad tenant:reader"),
+])
+def test_bad_keys_are_clear_errors(tmp_path: Path, api_keys: str | None,
+                                   line: str | None) -> None:
+    keys_file = None
+    if line is not None:
+        keys_file = tmp_path / "keys.txt"
+        keys_file.write_text(line + "\n")
+    with pytest.raises(ValidationError) as err:
+        KeyRing.from_settings(Settings(api_keys=api_keys, keys_file=keys_file))
+    assert err.value.details["field"].startswith(("api_keys", "keys_file"))
+
+
+def test_missing_keys_file(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError) as err:
+        KeyRing.from_settings(Settings(keys_file=tmp_path / "absent.txt"))
+    assert err.value.details["field"] == "keys_file"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_serve_seeds_examples_and_answers(tmp_path: Path) -> None:
+    key_hash = hash_key("reader-key")
+    keys_file = tmp_path / "keys.txt"
+    keys_file.write_text(f"{key_hash}:default:reader\n")
+    settings = Settings(data_dir=tmp_path / "data", port=_free_port(), embedder="hash",
+                        keys_file=keys_file, load_examples=True)
+    server = create_server(settings, log_level="warning")
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{settings.port}"
+        with MemoryClient(url, api_key="reader-key", timeout=WAIT) as client:
+            deadline = time.monotonic() + WAIT
+            while True:
+                try:
+                    if client.readiness()["ready"]:
+                        break
+                except Exception:  # noqa: BLE001 - not listening yet
+                    pass
+                assert time.monotonic() < deadline and thread.is_alive(), "server not ready"
+                time.sleep(0.05)
+            names = {t.name for t in client.types()}
+            assert {"User", "Trip", "PointOfInterest", "Constraint", "Customer", "Order",
+                    "Product", "ShippingEvent"} <= names
+            assert client.count("PointOfInterest", {"city": "Shanghai"}) >= 15
+            assert client.count("Customer") >= 5
+            hits = client.search("PointOfInterest", "Buddhist temple", k=3,
+                                 where={"city": "Shanghai", "category": "temple"}).hits
+            assert len(hits) == 3 and all(h.entity.data.category == "temple" for h in hits)
+            trip = client.query("Trip", {"user": "linwei"}).items[0]
+            assert len(client.related(trip.id, "includes")) == 5
+            assert client.verify_audit().ok
+    finally:
+        server.should_exit = True
+        thread.join(WAIT)
+    assert not thread.is_alive()
+    with Memory.open(settings.data_dir, settings=settings) as reopened:  # the lock was released
+        assert reopened.count("Order") == 8
