@@ -426,6 +426,23 @@ class MemoryClient:
         """Export the database to the server's ``data_dir/snapshots/<name>`` (admin)."""
         return dict(self._call("POST", "/admin/snapshot", json={"name": name}))
 
+    # ---------------------------------------------------------------- agent tools
+
+    def tools(self, format: str = "openai") -> list[dict[str, Any]]:
+        """Function-calling definitions of the memory operations (see ``Memory.tools``)."""
+        return list(self._call("GET", "/tools", params={"format": format}))
+
+    def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> Any:
+        """Execute one tool call; PlanError lists what is wrong with a bad call."""
+        return self._call("POST", f"/tools/{_segment(name, 'name')}",
+                          json=_jsonable(dict(arguments or {}), "arguments"))
+
+    def execute_plan(self, ops: list[Mapping[str, Any]], dry_run: bool = False
+                     ) -> dict[str, Any]:
+        """Validate and run a multi-step plan atomically (or return its diff on dry_run)."""
+        return dict(self._call("POST", "/plans/execute",
+                               json={"ops": _jsonable(ops, "ops"), "dry_run": dry_run}))
+
     def health(self) -> dict[str, Any]:
         """The liveness answer of ``/healthz``."""
         return dict(self._call("GET", "/healthz"))

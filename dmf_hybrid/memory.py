@@ -54,9 +54,11 @@ class Memory:
                 raise ValidationError(f"{directory} is not a directory", field="path")
             directory.mkdir(parents=True, exist_ok=True)
         store = Store(None if directory is None else directory / DB_FILE)
+        from .lifecycle import install
         from .search.engine import SearchEngine
 
         try:
+            install(store)
             engine = SearchEngine.open(store, settings, directory, embedder=embedder,
                                        vector_index=vector_index)
         except BaseException:
@@ -115,11 +117,34 @@ class Memory:
         return self._store.define(typedef, tenant=self.tenant, actor=actor, reason=reason)
 
     def load_definitions(self, path: str | Path, *, actor: str | None = None) -> list[EntityType]:
-        """Register every type of an ``indexes/*.toml`` file, in one transaction."""
+        """Register every type (and rule) of an ``indexes/*.toml`` file, in one transaction."""
+        from .lifecycle.rules import load_rules_toml
+
         typedefs = load_toml(path)
+        rules = load_rules_toml(path)
         with self.transaction():
-            return [self._store.define(t, tenant=self.tenant, actor=actor,
-                                       reason=f"load {Path(path).name}") for t in typedefs]
+            types = [self._store.define(t, tenant=self.tenant, actor=actor,
+                                        reason=f"load {Path(path).name}") for t in typedefs]
+            for rule in rules:
+                self.define_rule(rule, actor=actor, reason=f"load {Path(path).name}")
+            return types
+
+    def define_rule(self, rule: Any, *, actor: str | None = None,
+                    reason: str | None = None) -> dict[str, Any]:
+        """Register a rule (a RuleDef or its TOML / JSON form); its definition and version."""
+        from .lifecycle import install
+        from .lifecycle.rules import rule_json
+
+        compiled = install(self._store).define(rule, tenant=self.tenant, actor=actor,
+                                               reason=reason)
+        return rule_json(compiled)
+
+    def rules(self) -> list[dict[str, Any]]:
+        """Every active rule: definition, version and the relations it depends on."""
+        from .lifecycle import install
+        from .lifecycle.rules import rule_json
+
+        return [rule_json(r) for r in install(self._store).rules()]
 
     def types(self) -> list[EntityType]:
         """Every registered entity type."""
@@ -257,8 +282,11 @@ class Memory:
         if dest.exists() and any(dest.iterdir()):
             raise Conflict(f"snapshot directory {dest} exists and is not empty", field="dest")
         dest.mkdir(parents=True, exist_ok=True)
+        from .lifecycle.archive import exporting
+
         with self._store.db.write() as con:
-            con.execute(f"EXPORT DATABASE '{_sql_path(dest)}' (FORMAT parquet)")
+            with exporting(self._store, con, dest):
+                con.execute(f"EXPORT DATABASE '{_sql_path(dest)}' (FORMAT parquet)")
             manifest = {"format": 1, "last_seq": self._store.last_seq,
                         "last_hash": self.verify_audit().last_hash}
         (dest / SNAPSHOT_MANIFEST).write_text(json.dumps(manifest, indent=2))
@@ -282,6 +310,9 @@ class Memory:
             con = duckdb.connect(str(dest / DB_FILE))
             try:
                 con.execute(f"IMPORT DATABASE '{_sql_path(src)}'")
+                from .lifecycle.archive import restore_files
+
+                restore_files(con, src, dest)
             finally:
                 con.close()
         except Exception:
@@ -322,6 +353,66 @@ class Memory:
     def flush(self) -> int:
         """Process pending outbox rows now; returns how many were applied."""
         return int(self._engine.drain())
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
+                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5) -> Any:
+        """A compact, deterministic prompt context (MemoryContext: text + data) within budget."""
+        from .lifecycle.context import build_context
+
+        return build_context(self, focus_ids, query, budget_tokens, as_of, k=k)
+
+    def summarize(self, scope: str | None = None, since_seq: int | None = None,
+                  until_seq: int | None = None, *,
+                  summariser: Callable[[str, Mapping[str, Any]], str] | None = None,
+                  actor: str | None = None, reason: str | None = None) -> Any:
+        """A MemorySummary of a scope's audit events in a window (SummaryResult; empty ok)."""
+        from .lifecycle.summaries import summarize
+
+        return summarize(self, scope, since_seq, until_seq, summariser=summariser, actor=actor,
+                         reason=reason)
+
+    def archive_events(self, before_seq: int, dest: str | Path, *, actor: str | None = None,
+                       reason: str | None = None) -> Any:
+        """Move audit events with seq < before_seq to Parquet under dest (ArchiveResult)."""
+        from .lifecycle.archive import archive_events
+
+        return archive_events(self._store, before_seq, dest, tenant=self.tenant, actor=actor,
+                              reason=reason)
+
+    def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
+                         cursor: str | None = None, as_of: AsOf = None) -> Page:
+        """The work queue: open Constraint entities (oldest first), optionally filtered."""
+        from .lifecycle.rules import CONSTRAINT_TYPE
+
+        return self.query(CONSTRAINT_TYPE, {**(where or {}), "status": "open"},
+                          order_by=["created_at"], limit=limit, cursor=cursor, as_of=as_of)
+
+    # ---------------------------------------------------------------- agent tools & plans
+
+    def tools(self, format: str = "openai") -> list[dict[str, Any]]:
+        """Function-calling definitions of the memory operations ("openai" or "json_schema")."""
+        from .tools import tool_definitions
+
+        return tool_definitions(self, format)
+
+    def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,
+                  actor: str | None = None, reason: str | None = None,
+                  trace_id: str | None = None) -> Any:
+        """Validate and execute one tool call; its JSON-able result (PlanError if invalid)."""
+        from .tools import call_tool
+
+        return call_tool(self, name, arguments, actor=actor, reason=reason, trace_id=trace_id)
+
+    def execute_plan(self, ops: Sequence[Mapping[str, Any]], dry_run: bool = False, *,
+                     actor: str | None = None, reason: str | None = None,
+                     trace_id: str | None = None) -> dict[str, Any]:
+        """Validate a plan and run it in one transaction: {results, diff, committed, seq_range}."""
+        from .plans import execute_plan
+
+        return execute_plan(self, ops, dry_run=dry_run, actor=actor, reason=reason,
+                            trace_id=trace_id)
 
 
 def _as_data(data: Any) -> Any:

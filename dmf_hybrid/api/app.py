@@ -18,7 +18,18 @@ from ..memory import Memory
 from .auth import KeyRing
 from .deps import ServiceState, StartupTask
 from .errors import GuardMiddleware, install_error_handlers
-from .routes import admin, audit, entities, health, plans, relations, search, tools, types
+from .routes import (
+    admin,
+    audit,
+    entities,
+    health,
+    lifecycle,
+    plans,
+    relations,
+    search,
+    tools,
+    types,
+)
 from .schemas import ErrorBody
 
 log = logging.getLogger(__name__)
@@ -33,6 +44,7 @@ ROUTERS: list[APIRouter] = [
     admin.router,
     plans.router,
     tools.router,
+    lifecycle.router,
 ]
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {

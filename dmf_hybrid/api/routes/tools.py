@@ -12,7 +12,7 @@ from .plans import plan_role
 
 router = APIRouter(prefix="/tools", tags=["tools"])
 
-READ_TOOLS = ("get", "related", "history")
+READ_TOOLS = ("get", "related", "history", "context")
 
 
 def tool_role(name: str, arguments: dict[str, Any]) -> Role:

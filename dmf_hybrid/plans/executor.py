@@ -1,0 +1,169 @@
+"""Running a plan: validate it, then execute every step inside one write transaction.
+
+The transaction commits only when every step succeeds; a dry run always rolls it back (the
+store's rollback hooks restore the audit seq counter and hash chain too). The diff is read
+from the audit events the steps wrote, without times and hashes, so a dry run's diff equals
+the diff of the real run that follows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DMFError, LimitExceeded, NotFound, VersionConflict
+from ..models import AuditEvent
+from .ops import result_json
+from .problems import Problems, similar_ids
+from .refs import RefError, resolve
+from .validation import Validator
+
+if TYPE_CHECKING:
+    from ..memory import Memory
+
+log = logging.getLogger(__name__)
+
+
+class _DryRun(Exception):
+    """Raised inside the transaction to roll a dry run back."""
+
+
+def validate_plan(mem: Memory, ops: Any) -> list[dict[str, Any]]:
+    """The problems of a plan (an empty list when it validates statically); writes nothing."""
+    problems = _check_shape(mem, ops)
+    if not problems:
+        problems = Validator(mem, ops).run()
+    return problems.items
+
+
+def _check_shape(mem: Memory, ops: Any) -> Problems:
+    problems = Problems()
+    if isinstance(ops, (str, bytes, Mapping)) or not isinstance(ops, Sequence):
+        problems.add(None, "ops", "a plan must be a list of steps",
+                     '[{"op": "create", "type": "...", "data": {...}}, ...]')
+    elif not ops:
+        problems.add(None, "ops", "the plan has no steps")
+    elif len(ops) > mem.settings.max_plan_ops:
+        raise LimitExceeded(f"the plan has {len(ops)} steps; at most "
+                            f"{mem.settings.max_plan_ops} are allowed (max_plan_ops)",
+                            field="ops", limit=mem.settings.max_plan_ops)
+    return problems
+
+
+def execute_plan(mem: Memory, ops: Any, *, dry_run: bool = False, actor: str | None = None,
+                 reason: str | None = None, trace_id: str | None = None) -> dict[str, Any]:
+    """Validate a plan, then run it in one transaction (committed unless ``dry_run``).
+
+    Returns ``{"results": [...], "diff": [...], "committed": bool, "seq_range": [a, b] | None}``;
+    raises PlanError (``details["problems"]``) when the plan is invalid, changing nothing.
+    """
+    problems = _check_shape(mem, ops)
+    if not problems:
+        problems = Validator(mem, ops).run()
+    if problems:
+        raise problems.error()
+    for step in ops:  # load search mirrors outside the transaction (they must not see it)
+        if step["op"] == "search" and mem.engine is not None:
+            mem.engine.indexer.ensure_local(mem.get_type(step["type"]))
+    outcome: dict[str, Any] = {}
+    failure = Problems()
+    seq0 = mem.last_seq
+    try:
+        with mem.transaction():
+            seq0 = mem.last_seq
+            results: list[Any] = []
+            for i, step in enumerate(ops):
+                try:
+                    results.append(_run_step(mem, i, step, results, actor, reason, trace_id))
+                except (DMFError, RefError) as exc:
+                    failure.add(*_runtime_problem(mem, i, step, exc))
+                    raise _DryRun from None
+            last = mem.last_seq
+            events = mem.events(since_seq=seq0, until_seq=last, limit=max(last - seq0, 1))
+            outcome = {"results": results, "diff": [diff_entry(e) for e in events],
+                       "committed": not dry_run,
+                       "seq_range": [seq0 + 1, last] if last > seq0 else None}
+            if dry_run:
+                raise _DryRun
+    except _DryRun:
+        if failure:
+            raise failure.error() from None
+        if mem.last_seq != seq0:  # the rollback hooks must have restored the counter
+            log.error("dry run left the audit seq at %s (was %s)", mem.last_seq, seq0)
+    return outcome
+
+
+def _run_step(mem: Memory, i: int, step: Mapping[str, Any], results: Sequence[Any],
+              actor: str | None, reason: str | None, trace_id: str | None) -> Any:
+    args = {k: resolve(v, results) for k, v in step.items() if k != "op"}
+    op = step["op"]
+    audit = {"actor": actor, "reason": args.pop("reason", None) or reason,
+             "trace_id": trace_id}
+    value: Any
+    if op == "create":
+        value = mem.create(args["type"], args["data"], id=args.get("id"), **audit)
+    elif op == "update":
+        value = mem.update(args["id"], args["changes"],
+                           expected_version=args.get("expected_version"), **audit)
+    elif op == "append":
+        value = mem.append(args["id"], args["field"], args["values"],
+                           expected_version=args.get("expected_version"), **audit)
+    elif op in ("delete", "restore"):
+        value = getattr(mem, op)(args["id"], expected_version=args.get("expected_version"),
+                                 **audit)
+    elif op == "link":
+        linked = mem.link(args["from_id"], args["relation"], args["to_id"], **audit)
+        value = {"linked": linked, "from_id": args["from_id"], "relation": args["relation"],
+                 "to_id": args["to_id"]}
+    elif op == "unlink":
+        seq = mem.unlink(args["from_id"], args["relation"], args["to_id"], **audit)
+        value = {"unlinked": True, "seq": seq}
+    elif op == "get":
+        value = mem.get(args["id"], as_of=args.get("as_of"))
+    elif op == "query":
+        value = mem.query(args["type"], args.get("where"), args.get("order_by"),
+                          args.get("limit", 50), args.get("cursor"))
+    elif op == "search":
+        value = mem.search(args["type"], args["text"], where=args.get("where"),
+                           k=args.get("k", 10), mode=args.get("mode", "hybrid"))
+    elif op == "related":
+        value = mem.related(args["id"], args.get("relation"), args.get("direction", "out"),
+                            args.get("depth", 1))
+    else:
+        value = mem.history(args["id"])
+    return result_json(op, value)
+
+
+def _runtime_problem(mem: Memory, i: int, step: Mapping[str, Any], exc: Exception
+                     ) -> tuple[int, str | None, str, str | None]:
+    if isinstance(exc, RefError):
+        return i, None, str(exc), "an earlier result was shorter than the plan assumed"
+    assert isinstance(exc, DMFError)
+    fld = exc.details.get("field")
+    fld = {"entity_id": "id"}.get(fld, fld) if isinstance(fld, str) else None
+    hint = None
+    if isinstance(exc, VersionConflict):
+        fld, hint = "expected_version", (f"use expected_version="
+                                         f"{exc.details.get('current_version')} (or omit it)")
+    elif isinstance(exc, NotFound):
+        fld = fld or next((a for a in ("id", "from_id", "to_id") if a in step), None)
+        hint = similar_ids(mem, exc.details.get("entity_id") or step.get(fld or "id"))
+    return i, fld, exc.message, hint
+
+
+def diff_entry(event: AuditEvent) -> dict[str, Any]:
+    """What one audit event changed, without times or hashes (so a dry run compares equal)."""
+    entry: dict[str, Any] = {"seq": event.seq, "op": event.op, "type": event.type,
+                             "id": event.entity_id}
+    if event.op in ("link", "unlink"):
+        meta = event.meta or {}
+        entry.update({"relation": meta.get("relation"), "to_id": meta.get("to")})
+        return entry
+    entry["version"] = [event.version_before, event.version_after]
+    before = (event.before or {}).get("data") or {}
+    after = (event.after or {}).get("data") or {}
+    entry["changes"] = {name: [before.get(name), after.get(name)]
+                        for name in sorted(set(before) | set(after))
+                        if before.get(name) != after.get(name)}
+    return entry

@@ -1,0 +1,200 @@
+"""The dmf command, run in-process with typer's CliRunner on temporary data directories."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from dmf_hybrid import HashEmbedder, Memory, Settings
+from dmf_hybrid.cli import app
+from dmf_hybrid.vector.exact import ExactIndex
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAVEL = ROOT / "indexes" / "travel.toml"
+ENV = {"DMF_EMBEDDER": "hash", "DMF_DATA_DIR": None}
+runner = CliRunner()
+
+
+def dmf(*args: Any) -> Any:
+    """Run ``dmf ARGS`` in-process; the result has exit_code, stdout and stderr."""
+    return runner.invoke(app, [str(a) for a in args], env=ENV)
+
+
+def ok(*args: Any) -> str:
+    result = dmf(*args)
+    assert result.exit_code == 0, result.output
+    return str(result.stdout)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    path = tmp_path / "mem"
+    ok("define", TRAVEL, "--data", path)
+    return path
+
+
+def test_every_command_has_help() -> None:
+    names = [c.name or (c.callback.__name__ if c.callback else "") for c in
+             app.registered_commands]
+    assert {"serve", "ingest", "get", "query", "search", "history", "verify", "reconcile",
+            "reindex", "snapshot", "restore", "define", "eval", "mcp"} <= set(names)
+    for name in names:
+        if name == "eval":
+            continue  # forwards --help to `python -m evaluation` (see below)
+        out = ok(name, "--help")
+        assert "Usage" in out
+        if name not in ("restore", "serve"):
+            assert "--url" in out and "--data" in out
+
+
+def test_eval_forwards_its_arguments(tmp_path: Path) -> None:
+    result = dmf("eval", "--help")
+    assert result.exit_code == 0
+    assert dmf("eval", "no-such-command").exit_code != 0
+
+
+def test_ingest_jsonl_and_csv_with_a_summary(data: Path, tmp_path: Path) -> None:
+    rows = [{"name": "Shanghai Museum", "city": "Shanghai", "category": "museum"},
+            {"name": "Bad", "city": "Shanghai", "estimated_cost": "lots"},
+            {"name": "Yu Garden", "city": "Shanghai", "estimated_cost": 40},
+            {"name": "Shanghai Museum", "city": "Shanghai", "category": "museum"}]
+    jsonl = tmp_path / "poi.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = dmf("ingest", jsonl, "--type", "PointOfInterest", "--data", data, "--batch", 2)
+    assert result.exit_code == 1
+    assert "ingested poi.jsonl into PointOfInterest: 2 created, 1 existing, 1 errors" in \
+        result.stdout
+    assert "row 2:" in result.stderr and "estimated_cost" in result.stderr
+    csv_file = tmp_path / "users.csv"
+    csv_file.write_text('handle,name,interests\nana,Ana,"[""tea"", ""museums""]"\nbo,,\n')
+    out = json.loads(ok("ingest", csv_file, "-t", "User", "--data", data, "--json"))
+    assert (out["created"], out["existing"], out["errors"]) == (2, 0, 0)
+    users = json.loads(ok("query", "User", "--data", data, "--json", "--order-by", "handle"))
+    assert [u["data"]["interests"] for u in users["items"]] == [["tea", "museums"], []]
+
+
+def test_read_and_maintenance_commands(data: Path, tmp_path: Path) -> None:
+    with Memory.open(data, settings=Settings(embedder="hash")) as mem:
+        museum = mem.create("PointOfInterest", {"name": "Shanghai Museum", "city": "Shanghai",
+                                                "category": "museum"})
+        mem.create("PointOfInterest", {"name": "Yu Garden", "city": "Shanghai",
+                                       "category": "park", "estimated_cost": 40})
+        mem.update(museum.id, {"rating": 4.8})
+        create_seq = mem.history(museum.id)[0].seq
+    entity = json.loads(ok("get", museum.id, "--data", data, "--json"))
+    assert entity["version"] == 2 and entity["data"]["rating"] == 4.8
+    old = json.loads(ok("get", museum.id, "--as-of", create_seq, "--data", data, "--json"))
+    assert old["version"] == 1 and old["data"]["rating"] is None
+    table = ok("get", museum.id, "--data", data)
+    assert "Shanghai Museum" in table and "version" in table
+    page = ok("query", "PointOfInterest", "--where", '{"city": "Shanghai"}', "--order-by",
+              "-estimated_cost,name", "--limit", 1, "--data", data)
+    assert "Yu Garden" in page and "next page: --cursor" in page
+    cursor = page.split("--cursor ")[1].strip()
+    second = json.loads(ok("query", "PointOfInterest", "--where", '{"city": "Shanghai"}',
+                           "--order-by", "-estimated_cost,name", "--limit", 1, "--cursor",
+                           cursor, "--data", data, "--json"))
+    assert [e["id"] for e in second["items"]] == [museum.id]
+    hits = ok("search", "PointOfInterest", "museum", "--k", 1, "--data", data)
+    assert museum.id in hits and "1 hit(s)" in hits
+    found = json.loads(ok("search", "PointOfInterest", "garden", "--where",
+                          '{"category": "park"}', "--mode", "keyword", "--data", data,
+                          "--json"))
+    assert found["hits"][0]["entity"]["data"]["name"] == "Yu Garden"
+    history = ok("history", museum.id, "--data", data)
+    assert "create" in history and "update" in history and "1->2" in history
+    assert "audit log OK" in ok("verify", "--data", data)
+    assert "missing 0" in ok("reconcile", "--data", data)
+    assert json.loads(ok("reindex", "--data", data, "--json"))
+    snap = tmp_path / "snap"
+    assert "snapshot written" in ok("snapshot", snap, "--data", data)
+    restored = tmp_path / "restored"
+    assert "PointOfInterest 2" in ok("restore", snap, restored)
+    assert json.loads(ok("get", museum.id, "--data", restored, "--json")) == entity
+
+
+def test_errors_are_clear(data: Path) -> None:
+    result = dmf("query", "PointOfInterest", "--where", "{not json", "--data", data)
+    assert result.exit_code == 2 and "not valid JSON" in result.output
+    result = dmf("query", "Nope", "--data", data)
+    assert result.exit_code == 1
+    assert "not_found" in result.stderr and "PointOfInterest" in result.stderr
+    result = dmf("get", "PointOfInterest_0000", "--data", data)
+    assert result.exit_code == 1 and "no entity" in result.stderr
+    result = dmf("query", "Trip", "--where", '{"budgt": 1}', "--data", data)
+    assert result.exit_code == 1 and "budget" in result.stderr
+
+
+def test_a_locked_directory_names_the_url_option(data: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys\nfrom dmf_hybrid import Memory, HashEmbedder\n"
+         "from dmf_hybrid.vector.exact import ExactIndex\n"
+         f"m = Memory.open({str(data)!r}, embedder=HashEmbedder(), vector_index=ExactIndex())\n"
+         "print('ready', flush=True)\nsys.stdin.read()\nm.close()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "ready"
+        result = dmf("verify", "--data", data)
+        assert result.exit_code == 2
+        assert "--url" in result.stderr and "another process" in result.stderr
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
+# ---------------------------------------------------------------- against a server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    from dmf_hybrid.api.server import create_server
+
+    mem = Memory.open(tmp_path / "served", embedder=HashEmbedder(), vector_index=ExactIndex())
+    settings = Settings(port=_free_port(), load_examples=False)
+    srv = create_server(settings, mem, log_level="warning")
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{settings.port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)
+        mem.close()
+
+
+def test_commands_work_against_a_server_url(server: str, tmp_path: Path) -> None:
+    ok("define", TRAVEL, "--url", server)
+    rows = tmp_path / "poi.jsonl"
+    rows.write_text(json.dumps({"name": "The Bund", "city": "Shanghai"}) + "\n")
+    assert "1 created" in ok("ingest", rows, "--type", "PointOfInterest", "--url", server)
+    page = json.loads(ok("query", "PointOfInterest", "--url", server, "--json"))
+    bund = page["items"][0]["id"]
+    assert json.loads(ok("get", bund, "--url", server, "--json"))["data"]["name"] == "The Bund"
+    assert bund in ok("search", "PointOfInterest", "bund", "--url", server)
+    assert "create" in ok("history", bund, "--url", server)
+    assert "audit log OK" in ok("verify", "--url", server)
+    result = dmf("get", "PointOfInterest_0000", "--url", server)
+    assert result.exit_code == 1 and "not_found" in result.stderr
