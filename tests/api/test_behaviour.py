@@ -12,7 +12,6 @@ from pydantic import BaseModel
 from dmf_hybrid import (
     AuditEvent,
     AuditReport,
-    Conflict,
     Entity,
     EntityType,
     FilterError,
