@@ -1,0 +1,150 @@
+"""Tests of the core store; shared helpers: table dumps, a reference filter evaluator, a clock."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmf_hybrid import DMFError, HashEmbedder, Memory
+from dmf_hybrid.clock import set_clock
+from dmf_hybrid.vector.exact import ExactIndex
+
+
+def open_memory(path: Path) -> Memory:
+    """A memory in ``path`` with the test embedder and the exact in-memory vector index."""
+    return Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex())
+
+
+def dump_rows(mem: Memory) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the memory's DuckDB, fully ordered."""
+    db = mem._store.db
+    tables = [r[0] for r in db.fetchall("SHOW TABLES")]
+    # vectors compare by hash: converting every float to Python costs more than the test
+    columns = {"embeddings": "model_id, text_hash, dim, hash(vector)"}
+    return {t: db.fetchall(f'SELECT {columns.get(t, "*")} FROM "{t}" ORDER BY ALL')
+            for t in tables}
+
+
+def dump(mem: Memory) -> dict[str, Any]:
+    """A fingerprint of the whole store: per table (rows, sum of row hashes), chain, registry.
+
+    One query instead of one per table keeps the many before/after comparisons cheap; the
+    per-table entries say which table changed when two fingerprints differ.
+    """
+    store = mem._store
+    tables = [r[0] for r in store.db.fetchall("SHOW TABLES")]
+    sql = " UNION ALL ".join(
+        f"SELECT '{t}', count(*), sum(hash(\"{t}\")) FROM \"{t}\"" for t in tables)
+    return {
+        "tables": {t: (n, h) for t, n, h in store.db.fetchall(sql)},
+        "seq": store.last_seq,
+        "last_hash": store._last_hash,
+        "types": {t.name: (t.version, t.typedef) for t in store.types()},
+    }
+
+
+def assert_unchanged(mem: Memory, call: Callable[[], Any],
+                     error: type[BaseException] = DMFError, match: str | None = None
+                     ) -> pytest.ExceptionInfo[BaseException]:
+    """Run a bad ``call``: it must raise ``error`` and leave every table exactly as it was."""
+    before = dump(mem)
+    with pytest.raises(error, match=match) as info:
+        call()
+    after = dump(mem)
+    assert after == before, f"{call} changed the store"
+    assert mem.verify_audit().ok
+    return info
+
+
+def audit_seqs(mem: Memory) -> list[int]:
+    """Every audit seq in the events table, ascending."""
+    return [r[0] for r in mem._store.db.fetchall("SELECT seq FROM events ORDER BY seq")]
+
+
+@contextmanager
+def ticking_clock(start: dt.datetime | None = None,
+                  step: dt.timedelta = dt.timedelta(milliseconds=1)) -> Iterator[None]:
+    """Freeze the package clock so each reading is ``step`` later than the previous one."""
+    origin = start or dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
+    counter = itertools.count()
+    set_clock(lambda: origin + step * next(counter))
+    try:
+        yield
+    finally:
+        set_clock(None)
+
+
+# ---------------------------------------------------------------- reference filter semantics
+
+
+def _like(value: Any, operand: Any) -> Any:
+    """``operand`` parsed the way the filter language coerces text to dates and datetimes."""
+    if isinstance(operand, (list, tuple)):
+        return [_like(value, o) for o in operand]
+    if isinstance(operand, str) and isinstance(value, dt.datetime):
+        return dt.datetime.fromisoformat(operand)
+    if isinstance(operand, str) and isinstance(value, dt.date):
+        return dt.date.fromisoformat(operand)
+    return operand
+
+
+def _matches_cmp(value: Any, op: str, operand: Any) -> bool:
+    if op != "$contains":
+        operand = _like(value, operand)
+    if operand is None:
+        return value is None if op == "$eq" else value is not None
+    if op == "$eq":
+        return value is not None and value == operand
+    if op == "$ne":  # IS DISTINCT FROM: null != x is true
+        return value is None or value != operand
+    if op in ("$gt", "$gte", "$lt", "$lte"):
+        if value is None:  # comparisons with null are false
+            return False
+        return {"$gt": value > operand, "$gte": value >= operand, "$lt": value < operand,
+                "$lte": value <= operand}[op]
+    if op == "$in":
+        return value is not None and value in operand
+    if op == "$nin":  # null is "not in" any list
+        return value is None or value not in operand
+    if op == "$contains":
+        if value is None:
+            return False
+        return operand in value  # list: element; str: substring
+    raise AssertionError(f"unknown op {op}")
+
+
+def evaluate(where: Mapping[str, Any] | None, row: Mapping[str, Any]) -> bool:
+    """The pure-Python meaning of a ``where`` filter on one entity's data."""
+    if not where:
+        return True
+    for key, value in where.items():
+        if key == "$and":
+            if not all(evaluate(sub, row) for sub in value):
+                return False
+        elif key == "$or":
+            if not any(evaluate(sub, row) for sub in value):
+                return False
+        elif isinstance(value, Mapping):
+            if not all(_matches_cmp(row[key], op, operand) for op, operand in value.items()):
+                return False
+        elif not _matches_cmp(row[key], "$eq", value):
+            return False
+    return True
+
+
+def all_pages(mem: Memory, type_name: str, **query: Any) -> list[list[str]]:
+    """The entity IDs of every page of a query, following cursors to the end."""
+    pages: list[list[str]] = []
+    cursor = None
+    while True:
+        page = mem.query(type_name, cursor=cursor, **query)
+        pages.append([e.id for e in page.items])
+        cursor = page.next_cursor
+        if cursor is None:
+            return pages

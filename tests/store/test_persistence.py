@@ -1,0 +1,195 @@
+"""Reopen, snapshot / restore, and the one-process-per-directory lock."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dmf_hybrid import Conflict, Memory, StoreLocked, ValidationError
+from tests.conftest import define_travel
+from tests.store import audit_seqs, dump_rows, open_memory
+from tests.store.test_schema import PoiV2
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fill(mem: Memory) -> dict[str, str]:
+    """A little of everything: creates, updates, links, a delete, an erase, a migration."""
+    define_travel(mem)
+    trip = mem.create("Trip", {"destination": "Paris", "tags": ["art"]}).id
+    rome = mem.create("Trip", {"destination": "Rome"}).id
+    louvre = mem.create("Poi", {"name": "Louvre", "city": "Paris", "rating": 5}).id
+    gone = mem.create("Poi", {"name": "Gone", "city": "Paris"}).id
+    secret = mem.create("Poi", {"name": "Secret", "city": "Nowhere"}).id
+    mem.create_many("Poi", [{"name": f"p{i}", "city": "Rome"} for i in range(20)])
+    mem.update(trip, {"budget": 900}, actor="ana")
+    mem.append(trip, "tags", ["food"])
+    mem.link(trip, "includes", louvre)
+    mem.link(trip, "next", rome)
+    mem.delete(gone)
+    mem.erase(secret)
+    mem.define(PoiV2, name="Poi", identity=["name", "city"], embed="{name} in {city}")
+    return {"trip": trip, "rome": rome, "louvre": louvre, "gone": gone, "secret": secret}
+
+
+def _readable_state(mem: Memory) -> dict[str, object]:
+    """Everything a caller can read, without internal bookkeeping."""
+    return {
+        "types": [(t.name, t.version, t.typedef) for t in mem.types()],
+        "trips": [e.model_dump() for e in mem.query("Trip", limit=1000).items],
+        "pois": [e.model_dump() for e in mem.query("Poi", limit=1000).items],
+        "events": [e.model_dump() for e in mem.events(limit=10_000)],
+        "related": [r.model_dump() for r in mem.related(mem.query("Trip", {
+            "destination": "Paris"}).items[0].id, depth=2, direction="both")],
+    }
+
+
+def test_everything_is_there_after_reopening(tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m")
+    ids = _fill(mem)
+    state, tables = _readable_state(mem), dump_rows(mem)
+    seq = mem.last_seq
+    mem.close()
+
+    again = open_memory(tmp_path / "m")
+    try:
+        assert _readable_state(again) == state
+        assert dump_rows(again) == tables
+        assert again.last_seq == seq
+        report = again.verify_audit()
+        assert report.ok and report.events_checked == seq
+        # seq continues gap-free and the chain links to the old tail
+        again.update(ids["trip"], {"status": "booked"})
+        assert again.last_seq == seq + 1
+        assert audit_seqs(again) == list(range(1, seq + 2))
+        assert again.events(since_seq=seq)[0].prev_hash == report.last_hash
+        assert again.verify_audit().ok
+        # identities still dedupe, deleted stays deleted, the erased ID stays burnt
+        assert again.create("Trip", {"destination": "Paris"}).created is False
+        with pytest.raises(Conflict):
+            again.create("Poi", {"name": "Gone", "city": "Paris"})
+        with pytest.raises(Conflict):
+            again.create("Poi", {"name": "Secret", "city": "Nowhere"})
+        assert again.get(ids["louvre"]).data.country == "FR"
+    finally:
+        again.close()
+
+
+def test_snapshot_restores_into_a_new_directory(tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m")
+    try:
+        _fill(mem)
+        manifest = mem.snapshot(tmp_path / "snap")
+        assert manifest["last_seq"] == mem.last_seq
+        assert manifest["last_hash"] == mem.verify_audit().last_hash
+        state, tables = _readable_state(mem), dump_rows(mem)
+        with pytest.raises(Conflict):
+            mem.snapshot(tmp_path / "snap")  # never overwrites
+        restored = Memory.restore_snapshot(tmp_path / "snap", tmp_path / "restored",
+                                           **_open_kwargs())
+        try:
+            assert _readable_state(restored) == state
+            assert dump_rows(restored) == tables
+            assert restored.verify_audit().ok
+            assert restored.last_seq == mem.last_seq
+            # both continue independently with the same next seq
+            trip = restored.query("Trip", {"destination": "Paris"}).items[0].id
+            restored.update(trip, {"budget": 1})
+            assert restored.last_seq == manifest["last_seq"] + 1
+            assert restored.verify_audit().ok
+        finally:
+            restored.close()
+        with pytest.raises(Conflict):
+            Memory.restore_snapshot(tmp_path / "snap", tmp_path / "restored", **_open_kwargs())
+        with pytest.raises(ValidationError, match="not a dmf-hybrid snapshot"):
+            Memory.restore_snapshot(tmp_path / "m", tmp_path / "elsewhere", **_open_kwargs())
+    finally:
+        mem.close()
+
+
+def test_a_tampered_snapshot_is_refused(tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m")
+    _fill(mem)
+    mem.snapshot(tmp_path / "snap")
+    mem.close()
+    manifest = tmp_path / "snap" / "dmf-snapshot.json"
+    manifest.write_text(manifest.read_text().replace('"last_seq": ', '"last_seq": 1'))
+    with pytest.raises(ValidationError, match="does not match"):
+        Memory.restore_snapshot(tmp_path / "snap", tmp_path / "restored", **_open_kwargs())
+
+
+def _open_kwargs() -> dict[str, object]:
+    from dmf_hybrid import HashEmbedder
+    from dmf_hybrid.vector.exact import ExactIndex
+
+    return {"embedder": HashEmbedder(), "vector_index": ExactIndex()}
+
+
+def test_opening_a_directory_held_by_another_process_names_url(tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m")
+    try:
+        define_travel(mem)
+        script = textwrap.dedent(f"""
+            from dmf_hybrid import HashEmbedder, Memory, StoreLocked
+            from dmf_hybrid.vector.exact import ExactIndex
+            try:
+                Memory.open({str(tmp_path / "m")!r}, embedder=HashEmbedder(),
+                            vector_index=ExactIndex())
+            except StoreLocked as exc:
+                print(exc.code, exc.status_code)
+                print(exc.message)
+            else:
+                print("opened")
+        """)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        assert out.splitlines()[0] == "store_locked 423"
+        assert "--url" in out and "another process" in out
+        # the holder is unaffected
+        assert mem.create("Trip", {"destination": "Paris"}).created
+        assert mem.verify_audit().ok
+    finally:
+        mem.close()
+
+
+def test_opening_a_directory_twice_in_one_process_is_refused(tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m")
+    try:
+        define_travel(mem)
+        with pytest.raises(StoreLocked, match="already open in this process"):
+            open_memory(tmp_path / "m")
+        with pytest.raises(StoreLocked):
+            open_memory(tmp_path / "m" / ".." / "m")  # the same directory by another name
+        assert mem.create("Trip", {"destination": "Paris"}).created
+    finally:
+        mem.close()
+    # once closed it can be opened again
+    again = open_memory(tmp_path / "m")
+    assert again.count("Trip") == 1
+    again.close()
+
+
+def test_in_memory_store(tmp_path: Path) -> None:
+    mem = Memory.open(None, **_open_kwargs())  # type: ignore[arg-type]
+    try:
+        define_travel(mem)
+        trip = mem.create("Trip", {"destination": "Paris"}).id
+        assert mem.get(trip).version == 1 and mem.verify_audit().ok
+        other = Memory.open(None, **_open_kwargs())  # type: ignore[arg-type]
+        assert other.types() == []  # in-memory stores are independent
+        other.close()
+    finally:
+        mem.close()
+
+
+def test_open_refuses_a_file_as_directory(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(ValidationError, match="not a directory"):
+        open_memory(target)

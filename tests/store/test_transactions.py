@@ -1,0 +1,170 @@
+"""Transactions: all or nothing, seq counter included; isolation from other threads."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from dmf_hybrid import DMFError, Memory, NotFound, VersionConflict
+from tests.store import audit_seqs, dump
+
+
+class Boom(Exception):
+    """Raised inside a transaction by the test."""
+
+
+def _busy_transaction(mem: Memory, trip: str, poi: str) -> None:
+    class Note(BaseModel):
+        text: str
+
+    mem.define(Note, identity=["text"])
+    mem.create("Note", {"text": "hello"})
+    mem.create("Trip", {"destination": "Rome"})
+    mem.create_many("Poi", [{"name": f"n{i}", "city": "c"} for i in range(12)])
+    mem.update(trip, {"budget": 99})
+    mem.append(trip, "tags", ["x"])
+    mem.link(trip, "includes", poi)
+    mem.delete(poi)
+
+
+def test_an_exception_inside_commits_nothing(mem: Memory) -> None:
+    trip = mem.create("Trip", {"destination": "Paris"}).id
+    poi = mem.create("Poi", {"name": "Louvre", "city": "Paris"}).id
+    before = dump(mem)
+    with pytest.raises(Boom):
+        with mem.transaction():
+            _busy_transaction(mem, trip, poi)
+            assert mem.get(trip).data.budget == 99  # visible inside the transaction
+            raise Boom
+    assert dump(mem) == before  # entities, events, outbox, relations, registry, seq
+    assert "Note" not in {t.name for t in mem.types()}
+    assert mem.get(trip).version == 1
+    # the next write gets the next gap-free seq and the chain still verifies
+    seq = before["seq"]
+    mem.update(trip, {"budget": 1})
+    assert mem.last_seq == seq + 1
+    assert audit_seqs(mem) == list(range(1, seq + 2))
+    assert mem.verify_audit().ok
+
+
+def test_a_committed_transaction_writes_everything(mem: Memory) -> None:
+    trip = mem.create("Trip", {"destination": "Paris"}).id
+    poi = mem.create("Poi", {"name": "Louvre", "city": "Paris"}).id
+    seq = mem.last_seq
+    with mem.transaction():
+        _busy_transaction(mem, trip, poi)
+    assert mem.get(trip).data.tags == ["x"]
+    assert mem.count("Poi") == 12
+    assert mem.last_seq == seq + 1 + 1 + 1 + 12 + 1 + 1 + 1 + 1
+    assert audit_seqs(mem) == list(range(1, mem.last_seq + 1))
+    assert mem.verify_audit().ok
+    assert mem._store.db.fetchone("SELECT count(*) FROM outbox WHERE NOT done") == (0,)
+
+
+def test_a_caught_error_inside_still_rolls_everything_back(mem: Memory) -> None:
+    """A failed step dooms the transaction even when the caller catches its error."""
+    trip = mem.create("Trip", {"destination": "Paris"}).id
+    before = dump(mem)
+    with pytest.raises(DMFError, match="rolled back"):
+        with mem.transaction():
+            mem.update(trip, {"budget": 5})
+            with pytest.raises(VersionConflict):
+                mem.update(trip, {"budget": 6}, expected_version=1)
+    assert dump(mem) == before
+
+
+def test_nested_transactions_are_one(mem: Memory) -> None:
+    trip = mem.create("Trip", {"destination": "Paris"}).id
+    before = dump(mem)
+    with pytest.raises(Boom):
+        with mem.transaction():
+            with mem.transaction():
+                mem.update(trip, {"budget": 5})
+            mem.update(trip, {"budget": 6})
+            raise Boom
+    assert dump(mem) == before
+    with mem.transaction():
+        with mem.transaction():
+            mem.update(trip, {"budget": 5})
+        mem.update(trip, {"budget": 6})
+    assert mem.get(trip).version == 3
+
+
+def test_other_threads_do_not_see_uncommitted_writes(mem: Memory) -> None:
+    trip = mem.create("Trip", {"destination": "Paris"}).id
+    seen: dict[str, Any] = {}
+    inside = threading.Event()
+    checked = threading.Event()
+
+    def reader() -> None:
+        inside.wait(timeout=30)
+        seen["budget"] = mem.get(trip).data.budget
+        try:
+            mem.get("Trip_" + "0" * 20)
+        except NotFound:
+            pass
+        seen["count"] = mem.count("Trip")
+        checked.set()
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    with mem.transaction():
+        mem.update(trip, {"budget": 42})
+        mem.create("Trip", {"destination": "Rome"})
+        inside.set()
+        assert checked.wait(timeout=30)
+    thread.join(timeout=30)
+    assert seen == {"budget": 0, "count": 1}
+    assert mem.get(trip).data.budget == 42 and mem.count("Trip") == 2
+
+
+def test_a_second_thread_waits_for_the_transaction(mem: Memory) -> None:
+    trip = mem.create("Trip", {"destination": "Paris"}).id
+    order: list[str] = []
+    started = threading.Event()
+
+    def writer() -> None:
+        started.wait(timeout=30)
+        mem.update(trip, {"status": "booked"})
+        order.append("other")
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    with mem.transaction():
+        mem.update(trip, {"budget": 1})
+        started.set()
+        thread.join(timeout=0.3)  # the other writer blocks on the writer lock
+        order.append("tx")
+    thread.join(timeout=30)
+    assert order == ["tx", "other"]
+    assert mem.get(trip).version == 3
+    assert mem.verify_audit().ok
+
+
+def test_schema_migration_after_row_changes_in_one_transaction(mem: Memory) -> None:
+    """DuckDB cannot commit ALTER after UPDATE of the same table: refused up front, cleanly."""
+    from tests.store.test_schema import PoiV2
+
+    poi = mem.create("Poi", {"name": "Louvre", "city": "Paris"}).id
+    before = dump(mem)
+    with pytest.raises(DMFError):
+        with mem.transaction():
+            mem.update(poi, {"cost": 3})
+            mem.define(PoiV2, name="Poi", identity=["name", "city"], embed="{name} in {city}")
+    assert dump(mem) == before
+    assert mem.get_type("Poi").version == 1
+    # the store still works (DuckDB's state was not corrupted)
+    mem.update(poi, {"cost": 4})
+    mem.define(PoiV2, name="Poi", identity=["name", "city"], embed="{name} in {city}")
+    assert mem.get(poi).data.country == "FR"
+    assert mem.verify_audit().ok
+    # migrating first and changing rows after is fine inside one transaction
+    with mem.transaction():
+        mem.define_type({**mem.get_type("Poi").typedef.model_dump(),
+                         "fields": {**mem.get_type("Poi").typedef.model_dump()["fields"],
+                                    "zip": {"type": "str", "default": "75001"}}})
+        mem.update(poi, {"cost": 5})
+    assert mem.get(poi).data.zip == "75001"
