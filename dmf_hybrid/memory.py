@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -18,6 +19,9 @@ from .models import AuditEvent, AuditReport, Entity, Page, Related
 from .schema import EntityType, RelationSpec, TypeDef, load_toml, typedef_from_model
 from .store import Store
 from .store.store import AsOf
+
+if TYPE_CHECKING:
+    from .lifecycle import ArchiveResult, MemoryContext, SummaryResult
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +96,16 @@ class Memory:
 
     @property
     def last_seq(self) -> int:
-        """The audit seq of the newest event."""
-        return self._store.last_seq
+        """The audit seq of the newest committed event (in a write transaction: its newest).
+
+        Another thread's open transaction has already advanced the store's counter; waiting
+        for it to end means a seq read here is always a stable ``as_of`` for every reader.
+        """
+        db = self._store.db
+        if db.in_transaction:
+            return self._store.last_seq
+        with db.no_writes():
+            return self._store.last_seq
 
     # ---------------------------------------------------------------- schema
 
@@ -289,7 +301,10 @@ class Memory:
                 con.execute(f"EXPORT DATABASE '{_sql_path(dest)}' (FORMAT parquet)")
             manifest = {"format": 1, "last_seq": self._store.last_seq,
                         "last_hash": self.verify_audit().last_hash}
-        (dest / SNAPSHOT_MANIFEST).write_text(json.dumps(manifest, indent=2))
+        # written last and atomically: a snapshot with a manifest is a complete snapshot
+        partial = dest / f"{SNAPSHOT_MANIFEST}.partial"
+        partial.write_text(json.dumps(manifest, indent=2))
+        os.replace(partial, dest / SNAPSHOT_MANIFEST)
         return manifest
 
     @classmethod
@@ -301,6 +316,12 @@ class Memory:
         if not manifest_path.is_file():
             raise ValidationError(f"{src} is not a dmf-hybrid snapshot (no {SNAPSHOT_MANIFEST})",
                                   field="src")
+        try:
+            manifest = json.loads(manifest_path.read_text())
+            int(manifest["last_seq"])
+        except (ValueError, KeyError, TypeError):
+            raise ValidationError(f"{src}: the snapshot manifest is unreadable",
+                                  field="src") from None
         if dest.exists() and any(dest.iterdir()):
             raise Conflict(f"restore target {dest} exists and is not empty", field="path")
         dest.mkdir(parents=True, exist_ok=True)
@@ -320,7 +341,6 @@ class Memory:
             raise
         memory = cls.open(dest, **open_kwargs)
         report = memory.verify_audit()
-        manifest = json.loads(manifest_path.read_text())
         if not report.ok or report.last_seq != manifest["last_seq"]:
             memory.close()
             raise ValidationError("restored audit log does not match the snapshot manifest",
@@ -357,7 +377,7 @@ class Memory:
     # ---------------------------------------------------------------- lifecycle
 
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
-                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5) -> Any:
+                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5) -> MemoryContext:
         """A compact, deterministic prompt context (MemoryContext: text + data) within budget."""
         from .lifecycle.context import build_context
 
@@ -366,7 +386,7 @@ class Memory:
     def summarize(self, scope: str | None = None, since_seq: int | None = None,
                   until_seq: int | None = None, *,
                   summariser: Callable[[str, Mapping[str, Any]], str] | None = None,
-                  actor: str | None = None, reason: str | None = None) -> Any:
+                  actor: str | None = None, reason: str | None = None) -> SummaryResult:
         """A MemorySummary of a scope's audit events in a window (SummaryResult; empty ok)."""
         from .lifecycle.summaries import summarize
 
@@ -374,7 +394,7 @@ class Memory:
                          reason=reason)
 
     def archive_events(self, before_seq: int, dest: str | Path, *, actor: str | None = None,
-                       reason: str | None = None) -> Any:
+                       reason: str | None = None) -> ArchiveResult:
         """Move audit events with seq < before_seq to Parquet under dest (ArchiveResult)."""
         from .lifecycle.archive import archive_events
 

@@ -292,6 +292,9 @@ class EntityType:
                                                                           float("-inf")):
                 raise ValidationError(f"{self.name}.{name} must be a finite number",
                                       field=f"{where}.{name}")
+            if not _fits_int64(value):
+                raise ValidationError(f"{self.name}.{name} is out of the 64-bit integer range",
+                                      field=f"{where}.{name}")
         return instance
 
     def embed_text(self, data: Mapping[str, Any]) -> str | None:
@@ -311,6 +314,17 @@ class EntityType:
             else:
                 values[name] = str(value)
         return " ".join(template.format(**values).split())
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _fits_int64(value: Any) -> bool:
+    """False for an int (or a list holding one) that a BIGINT column cannot store."""
+    if isinstance(value, list):
+        return all(_fits_int64(v) for v in value)
+    return not isinstance(value, int) or isinstance(value, bool) or (
+        INT64_MIN <= value <= INT64_MAX)
 
 
 def check_compatible(old: TypeDef, new: TypeDef) -> list[str]:
@@ -445,10 +459,13 @@ def _coerce(spec: FieldSpec, value: Any, where: str, element: bool = False) -> A
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         raise FilterError("filter values must be finite numbers", field=where)
     try:
-        return TypeAdapter(annotation).validate_python(value)
+        coerced = TypeAdapter(annotation).validate_python(value)
     except pydantic.ValidationError as exc:
         raise FilterError(f"value {value!r} does not fit field type {spec.type}: "
                           f"{exc.errors()[0]['msg']}", field=where) from None
+    if not _fits_int64(coerced):
+        raise FilterError(f"value {value!r} is out of the 64-bit integer range", field=where)
+    return coerced
 
 
 def _cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
@@ -483,7 +500,12 @@ def parse_order(etype: EntityType, order_by: str | Sequence[str] | None) -> list
     """``[(field, descending)]`` from ``"field"`` / ``"-field"`` or a list of those."""
     if order_by is None:
         return []
-    items = [order_by] if isinstance(order_by, str) else list(order_by)
+    if isinstance(order_by, str):
+        items: list[Any] = [order_by]
+    elif isinstance(order_by, Sequence):
+        items = list(order_by)
+    else:
+        raise FilterError("order_by takes a field name or a list of them", field="order_by")
     result = []
     for item in items:
         if not isinstance(item, str) or not item.lstrip("-"):

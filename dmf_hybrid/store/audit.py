@@ -111,8 +111,9 @@ def verify_rows(rows: Any, start_prev: str = GENESIS_HASH, start_seq: int = 1,
             return AuditReport(ok=False, events_checked=checked, first_bad_seq=seq,
                                problem=problem, last_seq=expected - 1, last_hash=prev)
 
-        if seq != expected:
-            return bad(f"expected seq {expected}, found {seq} (an event is missing or moved)")
+        if seq != expected:  # the first bad seq is the one that is missing
+            return bad(f"expected seq {expected}, found {seq} (an event is missing or moved)",
+                       seq=expected)
         if values["prev_hash"] != prev:
             return bad("prev_hash does not match the previous event's hash")
         if values["redacted"]:

@@ -20,12 +20,34 @@ from ..errors import DMFError, StoreLocked
 log = logging.getLogger(__name__)
 
 
+# Database files open in this process. DuckDB shares one instance per file within a process,
+# so a second Database on the same file would be a second writer with its own seq counter.
+_OPEN_FILES: set[str] = set()
+_OPEN_FILES_LOCK = threading.Lock()
+
+
 class Database:
     """A DuckDB database file (or in-memory) with one writer and per-thread readers."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         target = ":memory:" if path is None else str(path)
+        self._key = None if path is None else str(path.resolve())
+        if self._key is not None:
+            with _OPEN_FILES_LOCK:
+                if self._key in _OPEN_FILES:
+                    raise StoreLocked(
+                        f"the memory directory {path.parent if path else ''} is already open in "
+                        "this process; share that Memory (it is thread-safe) instead of "
+                        "opening it again, or talk to its server with --url", path=str(path))
+                _OPEN_FILES.add(self._key)
+        try:
+            self._open(target, path)
+        except BaseException:
+            self._release()
+            raise
+
+    def _open(self, target: str, path: Path | None) -> None:
         try:
             self._writer = duckdb.connect(target)
         except duckdb.IOException as exc:
@@ -38,6 +60,10 @@ class Database:
             raise
         self._lock = threading.RLock()
         self._local = threading.local()
+        # new read cursors come from a connection nobody queries on, under their own lock, so
+        # a thread's first read does not wait for another thread's write transaction
+        self._cursor_factory = self._writer.cursor()
+        self._cursor_lock = threading.Lock()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._owner: int | None = None
         self._depth = 0
@@ -54,12 +80,12 @@ class Database:
             return self._writer
         cur = getattr(self._local, "cursor", None)
         if cur is None:
-            if self.closed:
-                raise DMFError("the memory is closed")
-            cur = self._writer.cursor()
-            self._local.cursor = cur
-            with self._lock:
+            with self._cursor_lock:
+                if self.closed:
+                    raise DMFError("the memory is closed")
+                cur = self._cursor_factory.cursor()
                 self._cursors.append(cur)
+            self._local.cursor = cur
         return cur
 
     def fetchall(self, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -115,7 +141,10 @@ class Database:
                 try:
                     self._writer.execute("COMMIT")
                 except BaseException:
-                    self._writer.execute("ROLLBACK")
+                    try:
+                        self._writer.execute("ROLLBACK")
+                    except duckdb.Error:  # a failed COMMIT has usually rolled back already
+                        pass
                     self._run(on_rollback[::-1])
                     raise
             else:
@@ -133,6 +162,12 @@ class Database:
             except Exception:  # a hook must never turn a committed write into an error
                 log.exception("transaction hook failed")
 
+    @contextmanager
+    def no_writes(self) -> Iterator[None]:
+        """Hold off other threads' write transactions for the duration of the block."""
+        with self._lock:
+            yield
+
     def after_commit(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` once the current transaction commits (dropped on rollback)."""
         self._after_commit.append(hook)
@@ -148,13 +183,19 @@ class Database:
 
     def close(self) -> None:
         """Close every cursor and the database."""
-        with self._lock:
+        with self._lock, self._cursor_lock:
             if self.closed:
                 return
             self.closed = True
-            for cur in self._cursors:
+            for cur in [*self._cursors, self._cursor_factory]:
                 try:
                     cur.close()
                 except Exception:  # noqa: BLE001 - closing is best effort
                     pass
             self._writer.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._key is not None:
+            with _OPEN_FILES_LOCK:
+                _OPEN_FILES.discard(self._key)

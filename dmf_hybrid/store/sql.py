@@ -121,7 +121,7 @@ def keyset_sql(etype: EntityType, order: list[tuple[str, bool]], values: list[An
     """SQL selecting rows strictly after (values, last_id) in ``order_sql`` order."""
     if len(values) != len(order):
         raise FilterError("cursor belongs to a different query", field="cursor")
-    keys = [(name, desc, column_type(etype, name), value)
+    keys = [(name, desc, column_type(etype, name), _cursor_value(column_type(etype, name), value))
             for (name, desc), value in zip(order, values, strict=True)]
     keys.append(("id", False, "VARCHAR", last_id))
     disjuncts = []
@@ -143,3 +143,26 @@ def keyset_sql(etype: EntityType, order: list[tuple[str, bool]], values: list[An
         conj.append(f"({col} {cmp} CAST(? AS {typ}){nulls})")
         disjuncts.append("(" + " AND ".join(conj) + ")")
     return "(" + (" OR ".join(disjuncts) or "FALSE") + ")"
+
+
+def _cursor_value(typ: str, value: Any) -> Any:
+    """A cursor's order value checked against its column type (a cursor is caller input)."""
+    if value is None:
+        return None
+    try:
+        if typ == "VARCHAR" and isinstance(value, str):
+            return value
+        if typ in ("BIGINT", "INTEGER") and isinstance(value, int) and not isinstance(
+                value, bool) and -(2**63) <= value < 2**63:
+            return value
+        if typ == "DOUBLE" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if typ == "BOOLEAN" and isinstance(value, bool):
+            return value
+        if typ == "DATE" and isinstance(value, str):
+            return dt.date.fromisoformat(value)
+        if typ == "TIMESTAMP" and isinstance(value, str):
+            return dt.datetime.fromisoformat(value)
+    except (ValueError, OverflowError):
+        pass
+    raise FilterError("cursor is malformed", field="cursor")

@@ -26,7 +26,7 @@ from ..errors import (
     ValidationError,
     VersionConflict,
 )
-from ..ids import canonical_json, entity_id, sha256_hex
+from ..ids import DEFAULT_TENANT, ID_HASH_HEX, canonical_json, entity_id, sha256_hex
 from ..models import AuditEvent, AuditReport, Entity, Page, Related
 from ..schema import EntityType, TypeDef, build_model, check_compatible, parse_filter, parse_order
 from . import audit
@@ -52,8 +52,20 @@ from .tables import (
 from .timetravel import as_of_table_sql
 
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+#: The shape of the IDs derived from identity fields (``ids.entity_id``).
+DERIVED_ID_RE = re.compile(rf"^[A-Za-z][A-Za-z0-9]*_[0-9a-f]{{{ID_HASH_HEX}}}$")
 MAX_DEPTH = 5
 AsOf = int | dt.datetime | None
+#: Called inside the write transaction after each entity mutation, link and unlink with
+#: (con, tenant, op, type name, entity id); writes a hook makes do not call hooks again.
+WriteHook = Callable[[duckdb.DuckDBPyConnection, str, str, str, str], None]
+#: Every reader of the audit log reads this view: the hot ``events`` table plus the archived
+#: Parquet files listed in ``event_archive`` (see dmf_hybrid.lifecycle.archive).
+EVENTS_ALL = "events_all"
+EVENT_ARCHIVE_DDL = """CREATE TABLE IF NOT EXISTS event_archive (
+    file VARCHAR PRIMARY KEY, first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,
+    last_hash VARCHAR NOT NULL, events BIGINT NOT NULL, sha256 VARCHAR NOT NULL,
+    archived_seq BIGINT NOT NULL)"""
 
 
 def check_id(value: Any, field: str = "id") -> str:
@@ -78,9 +90,15 @@ class Store:
         self._types: dict[str, EntityType] = {}
         self._user_models: dict[str, type[BaseModel]] = {}
         self.listeners: list[Callable[[list[tuple[int, str, str, str, str]]], None]] = []
+        self.write_hooks: list[WriteHook] = []
+        self._in_hooks = False
+        # types whose rows the open write transaction updated or deleted (see define)
+        self._modified: set[str] = set()
         with self.db.write() as con:
             create_fixed(con)
-        row = self.db.fetchone("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
+            con.execute(EVENT_ARCHIVE_DDL)
+            self.refresh_events_view(con)
+        row = self.db.fetchone(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1")
         self._seq: int = int(row[0]) if row else 0
         self._last_hash: str = str(row[1]) if row else audit.GENESIS_HASH
         self._load_registry()
@@ -135,6 +153,13 @@ class Store:
             added: list[str] = []
             if current is not None:
                 added = check_compatible(current.typedef, typedef)
+            if added and typedef.name in self._modified:
+                # DuckDB 1.4 cannot commit ALTER TABLE after UPDATE/DELETE of the same table
+                # in one transaction (and its state is unreliable after that failed commit)
+                raise SchemaError(
+                    f"adding fields to {typedef.name} cannot share a transaction with earlier "
+                    f"changes to {typedef.name} entities; migrate in a transaction of its own "
+                    "(or first)", field="fields")
             version = 1 if current is None else current.version + 1
             seq = self._next_event(
                 con, tenant=tenant, op="define", type_name=typedef.name, entity_id=None,
@@ -154,6 +179,7 @@ class Store:
                 create_type_table(con, new)
             else:
                 add_columns(con, typedef, added)
+                self._mark_modified(typedef.name)
             previous = current
             self._types[typedef.name] = new
 
@@ -168,9 +194,17 @@ class Store:
                 self._requeue_type(con, new, tenant=None)
         return new
 
+    def _mark_modified(self, type_name: str) -> None:
+        """Remember that this transaction updated or deleted rows of a type's table."""
+        if not self._modified:
+            self.db.after_commit(self._modified.clear)
+            self.db.on_rollback(self._modified.clear)
+        self._modified.add(type_name)
+
     def _requeue_type(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
                       tenant: str | None) -> None:
         """Recompute text hashes and queue every live entity of a type for reindexing."""
+        self._mark_modified(etype.name)
         rows = con.execute(
             f"SELECT id, tenant FROM {table_name(etype.name)} WHERE deleted_at IS NULL "
             + ("AND tenant = ? " if tenant else "") + "ORDER BY id",
@@ -200,6 +234,35 @@ class Store:
 
     def _reset_chain(self, seq: int, last_hash: str) -> None:
         self._seq, self._last_hash = seq, last_hash
+
+    def append_event(self, con: duckdb.DuckDBPyConnection, **fields: Any) -> int:
+        """Append one audit event (make_event's fields) inside the open transaction; its seq."""
+        return self._next_event(con, **fields)
+
+    def refresh_events_view(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        """(Re)create the events_all view; returns the archive files it could not find."""
+        cols = ", ".join(audit.EVENT_COLUMNS)
+        files = [r[0] for r in con.execute(
+            "SELECT file FROM event_archive ORDER BY first_seq, file").fetchall()]
+        present = [f for f in files if Path(f).is_file() and "'" not in f]
+        sql = f"SELECT {cols} FROM events"
+        if present:
+            paths = ", ".join(f"'{f}'" for f in present)
+            sql += f" UNION ALL SELECT {cols} FROM read_parquet([{paths}])"
+        con.execute(f"CREATE OR REPLACE VIEW {EVENTS_ALL} AS {sql}")
+        return [f for f in files if f not in present]
+
+    def _after_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str,
+                     type_name: str, eid: str) -> None:
+        """Run the write hooks (not for writes the hooks themselves make)."""
+        if not self.write_hooks or self._in_hooks:
+            return
+        self._in_hooks = True
+        try:
+            for hook in list(self.write_hooks):
+                hook(con, tenant, op, type_name, eid)
+        finally:
+            self._in_hooks = False
 
     @property
     def last_seq(self) -> int:
@@ -233,10 +296,8 @@ class Store:
     def _row_to_entity(self, etype: EntityType, row: Sequence[Any], created: bool = False
                        ) -> Entity:
         sys_vals = dict(zip(SYSTEM_COLUMNS, row[: len(SYSTEM_COLUMNS)], strict=True))
-        data = dict(zip(etype.fields, row[len(SYSTEM_COLUMNS):], strict=True))
-        for name, spec in etype.fields.items():
-            if spec.type == "datetime" and data[name] is not None:
-                data[name] = to_aware_utc(data[name])
+        data = _aware_datetimes(etype, dict(zip(etype.fields, row[len(SYSTEM_COLUMNS):],
+                                                strict=True)))
         return Entity(
             id=sys_vals["id"], type=etype.name, tenant=sys_vals["tenant"],
             version=sys_vals["version"], data=etype.model.model_validate(data),
@@ -247,21 +308,23 @@ class Store:
 
     def _read_live(self, con: duckdb.DuckDBPyConnection, etype: EntityType, eid: str,
                    tenant: str) -> Entity | None:
+        # `id = ?` alone lets DuckDB use the id index; adding `AND tenant = ?` makes it scan
         row = con.execute(
-            f"SELECT {self._select_cols(etype)} FROM {table_name(etype.name)} "
-            "WHERE id = ? AND tenant = ?", [eid, tenant],
+            f"SELECT {self._select_cols(etype)} FROM {table_name(etype.name)} WHERE id = ?",
+            [eid],
         ).fetchone()
-        return None if row is None else self._row_to_entity(etype, row)
+        if row is None or row[1] != tenant:
+            return None
+        return self._row_to_entity(etype, row)
 
     def _lookup(self, con: duckdb.DuckDBPyConnection, eid: Any, tenant: str) -> tuple[
             EntityType, int | None]:
         """The type and erasure seq of an ID in this tenant, or NotFound."""
         eid = check_id(eid, "entity_id")
         row = con.execute(
-            "SELECT type, erased_seq FROM entity_index WHERE id = ? AND tenant = ?",
-            [eid, tenant],
+            "SELECT type, erased_seq, tenant FROM entity_index WHERE id = ?", [eid],
         ).fetchone()
-        if row is None or row[0] not in self._types:
+        if row is None or row[2] != tenant or row[0] not in self._types:
             raise NotFound(f"no entity {eid}", entity_id=eid)
         return self._types[row[0]], row[1]
 
@@ -294,12 +357,13 @@ class Store:
             if as_of < 0:
                 raise ValidationError("as_of seq must be >= 0", field="as_of")
             return min(as_of, self._seq)
-        row = self.db.fetchone("SELECT coalesce(max(seq), 0) FROM events WHERE ts <= ?",
+        row = self.db.fetchone(f"SELECT coalesce(max(seq), 0) FROM {EVENTS_ALL} WHERE ts <= ?",
                                [to_naive_utc(as_of)])
         return int(row[0]) if row else 0
 
     def _snapshot_entity(self, etype: EntityType, snap: dict[str, Any]) -> Entity:
-        data = {k: v for k, v in snap["data"].items() if k in etype.fields}
+        data = _aware_datetimes(etype, {k: v for k, v in snap["data"].items()
+                                        if k in etype.fields})
         return Entity(
             id=snap["id"], type=etype.name, tenant=snap["tenant"], version=snap["version"],
             data=etype.model.model_validate(data),
@@ -311,7 +375,8 @@ class Store:
     def _get_as_of(self, eid: Any, tenant: str, seq: int) -> Entity:
         eid = check_id(eid, "entity_id")
         row = self.db.fetchone(
-            "SELECT type, after, redacted, op, seq FROM events WHERE entity_id = ? AND tenant = ? "
+            f"SELECT type, after, redacted, op, seq FROM {EVENTS_ALL} WHERE entity_id = ? "
+            "AND tenant = ? "
             f"AND seq <= ? AND op IN {ENTITY_OPS!r} ORDER BY seq DESC LIMIT 1",
             [eid, tenant, seq],
         )
@@ -339,7 +404,8 @@ class Store:
             "text_hash": text_hash,
         }
 
-    def prepare_create(self, etype: EntityType, data: Any, given_id: Any = None
+    def prepare_create(self, etype: EntityType, data: Any, given_id: Any = None,
+                       tenant: str = DEFAULT_TENANT
                        ) -> tuple[str, BaseModel, dict[str, Any], str | None]:
         """Validate one create: (id, model instance, data dict, text hash); writes nothing."""
         instance = etype.validate_data(data)
@@ -349,11 +415,19 @@ class Store:
         except ValueError:
             raise ValidationError("data must not contain NaN or infinite numbers",
                                   field="data") from None
+        fields = etype.typedef.identity or tuple(sorted(data))
+        eid = entity_id(etype.name, jsonable({f: values[f] for f in fields}), tenant)
         if given_id is not None:
-            eid = check_id(given_id)
-        else:
-            fields = etype.typedef.identity or tuple(sorted(data))
-            eid = entity_id(etype.name, jsonable({f: values[f] for f in fields}))
+            given = check_id(given_id)
+            if DERIVED_ID_RE.match(given) and given != eid and self.db.fetchone(
+                    "SELECT 1 FROM entity_index WHERE id = ? AND tenant = ?",
+                    [given, tenant]) is None:
+                # anyone can compute another tenant's derived ID from a fact; taking it would
+                # answer 409 "not available" and reveal that the other tenant holds the fact
+                raise ValidationError(
+                    f"IDs of the form Type_<{ID_HASH_HEX} hex digits> are reserved for the IDs "
+                    "derived from identity fields; leave id out or choose another", field="id")
+            eid = given
         text = etype.embed_text(values)
         return eid, instance, values, None if text is None else sha256_hex(text)
 
@@ -379,7 +453,8 @@ class Store:
         prepared = []
         for i, data in enumerate(rows):
             try:
-                prepared.append(self.prepare_create(etype, data, ids[i] if ids else None))
+                prepared.append(self.prepare_create(etype, data, ids[i] if ids else None,
+                                                    tenant))
             except ValidationError as exc:
                 if len(rows) > 1:
                     exc.details["row"] = i
@@ -470,6 +545,8 @@ class Store:
         seq_before, hash_before = self._seq, self._last_hash
         self._seq, self._last_hash = seq, prev
         self.db.on_rollback(lambda: self._reset_chain(seq_before, hash_before))
+        for new_row in new_rows:
+            self._after_write(con, tenant, "create", etype.name, new_row[0])
         return results
 
     def _arrow_insert(self, con: duckdb.DuckDBPyConnection, target: str, columns: list[str],
@@ -585,6 +662,7 @@ class Store:
                 version_before=current.version, version_after=version, before=before,
                 after=after, actor=actor, reason=reason, trace_id=trace_id,
             )
+            self._mark_modified(etype.name)
             sets = ", ".join(f"{q(n)} = ?" for n in etype.fields)
             con.execute(
                 f"UPDATE {table_name(etype.name)} SET version = ?, updated_at = ?, "
@@ -596,6 +674,7 @@ class Store:
             if text_hash is not None or before["text_hash"] is not None:
                 self._outbox(con, seq, tenant, eid, etype.name,
                              "delete" if op == "delete" or text_hash is None else "upsert")
+            self._after_write(con, tenant, op, etype.name, eid)
             return Entity(
                 id=eid, type=etype.name, tenant=tenant, version=version,
                 data=etype.model.model_validate(new_values), created_at=current.created_at,
@@ -669,7 +748,7 @@ class Store:
             version = con.execute(f"SELECT version FROM {table_name(etype.name)} WHERE id = ?",
                                   [eid]).fetchone()
             hashes = [r[0] for r in con.execute(
-                "SELECT DISTINCT json_extract_string(after, '$.text_hash') FROM events "
+                "SELECT DISTINCT json_extract_string(after, '$.text_hash') FROM events_all "
                 "WHERE entity_id = ? AND tenant = ? AND after IS NOT NULL", [eid, tenant],
             ).fetchall() if r[0]]
             seq = self._next_event(
@@ -680,6 +759,7 @@ class Store:
             con.execute("UPDATE events SET before = NULL, after = NULL, redacted = TRUE "
                         "WHERE entity_id = ? AND tenant = ? AND seq < ? AND op IN "
                         f"{ENTITY_OPS!r}", [eid, tenant, seq])
+            self._mark_modified(etype.name)
             con.execute(f"DELETE FROM {table_name(etype.name)} WHERE id = ?", [eid])
             con.execute("UPDATE entity_index SET erased_seq = ? WHERE id = ?", [seq, eid])
             con.execute("UPDATE relations SET deleted_seq = ? WHERE tenant = ? AND "
@@ -689,6 +769,7 @@ class Store:
                 if not self._hash_in_use(con, text_hash):
                     con.execute("DELETE FROM embeddings WHERE text_hash = ?", [text_hash])
             self._outbox(con, seq, tenant, eid, etype.name, "delete")
+            self._after_write(con, tenant, "erase", etype.name, eid)
             return seq
 
     def _hash_in_use(self, con: duckdb.DuckDBPyConnection, text_hash: str) -> bool:
@@ -794,6 +875,7 @@ class Store:
             )
             con.execute("INSERT INTO relations VALUES (?, ?, ?, ?, ?, NULL)",
                         [tenant, from_id, relation, to_id, seq])
+            self._after_write(con, tenant, "link", from_type.name, from_id)
             return True
 
     def _relation_spec(self, con: duckdb.DuckDBPyConnection, tenant: str, from_id: Any,
@@ -835,6 +917,7 @@ class Store:
             con.execute("UPDATE relations SET deleted_seq = ? WHERE tenant = ? AND from_id = ? "
                         "AND relation = ? AND to_id = ? AND deleted_seq IS NULL",
                         [seq, tenant, from_id, relation, to_id])
+            self._after_write(con, tenant, "unlink", from_type.name, from_id)
             return seq
 
     def links(self, tenant: str, ids: Iterable[str], relation: str | None, direction: str,
@@ -909,7 +992,7 @@ class Store:
         """Every event of an entity (including links), oldest first."""
         eid = check_id(eid, "entity_id")
         rows = self.db.fetchall(
-            f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM events WHERE tenant = ? AND "
+            f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE tenant = ? AND "
             "(entity_id = ? OR json_extract_string(meta, '$.to') = ?) ORDER BY seq",
             [tenant, eid, eid])
         if not rows:
@@ -925,7 +1008,7 @@ class Store:
                                       or value < 0):
                 raise ValidationError(f"{name} must be a non-negative integer", field=name)
         params: list[Any] = [since_seq]
-        sql = f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM events WHERE seq > ?"
+        sql = f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE seq > ?"
         if until_seq is not None:
             sql += " AND seq <= ?"
             params.append(until_seq)
@@ -937,10 +1020,12 @@ class Store:
 
     def verify_audit(self) -> AuditReport:
         """Check the whole hash chain; names the first bad seq."""
-        erased = {(t, e) for t, e in self.db.fetchall(
-            "SELECT tenant, entity_id FROM events WHERE op = 'erase'")}
-        cur = self.db.reader().execute(
-            f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM events ORDER BY seq")
+        with self.db.no_writes():  # the reads below see exactly the chain up to self._seq
+            last_written = self._seq
+            erased = {(t, e) for t, e in self.db.fetchall(
+                f"SELECT tenant, entity_id FROM {EVENTS_ALL} WHERE op = 'erase'")}
+            cur = self.db.reader().execute(
+                f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} ORDER BY seq")
 
         def rows() -> Iterable[tuple[Any, ...]]:
             while True:
@@ -949,11 +1034,65 @@ class Store:
                     return
                 yield from batch
 
-        return audit.verify_rows(rows(), erased=erased)
+        report = audit.verify_rows(rows(), erased=erased)
+        if report.ok and report.last_seq != last_written:
+            # a consistent chain that ends too early (or late): events were cut off the end
+            return report.model_copy(update={
+                "ok": False, "first_bad_seq": min(report.last_seq, last_written) + 1,
+                "problem": f"the log ends at seq {report.last_seq} but this store wrote up "
+                           f"to seq {last_written} (events were removed or added at the end)"})
+        return report
 
     def close(self) -> None:
         """Close the database."""
         self.db.close()
+
+    def record_embedding_model(self, model_id: str, dim: int, *, tenant: str,
+                               actor: str | None = None) -> str | None:
+        """Remember the embedding model in use; the previous model's ID if it changed.
+
+        A change appends one audit event with op "reindex" (before / after name the models),
+        so the re-embedding that follows is audited; the first model is recorded silently.
+        """
+        row = self.db.fetchone("SELECT value FROM meta WHERE key = 'embedding_model'")
+        if row is not None and row[0] == model_id:
+            return None
+        with self.db.write() as con:
+            row = con.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+            previous = None if row is None else str(row[0])
+            if previous == model_id:
+                return None
+            con.execute("INSERT INTO meta VALUES ('embedding_model', ?) ON CONFLICT (key) "
+                        "DO UPDATE SET value = excluded.value", [model_id])
+            if previous is None:
+                return None
+            self._next_event(
+                con, tenant=tenant, op="reindex", type_name=None, entity_id=None,
+                version_before=None, version_after=None, before={"model_id": previous},
+                after={"model_id": model_id, "dim": dim}, actor=actor,
+                reason="embedding model changed", trace_id=None,
+                meta={"from": previous, "to": model_id, "dim": dim},
+            )
+            return previous
+
+
+def _aware_datetimes(etype: EntityType, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its datetime values (stored as naive UTC) made timezone-aware UTC."""
+
+    def aware(value: Any) -> Any:
+        if isinstance(value, str):
+            value = dt.datetime.fromisoformat(value)
+        return to_aware_utc(value)
+
+    for name, spec in etype.fields.items():
+        value = data.get(name)
+        if value is None:
+            continue
+        if spec.type == "datetime":
+            data[name] = aware(value)
+        elif spec.type == "list" and spec.item == "datetime":
+            data[name] = [None if v is None else aware(v) for v in value]
+    return data
 
 
 def _sqlt(spec: Any) -> str:

@@ -57,21 +57,31 @@ def _column_ddl(name: str, spec: FieldSpec) -> str:
 def create_type_table(con: duckdb.DuckDBPyConnection, etype: EntityType) -> None:
     """Create the typed table of an entity type."""
     cols = ", ".join(_column_ddl(n, s) for n, s in etype.fields.items())
+    # No PRIMARY KEY here: DuckDB 1.4 rewrites an UPDATE of a list column as delete + insert,
+    # which fails to commit ("write-write conflict on key") while any reader holds an older
+    # snapshot. IDs are unique through entity_index's primary key; a plain index keeps
+    # lookups by ID fast.
     con.execute(
         f"""CREATE TABLE IF NOT EXISTS {table_name(etype.name)} (
-            id VARCHAR PRIMARY KEY, tenant VARCHAR NOT NULL, version INTEGER NOT NULL,
+            id VARCHAR NOT NULL, tenant VARCHAR NOT NULL, version INTEGER NOT NULL,
             created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, deleted_at TIMESTAMP,
             deleted_seq BIGINT, text_hash VARCHAR, {cols})"""
     )
+    con.execute(f"CREATE INDEX IF NOT EXISTS {q(f'ent_{etype.name}_id')} "
+                f"ON {table_name(etype.name)} (id)")
 
 
 def add_columns(con: duckdb.DuckDBPyConnection, typedef: TypeDef, added: list[str]) -> None:
     """Add new fields to a type's table; existing rows get the field's default."""
     from .sql import bind_value
 
+    # every ALTER before any UPDATE: DuckDB 1.4 refuses to commit a transaction that alters a
+    # table after updating or deleting rows of it ("another transaction has altered this table")
     for name in added:
         spec = typedef.fields[name]
         con.execute(f"ALTER TABLE {table_name(typedef.name)} ADD COLUMN {_column_ddl(name, spec)}")
+    for name in added:
+        spec = typedef.fields[name]
         if spec.default is not None:
             con.execute(
                 f"UPDATE {table_name(typedef.name)} SET {q(name)} = CAST(? AS {sql_type(spec)})",

@@ -42,7 +42,7 @@ def as_of_table_sql(etype: EntityType, tenant: str, seq: int, params: list[Any])
         json_extract_string(after, '$.text_hash') AS text_hash,
         {fields}
       FROM (
-        SELECT after, redacted FROM events
+        SELECT after, redacted FROM events_all
         WHERE tenant = ? AND type = ? AND seq <= ? AND op IN {ENTITY_OPS_SQL}
         QUALIFY row_number() OVER (PARTITION BY entity_id ORDER BY seq DESC) = 1
       ) AS latest

@@ -1,0 +1,52 @@
+"""Memory lifecycle: prompt context, deterministic summaries, event archiving and rules.
+
+``install(store)`` (called once by ``Memory.open``) loads the store's rules and registers the
+write hooks that run inside every write transaction: erasure reaching the event archive
+(:mod:`.archive`) and rule evaluation (:mod:`.rules`). The ``Memory`` methods ``context``,
+``summarize``, ``archive_events``, ``open_constraints`` and ``define_rule`` delegate here.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+
+import duckdb
+
+from ..store import Store
+from .archive import ArchiveFile, ArchiveResult, redact_archived
+from .context import MemoryContext
+from .rules import CompiledRule, RuleDef, RuleEngine
+from .summaries import SummaryResult
+
+__all__ = [
+    "ArchiveFile",
+    "ArchiveResult",
+    "CompiledRule",
+    "MemoryContext",
+    "RuleDef",
+    "RuleEngine",
+    "SummaryResult",
+    "install",
+]
+
+_ENGINES: weakref.WeakKeyDictionary[Store, RuleEngine] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def install(store: Store) -> RuleEngine:
+    """The store's rule engine, loading it and registering the write hooks the first time."""
+    with _LOCK:
+        engine = _ENGINES.get(store)
+        if engine is None:
+            engine = RuleEngine(store)
+            store.write_hooks.append(functools.partial(_redact, store))
+            store.write_hooks.append(engine.on_write)
+            _ENGINES[store] = engine
+        return engine
+
+
+def _redact(store: Store, con: duckdb.DuckDBPyConnection, tenant: str, op: str,
+            type_name: str, entity_id: str) -> None:
+    redact_archived(con, store, tenant, op, type_name, entity_id)

@@ -1,0 +1,219 @@
+"""Archiving the audit log: old events move to Parquet files and stay readable.
+
+``archive_events(store, before_seq, dest)`` copies the hot events with ``seq < before_seq``
+to one Parquet file (DuckDB's ``COPY ... TO ... (FORMAT parquet)``), reads the file back to
+check it holds exactly those events, deletes them from the hot ``events`` table and records a
+checkpoint row in ``event_archive`` (file, first and last seq, the last event's chain hash,
+count, SHA-256 of the file) — all in one transaction, followed by one audit event
+``op="archive"``. Every reader of the log (history, events, verify_audit, ``as_of`` reads)
+reads the ``events_all`` view, hot table ``UNION ALL`` the archive files, which is recreated
+whenever the archive changes and when the store opens; ``verify_audit`` therefore re-reads the
+archived events and checks the whole chain. The newest event always stays hot (the archive
+event itself), so ``max(seq)`` of the hot table is the log's head.
+
+Erasure reaches the archive: erasing an entity rewrites the archive files holding its events
+with their snapshots redacted (a new file, swapped in by the same transaction; the old file is
+deleted after commit). A snapshot (``Memory.snapshot``) copies the archive files into
+``<snapshot>/archived_events/`` and a restore copies them into the new memory directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel
+
+from ..errors import Conflict, ValidationError
+from ..store import Store
+from ..store.audit import EVENT_COLUMNS
+from ..store.store import EVENTS_ALL
+from ..store.tables import ENTITY_OPS
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_DIR = "archived_events"
+FILE_PATTERN = "events-{first:012d}-{last:012d}.parquet"
+_COLS = ", ".join(EVENT_COLUMNS)
+
+
+class ArchiveFile(BaseModel):
+    """One archive file and its checkpoint: seq range, last chain hash, count, file hash."""
+
+    file: str
+    first_seq: int
+    last_seq: int
+    last_hash: str
+    events: int
+    sha256: str
+    archived_seq: int
+
+
+class ArchiveResult(BaseModel):
+    """What ``archive_events`` moved (``moved == 0``: nothing to archive, nothing written)."""
+
+    moved: int
+    file: ArchiveFile | None = None
+    seq: int | None = None
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sql_path(path: Path) -> str:
+    text = str(path.resolve())
+    if "'" in text:
+        raise ValidationError("archive paths may not contain quotes", field="dest")
+    return text
+
+
+def archive_files(store: Store) -> list[ArchiveFile]:
+    """Every archive file's checkpoint, oldest first."""
+    rows = store.db.fetchall(
+        "SELECT file, first_seq, last_seq, last_hash, events, sha256, archived_seq "
+        "FROM event_archive ORDER BY first_seq, file")
+    keys = ArchiveFile.model_fields
+    return [ArchiveFile(**dict(zip(keys, r, strict=True))) for r in rows]
+
+
+def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: str,
+                   actor: str | None = None, reason: str | None = None) -> ArchiveResult:
+    """Move the hot events with ``seq < before_seq`` into a Parquet file under ``dest``."""
+    if isinstance(before_seq, bool) or not isinstance(before_seq, int) or before_seq < 1:
+        raise ValidationError("before_seq must be a positive integer", field="before_seq")
+    if not isinstance(dest, (str, Path)) or not str(dest):
+        raise ValidationError("dest must be a directory path", field="dest")
+    directory = Path(dest)
+    if directory.exists() and not directory.is_dir():
+        raise ValidationError(f"{directory} is not a directory", field="dest")
+    with store.db.write() as con:
+        before_seq = min(before_seq, store.last_seq + 1)
+        first, last, count = con.execute(
+            "SELECT min(seq), max(seq), count(*) FROM events WHERE seq < ?", [before_seq]
+        ).fetchone() or (None, None, 0)
+        if not count:
+            return ArchiveResult(moved=0)
+        if last - first + 1 != count:  # pragma: no cover - the hot log is gap-free
+            raise Conflict("the hot events below before_seq are not contiguous",
+                           field="before_seq")
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / FILE_PATTERN.format(first=first, last=last)
+        target = _sql_path(path)
+        if con.execute("SELECT 1 FROM event_archive WHERE file = ?", [target]).fetchone():
+            raise Conflict(f"archive file {target} is already in use", field="dest")
+        con.execute(f"COPY (SELECT {_COLS} FROM events WHERE seq < ? ORDER BY seq) "
+                    f"TO '{target}' (FORMAT parquet)", [before_seq])
+        store.db.on_rollback(lambda: path.unlink(missing_ok=True))
+        back = con.execute(f"SELECT count(*), min(seq), max(seq) FROM read_parquet('{target}')"
+                           ).fetchone()
+        if back != (count, first, last):  # pragma: no cover - DuckDB wrote what it read
+            raise Conflict(f"archive file {target} does not read back as written")
+        hash_row = con.execute("SELECT hash FROM events WHERE seq = ?", [last]).fetchone()
+        last_hash = str(hash_row[0]) if hash_row else ""
+        digest = file_sha256(path)
+        con.execute("DELETE FROM events WHERE seq < ?", [before_seq])
+        record = ArchiveFile(file=target, first_seq=first, last_seq=last, last_hash=last_hash,
+                             events=count, sha256=digest, archived_seq=store.last_seq + 1)
+        con.execute("INSERT INTO event_archive VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    list(record.model_dump().values()))
+        store.refresh_events_view(con)
+        seq = store.append_event(
+            con, tenant=tenant, op="archive", type_name=None, entity_id=None,
+            version_before=None, version_after=None, before=None,
+            after=record.model_dump(exclude={"archived_seq"}), actor=actor, reason=reason,
+            trace_id=None, meta={"first_seq": first, "last_seq": last, "last_hash": last_hash,
+                                 "events": count})
+    log.info("archived events %s..%s to %s", first, last, target)
+    return ArchiveResult(moved=count, file=record, seq=seq)
+
+
+# ---------------------------------------------------------------- erasure
+
+
+def redact_archived(con: duckdb.DuckDBPyConnection, store: Store, tenant: str, op: str,
+                    _type_name: str, entity_id: str) -> None:
+    """Write hook: an erase also redacts the entity's snapshots in the archive files."""
+    if op != "erase":
+        return
+    ops = ", ".join(f"'{o}'" for o in ENTITY_OPS)
+    match = f"(tenant = ? AND entity_id = ? AND op IN ({ops}) AND NOT redacted)"
+    rows = con.execute("SELECT file, first_seq, last_seq FROM event_archive "
+                       "ORDER BY first_seq, file").fetchall()
+    erase_seq = store.last_seq
+    for old, first, last in rows:
+        if not Path(old).is_file():
+            log.error("archive file %s is missing: cannot redact %s in it", old, entity_id)
+            continue
+        hit = con.execute(f"SELECT count(*) FROM read_parquet('{old}') WHERE {match}",
+                          [tenant, entity_id]).fetchone()
+        if not hit or not hit[0]:
+            continue
+        new = Path(old).with_name(FILE_PATTERN.format(first=first, last=last)
+                                  .replace(".parquet", f".e{erase_seq}.parquet"))
+        target = _sql_path(new)
+        cols = ", ".join(
+            f"CASE WHEN m THEN NULL ELSE {c} END AS {c}" if c in ("before", "after")
+            else ("(redacted OR m) AS redacted" if c == "redacted" else c)
+            for c in EVENT_COLUMNS)
+        con.execute(f"COPY (SELECT {cols} FROM (SELECT *, {match} AS m FROM "
+                    f"read_parquet('{old}')) ORDER BY seq) TO '{target}' (FORMAT parquet)",
+                    [tenant, entity_id])
+        store.db.on_rollback(functools.partial(new.unlink, missing_ok=True))
+        store.db.after_commit(functools.partial(Path(old).unlink, missing_ok=True))
+        con.execute("UPDATE event_archive SET file = ?, sha256 = ? WHERE file = ?",
+                    [target, file_sha256(new), old])
+        store.refresh_events_view(con)
+
+
+# ---------------------------------------------------------------- snapshots
+
+
+@contextmanager
+def exporting(store: Store, con: duckdb.DuckDBPyConnection, dest: Path) -> Iterator[None]:
+    """Around EXPORT DATABASE: export a hot-only view, then copy the archive files along."""
+    con.execute(f"CREATE OR REPLACE VIEW {EVENTS_ALL} AS SELECT {_COLS} FROM events")
+    try:
+        yield
+    finally:
+        store.refresh_events_view(con)
+    files = [r[0] for r in con.execute("SELECT file FROM event_archive ORDER BY file")
+             .fetchall()]
+    if files:
+        (dest / SNAPSHOT_DIR).mkdir(exist_ok=True)
+    for name in files:
+        shutil.copy2(name, dest / SNAPSHOT_DIR / Path(name).name)
+
+
+def restore_files(con: duckdb.DuckDBPyConnection, src: Path, directory: Path) -> None:
+    """After IMPORT DATABASE: copy a snapshot's archive files in and point the checkpoints there."""
+    try:
+        rows = con.execute("SELECT file, sha256 FROM event_archive ORDER BY file").fetchall()
+    except duckdb.CatalogException:  # a snapshot from before archiving existed
+        return
+    if rows:
+        (directory / SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
+    for old, digest in rows:
+        source = src / SNAPSHOT_DIR / Path(old).name
+        if not source.is_file():
+            raise ValidationError(f"the snapshot lacks the archive file {source.name}",
+                                  field="src")
+        target = directory / SNAPSHOT_DIR / source.name
+        shutil.copy2(source, target)
+        if file_sha256(target) != digest:
+            raise ValidationError(f"archive file {source.name} does not match its checkpoint",
+                                  field="src")
+        con.execute("UPDATE event_archive SET file = ? WHERE file = ?",
+                    [_sql_path(target), old])

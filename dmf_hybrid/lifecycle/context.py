@@ -1,0 +1,415 @@
+"""Prompt context: a compact, deterministic description of what an agent needs now.
+
+``build_context(mem, focus_ids, query, budget_tokens, as_of)`` returns a :class:`MemoryContext`:
+a text for the prompt and the structured data behind it. Sections, in this order (which is
+also their priority when the token budget runs out):
+
+1. ``Focus``: each focus entity with its ID, type, version and non-empty fields (identity
+   fields first), read at the context's seq;
+2. ``Open constraints``: open ``Constraint`` entities on the focus entities (all of them
+   when there is no focus);
+3. ``Relations``: the focus entities' direct links, both directions, with the other end's
+   type and label;
+4. ``Search``: given a query, the top ``k`` hits over every embedded type (score desc, ID);
+5. ``Recent changes``: the newest audit events of the focus entities (of the tenant when
+   there is no focus), newest first, described without times;
+6. ``Entities``: per type, how many there are and the IDs of the most recently changed.
+
+Lines are added in that order while they fit ``budget_tokens`` (a focus entity whose full
+line does not fit is shown by type, ID, version and label only); a section whose first line
+does not fit is left out, and the last line says how many items were left out. The
+structured lists hold exactly the items the text shows. Every ID in
+the text is read from the store (focus IDs that do not exist raise NotFound), and the same
+state and arguments give byte-identical text: every list has a deterministic order with the ID
+as last key, numbers have fixed formats, and no wall-clock time appears.
+
+Token counting: the embedder's ``count_tokens`` (the model's tokenizer) when it has one,
+otherwise the approximation ``ceil(len(line) / 4)``; either is summed line by line (with the
+newline), which never undercounts the approximation and adds the tokenizer's special tokens
+once per line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import NotFound, ValidationError
+from ..models import AuditEvent, Entity
+from ..store import audit
+from ..store.store import EVENTS_ALL, check_id
+from .rules import CONSTRAINT_TYPE
+from .summaries import SUMMARY_TYPE, _value, describe_event
+
+if TYPE_CHECKING:
+    from ..memory import Memory
+
+MAX_FOCUS = 50
+MAX_QUERY_CHARS = 2000
+MIN_BUDGET, MAX_BUDGET = 32, 100_000
+MAX_RELATIONS = 20
+MAX_CONSTRAINTS = 20
+MAX_CHANGES = 12
+MAX_OVERVIEW_IDS = 5
+MAX_FIELDS = 12
+LABEL_FIELDS = ("name", "title", "label", "handle", "destination", "message", "text")
+APPROX = "ceil(chars/4)"
+
+
+class ContextEntity(BaseModel):
+    """An entity as the context shows it."""
+
+    id: str
+    type: str
+    version: int
+    label: str | None = None
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
+class ContextLink(BaseModel):
+    """A direct link of a focus entity."""
+
+    from_id: str
+    relation: str
+    to_id: str
+    other_type: str
+    other_label: str | None = None
+
+
+class ContextHit(BaseModel):
+    """A search hit for the context's query."""
+
+    id: str
+    type: str
+    score: float
+    label: str | None = None
+
+
+class ContextChange(BaseModel):
+    """A recent audit event, described without its time."""
+
+    seq: int
+    op: str
+    type: str | None = None
+    entity_id: str | None = None
+    text: str
+
+
+class MemoryContext(BaseModel):
+    """Prompt context: ``text`` and the structured data it shows (only what fitted)."""
+
+    text: str
+    tokens: int
+    budget_tokens: int
+    token_counter: str
+    as_of_seq: int
+    truncated: bool = False
+    omitted: int = Field(0, description="Items left out for the token budget.")
+    focus: list[ContextEntity] = Field(default_factory=list)
+    constraints: list[ContextEntity] = Field(default_factory=list)
+    relations: list[ContextLink] = Field(default_factory=list)
+    hits: list[ContextHit] = Field(default_factory=list)
+    changes: list[ContextChange] = Field(default_factory=list)
+    types: dict[str, int] = Field(default_factory=dict)
+    ids: list[str] = Field(default_factory=list, description="Every entity ID in the text.")
+
+
+def approx_tokens(text: str) -> int:
+    """The documented approximation: one token per 4 characters, rounded up."""
+    return math.ceil(len(text) / 4)
+
+
+def token_counter(mem: Memory) -> tuple[Callable[[str], int], str]:
+    """The embedder's tokenizer count when it has one, else the approximation; and its name."""
+    embedder = getattr(mem.engine, "embedder", None)
+    count = getattr(embedder, "count_tokens", None)
+    if callable(count):
+        return count, f"{getattr(embedder, 'model_id', 'model')} tokenizer"
+    return approx_tokens, APPROX
+
+
+def label(entity: Entity) -> str | None:
+    """A short human label of an entity (its name-like field), or None."""
+    data = entity.fields()
+    etype_fields = list(data)
+    for name in (*LABEL_FIELDS, *etype_fields):
+        value = data.get(name)
+        if isinstance(value, str) and value:
+            return _value(value)
+    return None
+
+
+def _entity_item(mem: Memory, entity: Entity) -> ContextEntity:
+    etype = mem.get_type(entity.type)
+    identity = tuple(etype.typedef.identity or ())
+    data = entity.fields()
+    order = [n for n in identity if n in data] + [n for n in etype.fields if n not in identity]
+    fields = {n: data[n] for n in order if data.get(n) not in (None, [], "")}
+    return ContextEntity(id=entity.id, type=entity.type, version=entity.version,
+                         label=label(entity), fields=fields)
+
+
+def _fields_text(fields: dict[str, Any]) -> str:
+    parts = [f"{n}={_value(v)}" for n, v in fields.items()]
+    more = len(parts) - MAX_FIELDS
+    return "; ".join(parts[:MAX_FIELDS]) + (f"; … {more} more" if more > 0 else "")
+
+
+class _Builder:
+    def __init__(self, count: Callable[[str], int], budget: int) -> None:
+        self.count, self.budget = count, budget
+        self.lines: list[str] = []
+        self.used = 0
+        self.omitted = 0
+        self.reserve = count("(999 more items left out for the token budget)\n")
+
+    def fits(self, line: str) -> bool:
+        return self.used + self.count(line + "\n") + self.reserve <= self.budget
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+        self.used += self.count(line + "\n")
+
+    def section(self, title: str, items: Sequence[tuple[str, Any]],
+                short: Sequence[str] = ()) -> list[Any]:
+        """Add a section's lines while they fit (else their ``short`` form); kept payloads."""
+        kept: list[Any] = []
+        if not items:
+            return kept
+        header = f"## {title}"
+        first = items[0][0] if self.fits(items[0][0]) or not short else short[0]
+        if not self.fits(header + "\n" + first):
+            self.omitted += len(items)
+            return kept
+        self.add(header)
+        for i, (line, payload) in enumerate(items):
+            if not self.fits(line):
+                if i >= len(short) or not self.fits(short[i]):
+                    self.omitted += len(items) - i
+                    break
+                line = short[i]
+            self.add(line)
+            kept.append(payload)
+        return kept
+
+
+def _check_args(focus_ids: Any, query: Any, budget_tokens: Any, k: Any) -> list[str]:
+    if focus_ids is None:
+        focus: list[str] = []
+    elif isinstance(focus_ids, (str, bytes)) or not isinstance(focus_ids, Sequence):
+        raise ValidationError("focus_ids must be a list of entity IDs", field="focus_ids")
+    else:
+        focus = list(dict.fromkeys(check_id(f, "focus_ids") for f in focus_ids))
+    if len(focus) > MAX_FOCUS:
+        raise ValidationError(f"at most {MAX_FOCUS} focus_ids", field="focus_ids")
+    if query is not None and (not isinstance(query, str) or not query.strip()
+                              or len(query) > MAX_QUERY_CHARS):
+        raise ValidationError(f"query must be a non-empty string of at most {MAX_QUERY_CHARS} "
+                              "characters", field="query")
+    if (isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int)
+            or not MIN_BUDGET <= budget_tokens <= MAX_BUDGET):
+        raise ValidationError(f"budget_tokens must be an integer from {MIN_BUDGET} to "
+                              f"{MAX_BUDGET}", field="budget_tokens")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 50:
+        raise ValidationError("k must be an integer from 1 to 50", field="k")
+    return focus
+
+
+def _recent_events(mem: Memory, focus: list[str], seq: int) -> list[AuditEvent]:
+    cols = ", ".join(audit.EVENT_COLUMNS)
+    params: list[Any] = [mem.tenant, seq]
+    where = "tenant = ? AND seq <= ? AND op IN ('create', 'update', 'append', 'delete', " \
+            "'restore', 'erase', 'link', 'unlink', 'rule')"
+    if focus:
+        marks = ",".join("?" * len(focus))
+        where += f" AND (entity_id IN ({marks}) OR json_extract_string(meta, '$.to') IN ({marks}))"
+        params += focus + focus
+    rows = mem._store.db.fetchall(
+        f"SELECT {cols} FROM {EVENTS_ALL} WHERE {where} ORDER BY seq DESC LIMIT {MAX_CHANGES}",
+        params)
+    return [audit.row_to_event(r) for r in rows]
+
+
+def build_context(mem: Memory, focus_ids: Any = None, query: Any = None,
+                  budget_tokens: Any = 800, as_of: Any = None, *, k: Any = 5) -> MemoryContext:
+    """The prompt context for the focus entities and query at ``as_of`` (see the module doc)."""
+    focus = _check_args(focus_ids, query, budget_tokens, k)
+    resolved = mem._store.resolve_as_of(as_of)
+    seq = mem.last_seq if resolved is None else resolved
+    count, counter_name = token_counter(mem)
+    b = _Builder(count, budget_tokens)
+    b.add(f"# Memory context at seq {seq}")
+    types = {t.name: t for t in mem.types()}
+    out = MemoryContext(text="", tokens=0, budget_tokens=budget_tokens,
+                        token_counter=counter_name, as_of_seq=seq)
+
+    entities = [mem.get(fid, as_of=resolved) for fid in focus]
+    items = [_entity_item(mem, e) for e in entities]
+    out.focus = b.section(
+        "Focus", [(f"- {i.type} {i.id} v{i.version}: {_fields_text(i.fields)}", i)
+                  for i in items],
+        short=[f"- {i.type} {i.id} v{i.version}{': ' + i.label if i.label else ''}"
+               for i in items])
+
+    if CONSTRAINT_TYPE in types and "status" in types[CONSTRAINT_TYPE].fields:
+        where: dict[str, Any] = {"status": "open"}
+        if focus:
+            where["subject"] = {"$in": focus}
+        page = mem.query(CONSTRAINT_TYPE, where, order_by=["created_at"],
+                         limit=min(MAX_CONSTRAINTS, mem.settings.max_page_size), as_of=resolved)
+        citems = [_entity_item(mem, c) for c in page.items]
+        out.constraints = b.section("Open constraints", [
+            (f"- {c.type} {c.id} on {c.fields.get('subject')} ({c.fields.get('kind')}, "
+             f"rule {c.fields.get('rule')}): {c.fields.get('message') or ''}".rstrip(": "), c)
+            for c in citems])
+
+    links: list[tuple[str, ContextLink]] = []
+    for entity in entities:
+        for link in _direct_links(mem, entity.id, resolved):
+            links.append((f"- {link.from_id} -{link.relation}-> {link.to_id} "
+                          f"({link.other_type}"
+                          f"{' ' + link.other_label if link.other_label else ''})", link))
+    out.relations = b.section("Relations", links)
+
+    if query is not None and mem.engine is not None:
+        pool: list[ContextHit] = []
+        for tname in sorted(types):
+            if types[tname].typedef.embed is None or tname == SUMMARY_TYPE and focus:
+                continue
+            result = mem.search(tname, query, k=k, as_of=resolved)
+            pool += [ContextHit(id=h.entity.id, type=tname, score=round(h.score, 6),
+                                label=label(h.entity)) for h in result.hits]
+        pool.sort(key=lambda h: (-h.score, h.id))
+        out.hits = b.section(f"Search: {_value(query)}", [
+            (f"- {h.type} {h.id} (score {h.score:.3f}){' ' + h.label if h.label else ''}", h)
+            for h in pool[:k]])
+
+    changes = []
+    for event in _recent_events(mem, focus, seq):
+        change = ContextChange(seq=event.seq, op=event.op, type=event.type,
+                               entity_id=event.entity_id, text=describe_event(event))
+        changes.append((f"- seq {event.seq} {event.type or ''} {event.entity_id or ''}: "
+                        f"{change.text}", change))
+    out.changes = b.section("Recent changes", changes)
+
+    overview = []
+    for tname in sorted(types):
+        total = mem.count(tname, as_of=resolved)
+        if not total:
+            continue
+        shown = _recently_changed(mem, tname, seq, resolved)
+        more = ", …" if total > len(shown) else ""
+        overview.append((f"- {tname}: {total} ({', '.join(shown)}{more})", (tname, total,
+                                                                            shown)))
+    kept = b.section("Entities", overview)
+    out.types = {t: n for t, n, _ in kept}
+
+    if b.omitted:
+        b.add(f"({b.omitted} more items left out for the token budget)")
+    text = "\n".join(b.lines) + "\n"
+    return out.model_copy(update={"text": text, "tokens": b.used, "truncated": b.omitted > 0,
+                                  "omitted": b.omitted, "ids": mentioned_ids(mem, text)})
+
+
+def _direct_links(mem: Memory, entity_id: str, as_of: int | None) -> list[ContextLink]:
+    """Up to MAX_RELATIONS live links of an entity, by (relation, direction, other ID)."""
+    found = mem._store.links(mem.tenant, [entity_id], None, "both", as_of)
+    ordered = sorted(found, key=lambda x: (x[1], x[3], x[2] if x[3] == "out" else x[0]))
+    out: list[ContextLink] = []
+    for a, relation, b, tag in ordered:
+        if len(out) >= MAX_RELATIONS:
+            break
+        other_id = b if tag == "out" else a
+        if other_id == entity_id and tag == "in":
+            continue  # a self-link is listed once, as outgoing
+        try:
+            other = mem.get(other_id, as_of=as_of)
+        except NotFound:
+            continue
+        out.append(ContextLink(from_id=a, relation=relation, to_id=b, other_type=other.type,
+                               other_label=label(other)))
+    return out
+
+
+def _recently_changed(mem: Memory, type_name: str, seq: int, as_of: int | None) -> list[str]:
+    """IDs of a type's live entities whose last change is newest (by audit seq, then ID)."""
+    rows = mem._store.db.fetchall(
+        f"SELECT entity_id, max(seq) AS last FROM {EVENTS_ALL} WHERE tenant = ? AND type = ? "
+        "AND seq <= ? AND entity_id IS NOT NULL AND op IN ('create', 'update', 'append', "
+        "'restore') GROUP BY entity_id ORDER BY last DESC, entity_id LIMIT ?",
+        [mem.tenant, type_name, seq, MAX_OVERVIEW_IDS * 4])
+    ids = [r[0] for r in rows]
+    if as_of is None:
+        live = set(mem._store.get_many(mem.tenant, type_name, ids))
+    else:
+        live = {i for i in ids if _exists(mem, i, as_of)}
+    return [i for i in ids if i in live][:MAX_OVERVIEW_IDS]
+
+
+def _exists(mem: Memory, entity_id: str, as_of: int) -> bool:
+    try:
+        mem.get(entity_id, as_of=as_of)
+    except NotFound:
+        return False
+    return True
+
+
+def mentioned_ids(mem: Memory, text: str) -> list[str]:
+    """The entity IDs of this tenant that a text mentions, sorted."""
+    words = {w.strip("(),;:") for w in text.split()}
+    candidates = sorted(w for w in words if w and _looks_like_id(w))
+    found: list[str] = []
+    for i in range(0, len(candidates), 1000):
+        part = candidates[i:i + 1000]
+        marks = ",".join("?" * len(part))
+        found += [r[0] for r in mem._store.db.fetchall(
+            f"SELECT id FROM entity_index WHERE tenant = ? AND id IN ({marks})",
+            [mem.tenant, *part])]
+    return sorted(found)
+
+
+def _looks_like_id(word: str) -> bool:
+    try:
+        check_id(word)
+    except ValidationError:
+        return False
+    return "_" in word
+
+
+def context_tool_definition() -> dict[str, Any]:
+    """The function-calling definition of the ``context`` agent tool."""
+    return {
+        "name": "context",
+        "description": "Get a compact, current description of memory for the prompt: the focus "
+                       "entities with their IDs and fields, their links, open constraints, recent "
+                       "changes and (with a query) the top search hits. Use the IDs it lists; "
+                       "never guess IDs. Returns {text, ids, ...}.",
+        "parameters": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "focus_ids": {"type": "array", "maxItems": MAX_FOCUS,
+                              "items": {"type": "string"},
+                              "description": "IDs of the entities the task is about."},
+                "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
+                          "description": "What to look for (adds search hits)."},
+                "budget_tokens": {"type": "integer", "minimum": MIN_BUDGET,
+                                  "maximum": MAX_BUDGET, "default": 800},
+                "as_of": {"type": "integer", "minimum": 0,
+                          "description": "Describe memory as of this audit seq."},
+            },
+        },
+    }
+
+
+def call_context_tool(mem: Memory, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Run the ``context`` tool: ``{text, ids, as_of_seq, tokens, truncated}``."""
+    unknown = sorted(set(arguments) - {"focus_ids", "query", "budget_tokens", "as_of"})
+    if unknown:
+        raise ValidationError(f"context takes no argument {unknown[0]!r}", field=unknown[0])
+    result = build_context(mem, arguments.get("focus_ids"), arguments.get("query"),
+                           arguments.get("budget_tokens", 800), arguments.get("as_of"))
+    return result.model_dump(mode="json", include={"text", "ids", "as_of_seq", "tokens",
+                                                   "truncated"})

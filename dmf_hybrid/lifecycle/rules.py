@@ -1,0 +1,680 @@
+"""Rules: declarative conditions over an entity and its relations that raise Constraints.
+
+A rule is data, declared per domain in ``indexes/*.toml`` next to the types::
+
+    [rules.trip_over_budget]
+    description = "The estimated cost of a trip's points of interest exceeds its budget."
+    condition = "sum(PointOfInterest.estimated_cost via includes) > budget"
+    trigger = { type = "Trip", where = { budget = { "$gt" = 0 } } }
+    action = { kind = "budget", link = "has", message = "cost {value} > budget {threshold}" }
+
+``trigger``: ``type`` (required), ``ops`` (default: every entity op plus link and unlink) and
+an optional ``where`` in the filter language. ``action``: the ``kind`` of the Constraint, an
+optional ``link`` (a relation of the trigger type to ``Constraint``) and a ``message`` whose
+plain ``{placeholders}`` may be ``value``, ``threshold`` (the two sides of the condition),
+``subject`` and ``rule``.
+
+Condition grammar (nothing else is accepted; it is compiled to SQL with bound values and
+checked field names at definition time)::
+
+    condition := expr (> | >= | < | <= | == | !=) expr
+    expr      := term (('+' | '-') term)*      term := unary (('*' | '/') unary)*
+    unary     := '-' unary | NUMBER | FIELD | '(' expr ')' | aggregate
+    aggregate := (sum | avg | min | max | count) '(' Type.field via relation ')'
+               | count '(' Type via relation ')'
+               | overlaps '(' Type via relation, day = f, start = f, hours = f ')'
+
+``FIELD`` is a numeric or date field of the trigger entity; ``via`` follows the trigger
+type's own outgoing relation to live (not deleted) entities of ``Type``. ``overlaps`` counts
+the pairs of those entities on the same ``day`` whose ``[start, start + hours)`` intervals
+overlap (``start`` is an ``HH:MM`` text or a datetime; entities missing a value are not
+compared). A side that is NULL makes the condition false.
+
+Evaluation runs inside the write transaction of the triggering write (a Store write hook):
+after a mutation of the trigger type (one of ``ops``), and after an update, append, delete,
+restore or erase of an entity that a ``via`` relation reaches (for each trigger entity linking
+to it). The outcome is written to a ``Constraint`` whose ID derives from (subject, kind, rule),
+so re-evaluation is idempotent: ``raised`` (created), ``reopened``, ``updated`` (new values),
+``resolved`` (the condition stopped holding, or the entity left the trigger filter or was
+deleted). Each of those appends one audit event ``op="rule"`` with
+``meta = {rule, rule_version, entity_id, outcome, constraint_id}``; an evaluation that changes
+nothing writes nothing. Writes made by rules do not trigger rules (no recursion).
+
+Rules are stored with versions in the ``dmf_rules`` table (a changed definition is a new
+version, audited as ``op="define_rule"``) and reloaded when the memory opens.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import re
+import string
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..clock import to_naive_utc, utcnow
+from ..errors import NotFound, SchemaError
+from ..ids import canonical_json
+from ..schema import EntityType, parse_filter
+from ..store import Store
+from ..store.sql import compile_filter, q
+from ..store.tables import table_name
+
+log = logging.getLogger(__name__)
+
+RULE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+TRIGGER_OPS = ("create", "update", "append", "delete", "restore", "erase", "link", "unlink")
+#: Mutations of an entity a ``via`` relation reaches that re-evaluate its trigger entities.
+DEPENDENCY_OPS = ("update", "append", "delete", "restore", "erase")
+AGGREGATES = ("sum", "avg", "min", "max", "count")
+CONSTRAINT_TYPE = "Constraint"
+CONSTRAINT_FIELDS = ("subject", "kind", "rule", "message", "status")
+MESSAGE_PLACEHOLDERS = ("value", "threshold", "subject", "rule")
+MAX_CONDITION_CHARS = 500
+MAX_AGGREGATES = 8
+RULES_DDL = """CREATE TABLE IF NOT EXISTS dmf_rules (
+    name VARCHAR NOT NULL, version INTEGER NOT NULL, definition VARCHAR NOT NULL,
+    seq BIGINT NOT NULL, created_at TIMESTAMP NOT NULL, PRIMARY KEY (name, version))"""
+COMPARATORS = {">": ">", ">=": ">=", "<": "<", "<=": "<=", "==": "=", "!=": "<>"}
+_TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d+)?)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|"
+                    r"(?P<op>>=|<=|==|!=|[<>()+\-*/.,=]))")
+
+
+class RuleTrigger(BaseModel):
+    """When a rule is evaluated: a type, its operations and an optional filter."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str
+    ops: tuple[str, ...] = TRIGGER_OPS
+    where: dict[str, Any] | None = None
+
+
+class RuleAction(BaseModel):
+    """What a rule does while its condition holds: keep one Constraint open on the entity."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str = "other"
+    link: str | None = Field(None, description="Relation of the trigger type to Constraint.")
+    message: str = "{rule}: {value} against {threshold}"
+
+
+class RuleDef(BaseModel):
+    """A rule as data: the ``[rules.<name>]`` table of a TOML file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str | None = None
+    trigger: RuleTrigger
+    condition: str
+    action: RuleAction = RuleAction()
+
+
+class _Slot:
+    """A bound value filled in per evaluation (the trigger entity's ID or tenant)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+ENTITY, TENANT = _Slot("entity_id"), _Slot("tenant")
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    """A checked rule: its definition, version, SQL and the relations it depends on."""
+
+    definition: RuleDef
+    version: int
+    sql: str
+    head_params: tuple[Any, ...]
+    tail_params: tuple[Any, ...]
+    #: (type reached, relation) pairs of the ``via`` aggregates
+    dependencies: tuple[tuple[str, str], ...]
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    def params(self, entity_id: str, tenant: str) -> list[Any]:
+        """The bound values of ``sql`` for one trigger entity."""
+        head = [entity_id if p is ENTITY else tenant if p is TENANT else p
+                for p in self.head_params]
+        return [*head, entity_id, tenant, *self.tail_params]
+
+
+@dataclass
+class _Expr:
+    sql: str
+    params: list[Any]
+    kind: str  # "number", "date" or "datetime"
+
+
+@dataclass
+class _Parser:
+    rule: RuleDef
+    trigger: EntityType
+    store: Store
+    tokens: list[tuple[str, str, int]] = field(default_factory=list)
+    pos: int = 0
+    dependencies: list[tuple[str, str]] = field(default_factory=list)
+
+    def error(self, message: str) -> SchemaError:
+        return SchemaError(f"rule {self.rule.name}: condition {self.rule.condition!r}: {message}",
+                           field="condition")
+
+    def tokenize(self) -> None:
+        text = self.rule.condition
+        if not isinstance(text, str) or not text.strip():
+            raise self.error("the condition is empty")
+        if len(text) > MAX_CONDITION_CHARS:
+            raise self.error(f"the condition is longer than {MAX_CONDITION_CHARS} characters")
+        i = 0
+        while i < len(text):
+            if text[i:].strip() == "":
+                break
+            m = _TOKEN.match(text, i)
+            if m is None:
+                j = len(text[i:]) - len(text[i:].lstrip()) + i
+                raise self.error(f"unexpected {text[j]!r} at position {j} (a condition is an "
+                                 "aggregate comparison, not SQL)")
+            kind = m.lastgroup or "op"
+            self.tokens.append((kind, m.group(kind), m.start(kind)))
+            i = m.end()
+
+    def peek(self, offset: int = 0) -> tuple[str, str, int] | None:
+        i = self.pos + offset
+        return self.tokens[i] if i < len(self.tokens) else None
+
+    def take(self) -> tuple[str, str, int]:
+        token = self.peek()
+        if token is None:
+            raise self.error("it ends too early")
+        self.pos += 1
+        return token
+
+    def expect(self, value: str) -> None:
+        token = self.take()
+        if token[1] != value:
+            raise self.error(f"expected {value!r} at position {token[2]}, found {token[1]!r}")
+
+    def name(self, what: str) -> str:
+        kind, value, at = self.take()
+        if kind != "name":
+            raise self.error(f"expected {what} at position {at}, found {value!r}")
+        return value
+
+    # ---------------------------------------------------------------- grammar
+
+    def condition(self) -> tuple[_Expr, str, _Expr]:
+        self.tokenize()
+        lhs = self.expr()
+        token = self.take()
+        if token[1] not in COMPARATORS:
+            raise self.error(f"expected a comparison (> >= < <= == !=) at position {token[2]}, "
+                             f"found {token[1]!r}")
+        rhs = self.expr()
+        extra = self.peek()
+        if extra is not None:
+            raise self.error(f"unexpected {extra[1]!r} at position {extra[2]}")
+        if lhs.kind != rhs.kind:
+            raise self.error(f"cannot compare a {lhs.kind} with a {rhs.kind}")
+        return lhs, COMPARATORS[token[1]], rhs
+
+    def expr(self) -> _Expr:
+        left = self.term()
+        while (token := self.peek()) is not None and token[1] in ("+", "-"):
+            self.pos += 1
+            left = self.arith(left, token[1], self.term())
+        return left
+
+    def term(self) -> _Expr:
+        left = self.unary()
+        while (token := self.peek()) is not None and token[1] in ("*", "/"):
+            self.pos += 1
+            left = self.arith(left, token[1], self.unary())
+        return left
+
+    def arith(self, left: _Expr, op: str, right: _Expr) -> _Expr:
+        if left.kind != "number" or right.kind != "number":
+            raise self.error(f"'{op}' takes numbers, not {left.kind} and {right.kind}")
+        rsql = f"nullif({right.sql}, 0)" if op == "/" else right.sql
+        return _Expr(f"({left.sql} {op} {rsql})", left.params + right.params, "number")
+
+    def unary(self) -> _Expr:
+        token = self.take()
+        kind, value, at = token
+        if value == "-":
+            inner = self.unary()
+            if inner.kind != "number":
+                raise self.error("'-' takes a number")
+            return _Expr(f"(-{inner.sql})", inner.params, "number")
+        if kind == "num":
+            return _Expr("CAST(? AS DOUBLE)", [float(value)], "number")
+        if value == "(":
+            inner = self.expr()
+            self.expect(")")
+            return inner
+        if kind != "name":
+            raise self.error(f"unexpected {value!r} at position {at}")
+        nxt = self.peek()
+        if nxt is not None and nxt[1] == "(":
+            self.pos += 1
+            if len(self.dependencies) >= MAX_AGGREGATES:
+                raise self.error(f"at most {MAX_AGGREGATES} aggregates")
+            if value in AGGREGATES:
+                return self.aggregate(value)
+            if value == "overlaps":
+                return self.overlaps()
+            raise self.error(f"unknown function {value!r} (known: "
+                             f"{', '.join(AGGREGATES)}, overlaps)")
+        return self.own_field(value)
+
+    # ---------------------------------------------------------------- operands
+
+    def own_field(self, name: str) -> _Expr:
+        spec = self.trigger.fields.get(name)
+        if spec is None:
+            known = ", ".join(sorted(self.trigger.fields))
+            raise self.error(f"{self.trigger.name} has no field {name!r} (fields: {known})")
+        return _Expr(*_typed_column(self, f"e.{q(name)}", self.trigger.name, name, spec.type))
+
+    def target(self) -> tuple[EntityType, str | None, str]:
+        """``Type[.field] via relation``: the reached type, the field and the relation."""
+        type_name = self.name("a type name")
+        try:
+            etype = self.store.type_of(type_name)
+        except NotFound:
+            known = ", ".join(t.name for t in self.store.types())
+            raise self.error(f"unknown type {type_name!r} (known: {known})") from None
+        fname = None
+        if self.peek() is not None and self.peek()[1] == ".":  # type: ignore[index]
+            self.pos += 1
+            fname = self.name("a field name")
+            if fname not in etype.fields:
+                known = ", ".join(sorted(etype.fields))
+                raise self.error(f"{etype.name} has no field {fname!r} (fields: {known})")
+        if self.name("'via'") != "via":
+            raise self.error("expected 'via <relation>' after the aggregated type")
+        relation = self.name("a relation name")
+        spec = self.trigger.typedef.relations.get(relation)
+        if spec is None:
+            known = ", ".join(sorted(self.trigger.typedef.relations)) or "none"
+            raise self.error(f"{self.trigger.name} has no relation {relation!r} (known: {known})")
+        if spec.target not in ("*", etype.name):
+            raise self.error(f"{self.trigger.name}.{relation} links to {spec.target}, "
+                             f"not {etype.name}")
+        self.dependencies.append((etype.name, relation))
+        return etype, fname, relation
+
+    def aggregate(self, func: str) -> _Expr:
+        etype, fname, relation = self.target()
+        self.expect(")")
+        if fname is None:
+            if func != "count":
+                raise self.error(f"{func}() needs a field: {func}({etype.name}.<field> via ...)")
+            return _Expr(f"(SELECT count(x.id) FROM {_reached(etype)})",
+                         [TENANT, ENTITY, relation], "number")
+        sql_col, _, kind = _typed_column(self, f"x.{q(fname)}", etype.name, fname,
+                                         etype.fields[fname].type)
+        if func == "count":
+            return _Expr(f"(SELECT count({sql_col}) FROM {_reached(etype)})",
+                         [TENANT, ENTITY, relation], "number")
+        if func in ("sum", "avg") and kind != "number":
+            raise self.error(f"{func}() takes a numeric field, {etype.name}.{fname} is {kind}")
+        agg = f"coalesce(sum({sql_col}), 0)" if func == "sum" else f"{func}({sql_col})"
+        return _Expr(f"(SELECT {agg} FROM {_reached(etype)})", [TENANT, ENTITY, relation], kind)
+
+    def overlaps(self) -> _Expr:
+        etype, fname, relation = self.target()
+        if fname is not None:
+            raise self.error("overlaps() takes a type, not a field: overlaps(Type via rel, ...)")
+        named: dict[str, str] = {}
+        for key in ("day", "start", "hours"):
+            self.expect(",")
+            if self.name(f"'{key}'") != key:
+                raise self.error("overlaps() takes day =, start = and hours = in that order")
+            self.expect("=")
+            fname = self.name("a field name")
+            spec = etype.fields.get(fname)
+            if spec is None:
+                raise self.error(f"{etype.name} has no field {fname!r}")
+            allowed = {"day": ("date", "datetime"), "start": ("str", "datetime"),
+                       "hours": ("int", "float")}[key]
+            if spec.type not in allowed:
+                raise self.error(f"overlaps() {key} must be a {' or '.join(allowed)} field, "
+                                 f"{etype.name}.{fname} is {spec.type}")
+            named[key] = fname
+        self.expect(")")
+        start = f"x.{q(named['start'])}"
+        if etype.fields[named["start"]].type == "str":
+            start = f"try_cast({start} AS TIME)"
+        visits = (f"(SELECT x.id AS id, CAST(x.{q(named['day'])} AS DATE) AS d, "
+                  f"(date_part('hour', {start}) * 60 + date_part('minute', {start})) AS s, "
+                  f"CAST(x.{q(named['hours'])} AS DOUBLE) * 60 AS len FROM {_reached(etype)})")
+        sql = (f"(WITH v AS MATERIALIZED {visits} SELECT count(*) FROM v AS a JOIN v AS b "
+               "ON a.id < b.id AND a.d = b.d AND a.s < b.s + b.len AND b.s < a.s + a.len)")
+        return _Expr(sql, [TENANT, ENTITY, relation], "number")
+
+
+def _typed_column(parser: _Parser, col: str, type_name: str, fname: str, ftype: str
+                  ) -> tuple[str, list[Any], str]:
+    if ftype in ("int", "float"):
+        return f"CAST({col} AS DOUBLE)", [], "number"
+    if ftype == "date":
+        return f"CAST({col} AS DATE)", [], "date"
+    if ftype == "datetime":
+        return f"CAST({col} AS TIMESTAMP)", [], "datetime"
+    raise parser.error(f"{type_name}.{fname} is a {ftype} field; conditions use numeric or "
+                       "date fields")
+
+
+def _reached(etype: EntityType) -> str:
+    """FROM clause of the live entities of ``etype`` one relation away from the trigger entity.
+
+    Binds (tenant, entity ID, relation). Not correlated with the outer query on purpose:
+    DuckDB then filters the relations first instead of joining whole tables.
+    """
+    return (f"relations AS r JOIN {table_name(etype.name)} AS x ON x.id = r.to_id "
+            "AND x.tenant = r.tenant WHERE r.tenant = ? AND r.from_id = ? "
+            "AND r.relation = ? AND r.deleted_seq IS NULL AND x.deleted_at IS NULL")
+
+
+# ---------------------------------------------------------------- definition
+
+
+def rule_from_data(data: RuleDef | Mapping[str, Any], name: str | None = None) -> RuleDef:
+    """A RuleDef from its data form, or a SchemaError naming the bad part."""
+    if isinstance(data, RuleDef):
+        return data
+    if not isinstance(data, Mapping):
+        raise SchemaError("a rule must be an object", field="rule")
+    body = dict(data)
+    if name is not None:
+        body["name"] = name
+    try:
+        return RuleDef.model_validate(body)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise SchemaError(f"rule {body.get('name', '?')}: {loc}: {first['msg']}",
+                          field=loc or "rule") from None
+
+
+def load_rules_toml(path: str | Path) -> list[RuleDef]:
+    """The rules declared in a TOML file (``[rules.<name>]`` tables), in file order."""
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SchemaError(f"definition file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SchemaError(f"{path}: invalid TOML: {exc}") from None
+    rules = raw.get("rules", {})
+    if not isinstance(rules, Mapping):
+        raise SchemaError(f"{path}: [rules] must be a table of rules", field="rules")
+    return [rule_from_data(body, name) for name, body in rules.items()]
+
+
+def compile_rule(store: Store, rule: RuleDef, version: int) -> CompiledRule:
+    """The checked, compiled form of a rule; SchemaError if anything in it is unknown."""
+    if not RULE_NAME_RE.match(rule.name):
+        raise SchemaError(f"rule name {rule.name!r} must match {RULE_NAME_RE.pattern}",
+                          field="name")
+    try:
+        trigger = store.type_of(rule.trigger.type)
+    except NotFound as exc:
+        raise SchemaError(f"rule {rule.name}: trigger: {exc.message}",
+                          field="trigger.type") from None
+    bad_ops = sorted(set(rule.trigger.ops) - set(TRIGGER_OPS))
+    if bad_ops or not rule.trigger.ops:
+        raise SchemaError(f"rule {rule.name}: trigger ops must be among {', '.join(TRIGGER_OPS)}",
+                          field="trigger.ops")
+    try:
+        node = parse_filter(trigger, rule.trigger.where)
+    except SchemaError:
+        raise
+    except Exception as exc:  # FilterError: re-raised as a definition error
+        raise SchemaError(f"rule {rule.name}: trigger.where: {exc}",
+                          field="trigger.where") from None
+    _check_action(store, rule, trigger)
+    parser = _Parser(rule, trigger, store)
+    lhs, op, rhs = parser.condition()
+    tail: list[Any] = []
+    where = compile_filter(node, tail, alias="e.")
+    sql = (f"SELECT value, threshold, coalesce(value {op} threshold, FALSE) FROM ("
+           f"SELECT {lhs.sql} AS value, {rhs.sql} AS threshold FROM {table_name(trigger.name)} "
+           f"AS e WHERE e.id = ? AND e.tenant = ? AND e.deleted_at IS NULL AND {where}) AS c")
+    return CompiledRule(rule, version, sql, tuple(lhs.params + rhs.params), tuple(tail),
+                        tuple(sorted(set(parser.dependencies))))
+
+
+def _check_action(store: Store, rule: RuleDef, trigger: EntityType) -> None:
+    action = rule.action
+    try:
+        ctype = store.type_of(CONSTRAINT_TYPE)
+    except NotFound:
+        raise SchemaError(f"rule {rule.name}: rules need the {CONSTRAINT_TYPE} type; define it "
+                          "first (see indexes/travel.toml)", field="action") from None
+    missing = [f for f in CONSTRAINT_FIELDS if f not in ctype.fields]
+    if missing:
+        raise SchemaError(f"rule {rule.name}: {CONSTRAINT_TYPE} lacks the fields "
+                          f"{', '.join(missing)}", field="action")
+    identity = set(ctype.typedef.identity or ())
+    if not {"subject", "rule"} <= identity <= {"subject", "kind", "rule"}:
+        raise SchemaError(f"rule {rule.name}: {CONSTRAINT_TYPE} identity must be (subject, "
+                          "kind, rule) so its IDs are deterministic", field="action")
+    for fname, wanted in (("kind", action.kind), ("status", "open"), ("status", "resolved")):
+        values = ctype.fields[fname].values
+        if values is not None and wanted not in values:
+            raise SchemaError(f"rule {rule.name}: {CONSTRAINT_TYPE}.{fname} has no value "
+                              f"{wanted!r} (values: {', '.join(values)})", field=f"action.{fname}")
+    if action.link is not None:
+        spec = trigger.typedef.relations.get(action.link)
+        if spec is None or spec.target not in ("*", CONSTRAINT_TYPE):
+            raise SchemaError(f"rule {rule.name}: action.link must be a relation of "
+                              f"{trigger.name} to {CONSTRAINT_TYPE}", field="action.link")
+    try:
+        parsed = list(string.Formatter().parse(action.message))
+    except ValueError as exc:
+        raise SchemaError(f"rule {rule.name}: action.message is malformed: {exc}",
+                          field="action.message") from None
+    allowed = ", ".join(f"{{{p}}}" for p in MESSAGE_PLACEHOLDERS)
+    for _, placeholder, fmt, conv in parsed:
+        if placeholder is not None and (placeholder not in MESSAGE_PLACEHOLDERS or fmt or conv):
+            raise SchemaError(f"rule {rule.name}: action.message placeholders must be plain "
+                              f"{allowed}, not {{{placeholder}}}", field="action.message")
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def format_value(value: Any) -> str:
+    """A condition value as rule messages show it (deterministic, 2 decimals at most)."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, float):
+        text = f"{value:.2f}".rstrip("0").rstrip(".")
+        return "0" if text == "-0" else text
+    return str(value)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, float):
+        return round(value, 6)
+    return value
+
+
+class RuleEngine:
+    """The rules of one store: definition, persistence and evaluation (a write hook)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._rules: dict[str, CompiledRule] = {}
+        with store.db.write() as con:
+            con.execute(RULES_DDL)
+        rows = store.db.fetchall(
+            "SELECT name, version, definition FROM dmf_rules "
+            "QUALIFY row_number() OVER (PARTITION BY name ORDER BY version DESC) = 1 "
+            "ORDER BY name")
+        for name, version, definition in rows:
+            try:
+                self._rules[name] = compile_rule(store, RuleDef.model_validate_json(definition),
+                                                 int(version))
+            except SchemaError as exc:  # the schema changed under it: keep the store usable
+                log.error("rule %s v%s is disabled: %s", name, version, exc.message)
+
+    def rules(self) -> list[CompiledRule]:
+        """Every active rule, by name."""
+        return [self._rules[n] for n in sorted(self._rules)]
+
+    def define(self, rule: RuleDef | Mapping[str, Any], *, tenant: str,
+               actor: str | None = None, reason: str | None = None) -> CompiledRule:
+        """Register a rule or a new version of it; the same definition again is a no-op."""
+        rule = rule_from_data(rule)
+        current = self._rules.get(rule.name)
+        if current is not None and current.definition == rule:
+            return current
+        version = 1 if current is None else current.version + 1
+        compiled = compile_rule(self.store, rule, version)
+        with self.store.db.write() as con:
+            seq = self.store.append_event(
+                con, tenant=tenant, op="define_rule", type_name=rule.trigger.type,
+                entity_id=None, version_before=None if current is None else current.version,
+                version_after=version,
+                before=None if current is None else current.definition.model_dump(mode="json"),
+                after=rule.model_dump(mode="json"), actor=actor, reason=reason, trace_id=None,
+                meta={"rule": rule.name, "rule_version": version})
+            con.execute("INSERT INTO dmf_rules VALUES (?, ?, ?, ?, ?)",
+                        [rule.name, version, rule.model_dump_json(), seq,
+                         to_naive_utc(utcnow())])
+            self._rules[rule.name] = compiled
+
+            def undo() -> None:
+                if current is None:
+                    self._rules.pop(rule.name, None)
+                else:
+                    self._rules[rule.name] = current
+
+            self.store.db.on_rollback(undo)
+        return compiled
+
+    def on_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str, type_name: str,
+                 entity_id: str) -> None:
+        """The write hook: evaluate the rules this mutation may affect."""
+        if not self._rules:
+            return
+        todo: list[tuple[CompiledRule, str]] = []
+        for rule in self.rules():
+            trigger = rule.definition.trigger
+            if trigger.type == type_name and op in trigger.ops:
+                todo.append((rule, entity_id))
+            if op in DEPENDENCY_OPS:
+                for reached, relation in rule.dependencies:
+                    if reached == type_name:
+                        todo.extend((rule, src) for src in self._sources(
+                            con, tenant, trigger.type, relation, entity_id))
+        done: set[tuple[str, str]] = set()
+        for rule, eid in todo:
+            if (rule.name, eid) not in done:
+                done.add((rule.name, eid))
+                self.evaluate(con, rule, tenant, eid)
+
+    def _sources(self, con: duckdb.DuckDBPyConnection, tenant: str, type_name: str,
+                 relation: str, to_id: str) -> list[str]:
+        # an erase ends the links in its own event: those still count as this write's links
+        rows = con.execute(
+            "SELECT DISTINCT r.from_id FROM relations AS r JOIN entity_index AS i "
+            "ON i.id = r.from_id AND i.tenant = r.tenant WHERE r.tenant = ? AND r.relation = ? "
+            "AND r.to_id = ? AND i.type = ? AND (r.deleted_seq IS NULL OR r.deleted_seq = ?) "
+            "ORDER BY r.from_id", [tenant, relation, to_id, type_name, self.store.last_seq],
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def evaluate(self, con: duckdb.DuckDBPyConnection, rule: CompiledRule, tenant: str,
+                 entity_id: str) -> str | None:
+        """Evaluate one rule for one entity and apply it; the outcome, None if nothing changed."""
+        row = con.execute(rule.sql, rule.params(entity_id, tenant)).fetchone()
+        holds = bool(row is not None and row[2])
+        value, threshold = (row[0], row[1]) if row is not None else (None, None)
+        action = rule.definition.action
+        ctype = self.store.type_of(CONSTRAINT_TYPE)
+        data: dict[str, Any] = {"subject": entity_id, "kind": action.kind, "rule": rule.name}
+        cid = self.store.prepare_create(ctype, data, None, tenant)[0]
+        found = con.execute(
+            f"SELECT i.erased_seq, c.status, c.message, c.deleted_at IS NOT NULL "
+            f"FROM entity_index AS i LEFT JOIN {table_name(ctype.name)} AS c ON c.id = i.id "
+            "WHERE i.id = ? AND i.tenant = ?", [cid, tenant]).fetchone()
+        if found is not None and found[0] is not None:
+            return None  # an erased constraint's ID cannot come back
+        current = None if found is None or found[1] is None else found[1:]
+        message = string.Formatter().vformat(action.message, (), {
+            "value": format_value(value), "threshold": format_value(threshold),
+            "subject": entity_id, "rule": rule.name})
+        extra = {k: v for k, v in (("observed", value), ("threshold", threshold),
+                                   ("rule_version", rule.version))
+                 if k in ctype.fields and (v is None or isinstance(v, (int, float)))}
+        outcome: str | None = None
+        if holds:
+            if current is None:
+                outcome = "raised"
+            elif current[2] or current[0] != "open":
+                outcome = "reopened"
+            elif current[1] != message:
+                outcome = "updated"
+        elif current is not None and not current[2] and current[0] == "open":
+            outcome = "resolved"
+        if outcome is None:
+            return None
+        self.store.append_event(
+            con, tenant=tenant, op="rule", type_name=rule.definition.trigger.type,
+            entity_id=entity_id, version_before=None, version_after=None, before=None,
+            after={"constraint_id": cid, "holds": holds, "value": _json_value(value),
+                   "threshold": _json_value(threshold)},
+            actor=f"rule:{rule.name}", reason=f"rule {rule.name} v{rule.version}", trace_id=None,
+            meta={"rule": rule.name, "rule_version": rule.version, "entity_id": entity_id,
+                  "outcome": outcome, "constraint_id": cid})
+        audit = {"actor": f"rule:{rule.name}", "reason": f"rule {rule.name} v{rule.version}"}
+        if outcome == "raised":
+            self.store.create(tenant, ctype.name, {**data, "message": message, "status": "open",
+                                                   **extra}, **audit)
+        elif outcome == "resolved":
+            self.store.update(tenant, cid, {"status": "resolved", **extra}, **audit)
+        else:
+            if current is not None and current[2]:
+                self.store.restore(tenant, cid, **audit)
+            self.store.update(tenant, cid, {"status": "open", "message": message, **extra},
+                              **audit)
+        if holds and action.link is not None:
+            self.store.link(tenant, entity_id, action.link, cid, **audit)
+        return outcome
+
+
+def rule_json(rule: CompiledRule) -> dict[str, Any]:
+    """A rule as JSON: its definition, version and dependencies."""
+    return json.loads(canonical_json({**rule.definition.model_dump(mode="json"),
+                                      "version": rule.version,
+                                      "dependencies": [list(d) for d in rule.dependencies]}))
+
+
+def define_rules(engine: RuleEngine, rules: Sequence[RuleDef], *, tenant: str,
+                 actor: str | None = None, reason: str | None = None) -> list[CompiledRule]:
+    """Define several rules (in the caller's transaction)."""
+    return [engine.define(r, tenant=tenant, actor=actor, reason=reason) for r in rules]

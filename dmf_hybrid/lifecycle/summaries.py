@@ -1,0 +1,283 @@
+"""Deterministic summaries of the audit log: a ``MemorySummary`` entity per window and scope.
+
+``summarize(mem, scope, since_seq, until_seq)`` reads the tenant's events with
+``since_seq < seq <= until_seq`` (default: all of them up to now) in a scope — ``None`` or
+``"*"`` for everything, a type name for that type's entities, otherwise an entity ID for that
+entity (its own events and the links to it) — and templates one line per entity from the event
+types and field changes, e.g. ``Trip Trip_ab… "Shanghai": created (destination="Shanghai",
+budget=5000.0); budget 5000.0 → 5500.0; includes +2 PointOfInterest (…)``.
+
+Only entity mutations, links, unlinks and rule firings are summarised; events of
+``MemorySummary`` entities themselves are left out (no summaries of summaries). The
+summary carries the window, the seq of its first and last event, the number of events, and
+``events_hash`` = SHA-256 of the canonical JSON list of their chain hashes, so anyone can
+re-derive it from the log (:func:`check_summary`). Its ID derives from (scope, first_seq,
+last_seq, events_hash): summarising the same events again returns the same entity. An
+optional ``summariser(text, data) -> str`` (e.g. an LLM adapter) adds prose in ``prose``;
+the templated ``text`` and the provenance are always there. The summary is linked by
+``covers`` to every covered entity that is live, and is embedded like any other entity.
+An empty window returns ``SummaryResult(empty=True)`` and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import NotFound, ValidationError
+from ..ids import content_hash
+from ..models import AuditEvent, Entity
+from ..schema import TypeDef
+from ..store.audit import EVENT_COLUMNS, row_to_event
+from ..store.store import EVENTS_ALL
+from ..store.tables import ENTITY_OPS
+
+if TYPE_CHECKING:
+    from ..memory import Memory
+
+SUMMARY_TYPE = "MemorySummary"
+SUMMARY_TYPEDEF = TypeDef.model_validate({
+    "name": SUMMARY_TYPE,
+    "description": "A deterministic summary of audit events in a window, with provenance.",
+    "identity": ["scope", "first_seq", "last_seq", "events_hash"],
+    "embed": "Summary of {scope}: {text} {prose}",
+    "fields": {
+        "scope": {"type": "str", "required": True, "nullable": False,
+                  "description": "\"*\", a type name or an entity ID."},
+        "since_seq": {"type": "int", "description": "Window start (exclusive)."},
+        "until_seq": {"type": "int", "description": "Window end (inclusive)."},
+        "first_seq": {"type": "int", "description": "Seq of the first summarised event."},
+        "last_seq": {"type": "int", "description": "Seq of the last summarised event."},
+        "event_count": {"type": "int"},
+        "events_hash": {"type": "str",
+                        "description": "SHA-256 of the JSON list of the events' chain hashes."},
+        "text": {"type": "str", "description": "The templated summary."},
+        "prose": {"type": "str", "description": "Optional prose from a summariser plug-in."},
+        "summariser": {"type": "str"},
+        "entity_ids": {"type": "list", "item": "str", "default": [], "nullable": False},
+    },
+    "relations": {"covers": {"target": "*", "cardinality": "many",
+                             "description": "Entities the summary covers."}},
+})
+SUMMARY_OPS = (*ENTITY_OPS, "link", "unlink", "rule")
+MAX_VALUE_CHARS = 40
+MAX_CREATE_FIELDS = 6
+Summariser = Callable[[str, Mapping[str, Any]], str]
+
+
+class SummaryResult(BaseModel):
+    """A summary: the ``MemorySummary`` entity (None when the window is empty) and its parts."""
+
+    empty: bool
+    scope: str
+    since_seq: int
+    until_seq: int
+    event_count: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    events_hash: str | None = None
+    text: str = ""
+    entity_ids: list[str] = Field(default_factory=list)
+    summary: Entity | None = None
+
+
+def ensure_summary_type(mem: Memory) -> None:
+    """Define the MemorySummary type if it is not registered yet."""
+    try:
+        mem.get_type(SUMMARY_TYPE)
+    except NotFound:
+        mem.define_type(SUMMARY_TYPEDEF, reason="summaries need the MemorySummary type")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, str):
+        text = value if len(value) <= MAX_VALUE_CHARS else value[:MAX_VALUE_CHARS - 1] + "…"
+        return json.dumps(text, ensure_ascii=False)
+    if isinstance(value, list):
+        inner = ", ".join(_value(v) for v in value[:5])
+        return f"[{inner}{', …' if len(value) > 5 else ''}]"
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def describe_fields(data: Mapping[str, Any], first: tuple[str, ...] = (),
+                    limit: int = MAX_CREATE_FIELDS) -> str:
+    """``k=v, …`` of the non-empty fields (``first`` ones first, then by name)."""
+    names = [n for n in first if n in data] + sorted(n for n in data if n not in first)
+    parts = [f"{n}={_value(data[n])}" for n in names if data[n] not in (None, [], "")]
+    return ", ".join(parts[:limit]) + (", …" if len(parts) > limit else "")
+
+
+def field_changes(event: AuditEvent) -> str:
+    """``field old → new; …`` of an update event (by field name)."""
+    before = (event.before or {}).get("data", {})
+    after = (event.after or {}).get("data", {})
+    names = sorted(set(before) | set(after))
+    return "; ".join(f"{n} {_value(before.get(n))} → {_value(after.get(n))}"
+                     for n in names if before.get(n) != after.get(n))
+
+
+def describe_event(event: AuditEvent, identity: tuple[str, ...] = ()) -> str:
+    """One event as a short phrase (what changed, never when)."""
+    if event.redacted:
+        return f"{event.op} (erased content)"
+    if event.op == "create":
+        data = (event.after or {}).get("data", {})
+        return f"created ({describe_fields(data, identity)})"
+    if event.op in ("update", "append"):
+        return field_changes(event) or event.op
+    if event.op in ("delete", "restore", "erase"):
+        return {"delete": "deleted", "restore": "restored", "erase": "erased"}[event.op]
+    meta = event.meta or {}
+    if event.op in ("link", "unlink"):
+        sign = "+" if event.op == "link" else "-"
+        return f"{meta.get('relation')} {sign}{meta.get('to')}"
+    if event.op == "rule":
+        return (f"rule {meta.get('rule')} v{meta.get('rule_version')} {meta.get('outcome')} "
+                f"{meta.get('constraint_id')}")
+    return event.op
+
+
+def _entity_types(mem: Memory, ids: list[str]) -> dict[str, str]:
+    """The type of each known ID (from the entity index)."""
+    out: dict[str, str] = {}
+    for i in range(0, len(ids), 1000):
+        part = ids[i:i + 1000]
+        marks = ",".join("?" * len(part))
+        for eid, tname in mem._store.db.fetchall(
+                f"SELECT id, type FROM entity_index WHERE tenant = ? AND id IN ({marks})",
+                [mem.tenant, *part]):
+            out[eid] = tname
+    return out
+
+
+def render(mem: Memory, events: list[AuditEvent]) -> tuple[str, list[str]]:
+    """The templated text of events (one line per entity, by first seq) and the IDs covered."""
+    groups: dict[str, list[AuditEvent]] = {}
+    for event in events:
+        if event.entity_id is not None:
+            groups.setdefault(event.entity_id, []).append(event)
+    linked = [str((e.meta or {}).get("to")) for e in events if e.op in ("link", "unlink")]
+    rule_ids = [str((e.meta or {}).get("constraint_id")) for e in events if e.op == "rule"]
+    covered = sorted(set(groups) | {i for i in linked + rule_ids if i != "None"})
+    types = _entity_types(mem, covered)
+    lines = []
+    for eid, group in groups.items():
+        tname = group[0].type or types.get(eid, "?")
+        identity: tuple[str, ...] = ()
+        try:
+            identity = tuple(mem.get_type(tname).typedef.identity or ())
+        except NotFound:
+            pass
+        parts: list[str] = []
+        i = 0
+        while i < len(group):
+            event = group[i]
+            if event.op in ("link", "unlink") and not event.redacted:
+                rel = (event.meta or {}).get("relation")
+                run = [event]
+                while (i + len(run) < len(group) and group[i + len(run)].op == event.op
+                       and (group[i + len(run)].meta or {}).get("relation") == rel):
+                    run.append(group[i + len(run)])
+                targets = [str((e.meta or {}).get("to")) for e in run]
+                target_types = sorted({types.get(t, "?") for t in targets})
+                sign = "+" if event.op == "link" else "-"
+                parts.append(f"{rel} {sign}{len(run)} {'/'.join(target_types)} "
+                             f"({', '.join(targets)})")
+                i += len(run)
+                continue
+            parts.append(describe_event(event, identity))
+            i += 1
+        lines.append(f"{tname} {eid}: " + "; ".join(parts))
+    return "\n".join(lines), covered
+
+
+def _scope_sql(mem: Memory, scope: Any) -> tuple[str, str, list[Any]]:
+    """The scope's name and its SQL condition on the events (with bound values)."""
+    if scope is None or scope == "*":
+        return "*", "TRUE", []
+    if not isinstance(scope, str) or not scope:
+        raise ValidationError("scope must be \"*\", a type name or an entity ID", field="scope")
+    if any(t.name == scope for t in mem.types()):
+        return scope, "type = ?", [scope]
+    if not mem._store.db.fetchone("SELECT 1 FROM entity_index WHERE id = ? AND tenant = ?",
+                                  [scope, mem.tenant]):
+        raise NotFound(f"scope {scope!r} is neither a type nor an entity ID", field="scope")
+    return scope, "(entity_id = ? OR json_extract_string(meta, '$.to') = ?)", [scope, scope]
+
+
+def window_events(mem: Memory, scope: Any, since_seq: int, until_seq: int
+                  ) -> tuple[str, list[AuditEvent]]:
+    """The scope's name and its summarised events with since_seq < seq <= until_seq."""
+    name, condition, params = _scope_sql(mem, scope)
+    ops = ", ".join("?" * len(SUMMARY_OPS))
+    rows = mem._store.db.fetchall(
+        f"SELECT {', '.join(EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE tenant = ? AND seq > ? "
+        f"AND seq <= ? AND op IN ({ops}) AND type IS DISTINCT FROM ? AND {condition} "
+        "ORDER BY seq", [mem.tenant, since_seq, until_seq, *SUMMARY_OPS, SUMMARY_TYPE, *params])
+    return name, [row_to_event(r) for r in rows]
+
+
+def _window(mem: Memory, since_seq: Any, until_seq: Any) -> tuple[int, int]:
+    for fname, value in (("since_seq", since_seq), ("until_seq", until_seq)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 0):
+            raise ValidationError(f"{fname} must be a non-negative integer", field=fname)
+    since = since_seq or 0
+    until = mem.last_seq if until_seq is None else min(until_seq, mem.last_seq)
+    if until < since:
+        raise ValidationError("until_seq must not be before since_seq", field="until_seq")
+    return since, until
+
+
+def summarize(mem: Memory, scope: Any = None, since_seq: Any = None, until_seq: Any = None,
+              *, summariser: Summariser | None = None, actor: str | None = None,
+              reason: str | None = None) -> SummaryResult:
+    """Summarise a scope's events in a window into a ``MemorySummary`` entity."""
+    since, until = _window(mem, since_seq, until_seq)
+    name, events = window_events(mem, scope, since, until)
+    result = SummaryResult(empty=not events, scope=name, since_seq=since, until_seq=until)
+    if not events:
+        result.text = f"no events in scope {name} with {since} < seq <= {until}"
+        return result
+    text, covered = render(mem, events)
+    result = result.model_copy(update={
+        "event_count": len(events), "first_seq": events[0].seq, "last_seq": events[-1].seq,
+        "events_hash": content_hash([e.hash for e in events]), "text": text,
+        "entity_ids": covered})
+    data: dict[str, Any] = {
+        "scope": name, "since_seq": since, "until_seq": until, "first_seq": result.first_seq,
+        "last_seq": result.last_seq, "event_count": len(events),
+        "events_hash": result.events_hash, "text": text, "entity_ids": covered}
+    if summariser is not None:
+        prose = summariser(text, dict(data))
+        if not isinstance(prose, str):
+            raise ValidationError("the summariser must return a string", field="summariser")
+        data["prose"] = prose
+        data["summariser"] = getattr(summariser, "__name__", type(summariser).__name__)
+    with mem.transaction():
+        ensure_summary_type(mem)
+        entity = mem.create(SUMMARY_TYPE, data, actor=actor, reason=reason)
+        if entity.created:
+            by_type: dict[str, list[str]] = {}
+            for eid, tname in sorted(_entity_types(mem, covered).items()):
+                by_type.setdefault(tname, []).append(eid)
+            live: set[str] = set()
+            for tname, ids in sorted(by_type.items()):
+                live |= set(mem._store.get_many(mem.tenant, tname, ids))
+            for eid in sorted(live):
+                mem.link(entity.id, "covers", eid, actor=actor, reason=reason)
+    return result.model_copy(update={"summary": entity})
+
+
+def check_summary(mem: Memory, summary_id: str) -> dict[str, Any]:
+    """Re-derive a summary from the log: ``{ok, events_hash_ok, text_ok, event_count}``."""
+    fields = mem.get(summary_id).fields()
+    _, events = window_events(mem, fields["scope"], fields["since_seq"], fields["until_seq"])
+    digest = content_hash([e.hash for e in events])
+    text, _ = render(mem, events)
+    hash_ok = digest == fields["events_hash"] and len(events) == fields["event_count"]
+    return {"ok": hash_ok and text == fields["text"], "events_hash_ok": hash_ok,
+            "text_ok": text == fields["text"], "event_count": len(events)}
