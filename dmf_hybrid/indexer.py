@@ -1,0 +1,607 @@
+"""The indexer: outbox -> embed (cached in DuckDB) -> vector index, exact mirror, keyword index.
+
+Idempotent and resumable: an outbox row names an entity, and applying it reads the entity's
+*current* state from DuckDB, so replaying a row, or applying rows out of order, converges to
+the same index. A row is marked done only after the vector index accepted the change.
+
+Besides the vector index (Chroma) the indexer keeps, per entity type and loaded on the first
+search, an in-memory exact mirror of the vectors (:class:`LocalVectors`, which the planner
+scores candidate sets against) and one BM25 :class:`KeywordIndex` per tenant (so a tenant's
+scores never depend on another tenant's documents). Both mirror DuckDB (loaded from it, then
+kept in step by the outbox), not the vector index.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .embeddings import Embedder
+from .ids import sha256_hex
+from .schema import EntityType
+from .search.keyword import KeywordIndex
+from .store import Store
+from .store.sql import q
+from .store.tables import table_name
+from .vector.base import VectorIndex, collection_name
+from .vector.exact import normalise_rows
+
+log = logging.getLogger(__name__)
+
+FaultHook = Callable[[str], None]
+#: IDs or hashes per DuckDB lookup (bound as one list parameter).
+LOOKUP_CHUNK = 20_000
+#: Vectors per vector-index write.
+UPSERT_CHUNK = 1000
+#: New vectors per embedding-cache transaction.
+CACHE_CHUNK = 2048
+#: Initial rows of a mirror.
+MIN_ROWS = 64
+#: A candidate set of at least 1/FULL_SCAN_FRACTION of the mirror is scored in one full pass.
+FULL_SCAN_FRACTION = 3
+#: Bound on the float32 error of a cosine of unit vectors (a few hundred rounded products).
+SCORE_EPS = 1e-4
+
+# (id, tenant, version, text_hash, text, DuckDB hash(id)) of one live entity
+Item = tuple[str, str, int, str, str, int]
+FloatMatrix = npt.NDArray[np.float32]
+
+
+class _ReadWriteLock:
+    """Many readers or one writer (a waiting writer holds new readers back)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer = False
+        self._waiting = 0
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class LocalVectors:
+    """The exact in-memory mirror of one type's vectors: the planner's exact scorer.
+
+    Rows are L2-normalised float32 vectors (``matrix[:size]``, swap-remove on delete), found by
+    entity ID or by DuckDB's 64-bit ``hash(id)`` of it, so a candidate set can be mapped to
+    rows without making Python strings (the sorted key index is rebuilt lazily after IDs come
+    or go; a key collision switches that mapping off and callers fall back to IDs). Each row
+    also keeps the entity's tenant and text hash, which the planner checks proposals against.
+    """
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._matrix: FloatMatrix = np.zeros((MIN_ROWS, dim), dtype=np.float32)
+        self._keys = np.zeros(MIN_ROWS, dtype=np.uint64)
+        self._tenant = np.zeros(MIN_ROWS, dtype=np.int32)
+        self._tenant_code: dict[str, int] = {}
+        self._tenant_name: list[str] = []
+        self._ids: list[str] = []
+        self._text_hash: list[str] = []
+        self._row: dict[str, int] = {}
+        self._by_key: tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp]] | None = None
+        self._lock = _ReadWriteLock()
+        self.collided = False
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def has(self, eid: str) -> bool:
+        """Whether ``eid`` has a vector here."""
+        return eid in self._row
+
+    def tenant_of(self, eid: str) -> str | None:
+        """The tenant recorded with ``eid`` (None if absent)."""
+        with self._lock.read():
+            row = self._row.get(eid)
+            if row is None:
+                return None
+            return self._tenant_name[int(self._tenant[row])]
+
+    def text_hash_of(self, eid: str) -> str | None:
+        """The text hash the stored vector was made from (None if absent)."""
+        with self._lock.read():
+            row = self._row.get(eid)
+            return None if row is None else self._text_hash[row]
+
+    def upsert(self, ids: Sequence[str], keys: Sequence[int], vectors: FloatMatrix,
+               tenants: Sequence[str], text_hashes: Sequence[str]) -> None:
+        """Insert or replace rows (vectors need not be normalised)."""
+        if not len(ids):
+            return
+        unit = normalise_rows(np.asarray(vectors, dtype=np.float32))
+        with self._lock.write():
+            new = [i for i, eid in enumerate(ids) if eid not in self._row]
+            self._reserve(self.size + len(new))
+            for i in new:
+                self._row[ids[i]] = self.size
+                self._ids.append(ids[i])
+                self._text_hash.append("")
+                self._keys[self.size] = keys[i]
+                self.size += 1
+            rows = np.fromiter((self._row[eid] for eid in ids), dtype=np.intp, count=len(ids))
+            self._matrix[rows] = unit
+            for row, tenant, text_hash in zip(rows.tolist(), tenants, text_hashes, strict=True):
+                code = self._tenant_code.get(tenant)
+                if code is None:
+                    code = self._tenant_code[tenant] = len(self._tenant_name)
+                    self._tenant_name.append(tenant)
+                self._tenant[row] = code
+                self._text_hash[row] = text_hash
+            if new:
+                self._by_key = None
+
+    def delete(self, ids: Iterable[str]) -> None:
+        """Remove rows; unknown IDs are ignored."""
+        with self._lock.write():
+            for eid in ids:
+                row = self._row.pop(eid, None)
+                if row is None:
+                    continue
+                last = self.size - 1
+                if row != last:
+                    moved = self._ids[last]
+                    self._matrix[row] = self._matrix[last]
+                    self._keys[row] = self._keys[last]
+                    self._tenant[row] = self._tenant[last]
+                    self._text_hash[row] = self._text_hash[last]
+                    self._ids[row] = moved
+                    self._row[moved] = row
+                self._ids.pop()
+                self._text_hash.pop()
+                self.size = last
+                self._by_key = None
+
+    def _reserve(self, needed: int) -> None:
+        capacity = self._matrix.shape[0]
+        if needed <= capacity:
+            return
+        grown = max(needed, 2 * capacity)
+        matrix = np.zeros((grown, self.dim), dtype=np.float32)
+        matrix[: self.size] = self._matrix[: self.size]
+        keys = np.zeros(grown, dtype=np.uint64)
+        keys[: self.size] = self._keys[: self.size]
+        tenant = np.zeros(grown, dtype=np.int32)
+        tenant[: self.size] = self._tenant[: self.size]
+        self._matrix, self._keys, self._tenant = matrix, keys, tenant
+
+    def rows_of_ids(self, ids: Iterable[str]) -> npt.NDArray[np.intp]:
+        """Rows of those IDs that are here, ascending, each once."""
+        with self._lock.read():
+            get = self._row.get
+            rows = np.fromiter((r for r in map(get, ids) if r is not None), dtype=np.intp)
+        return np.unique(rows)
+
+    def rows_of_keys(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp] | None:
+        """Rows whose ``hash(id)`` is among ``keys``, ascending (None after a collision)."""
+        with self._lock.write() if self._by_key is None else self._lock.read():
+            if self.collided:
+                return None
+            if self._by_key is None:
+                order = np.argsort(self._keys[: self.size], kind="stable")
+                sorted_keys = self._keys[: self.size][order]
+                if len(sorted_keys) > 1 and bool((sorted_keys[1:] == sorted_keys[:-1]).any()):
+                    self.collided = True  # two IDs share a 64-bit hash: map by ID instead
+                    log.warning("hash(id) collision in the exact mirror; mapping by ID")
+                    return None
+                self._by_key = (sorted_keys, order.astype(np.intp))
+            sorted_keys, rows = self._by_key
+            if not len(sorted_keys):
+                return np.zeros(0, dtype=np.intp)
+            pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+            hit = sorted_keys[pos] == keys
+            return np.unique(rows[pos[hit]])
+
+    def rows_of_tenant(self, tenant: str) -> npt.NDArray[np.intp]:
+        """Every row of one tenant, ascending."""
+        with self._lock.read():
+            code = self._tenant_code.get(tenant)
+            if code is None:
+                return np.zeros(0, dtype=np.intp)
+            if len(self._tenant_code) == 1:
+                return np.arange(self.size, dtype=np.intp)
+            return np.flatnonzero(self._tenant[: self.size] == code).astype(np.intp)
+
+    def head(self, query: npt.NDArray[np.float64], depth: int,
+             rows: npt.NDArray[np.intp] | None = None) -> tuple[list[str], npt.NDArray[np.float64]]:
+        """IDs and float64 cosines of every row (of ``rows``) that may rank in the top ``depth``.
+
+        All rows are scored roughly in float32; each row within ``SCORE_EPS`` of the
+        ``depth``-th best is re-scored in float64 on its own, so the result does not depend on
+        the batch a row was scored in (BLAS kernels round by position).
+        """
+        q32 = query.astype(np.float32)
+        with self._lock.read():
+            size = self.size
+            if rows is None:
+                rows = np.arange(size, dtype=np.intp)
+            if not len(rows):
+                return [], np.zeros(0, dtype=np.float64)
+            if len(rows) * FULL_SCAN_FRACTION >= size:  # most rows: one pass, no gather
+                scores = (self._matrix[:size] @ q32)[rows]
+            else:
+                scores = np.take(self._matrix, rows, axis=0) @ q32
+            if len(scores) > depth:
+                kth = np.partition(scores, len(scores) - depth)[len(scores) - depth]
+                rows = rows[scores >= kth - SCORE_EPS]
+            unit = np.take(self._matrix, rows, axis=0).astype(np.float64)
+            ids = [self._ids[r] for r in rows.tolist()]
+        precise: npt.NDArray[np.float64] = (unit * query).sum(axis=1)
+        return ids, precise
+
+
+class Indexer:
+    """Keeps the derived indexes in step with DuckDB."""
+
+    def __init__(self, store: Store, embedder: Embedder, vectors: VectorIndex,
+                 batch_size: int = 64) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.vectors = vectors
+        self.batch_size = batch_size
+        self.mirror: dict[str, LocalVectors] = {}  # type name -> loaded exact mirror
+        self._keyword: dict[tuple[str, str], KeywordIndex] = {}
+        self._keyword_types: set[str] = set()  # types whose keyword indexes are loaded
+        self._lock = threading.RLock()
+        self.fault: FaultHook | None = None
+
+    # ------------------------------------------------------------------ names
+
+    def collection(self, type_name: str) -> str:
+        """The vector collection of a type under the current model."""
+        return collection_name("dmf", type_name, self.embedder.model_id)
+
+    def keyword_index(self, type_name: str, tenant: str) -> KeywordIndex | None:
+        """The BM25 index of one tenant's entities of a type (None: nothing indexed)."""
+        return self._keyword.get((type_name, tenant))
+
+    # ------------------------------------------------------------------ cache
+
+    def cached_vectors(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """Cached vectors of the current model for the given text hashes."""
+        found: dict[str, np.ndarray] = {}
+        unique = sorted(set(hashes))
+        con = self.store.db.reader()
+        model = self.embedder.model_id
+        for i in range(0, len(unique), LOOKUP_CHUNK):
+            part = unique[i:i + LOOKUP_CHUNK]
+            # which hashes are cached: a scan of the hash column only; new texts (the common
+            # case on writes) never make DuckDB read the vector column
+            present = [r[0] for r in con.execute(
+                "SELECT text_hash FROM embeddings WHERE model_id = ? AND text_hash IN "
+                "(SELECT unnest(CAST(? AS VARCHAR[])))", [model, part]).fetchall()]
+            if not present:
+                continue
+            table = con.execute(
+                "SELECT text_hash, vector FROM embeddings WHERE model_id = ? AND text_hash IN "
+                "(SELECT unnest(CAST(? AS VARCHAR[])))", [model, present]).fetch_arrow_table()
+            matrix = _matrix(table.column("vector"), table.num_rows)
+            for h, vec in zip(table.column("text_hash").to_pylist(), matrix, strict=True):
+                found[h] = vec
+        return found
+
+    def embed_texts(self, texts: dict[str, str]) -> dict[str, np.ndarray]:
+        """Vectors for {text_hash: text}: from the cache, embedding (and caching) the rest.
+
+        The model sees ``batch_size`` texts per call; new vectors are cached every
+        ``CACHE_CHUNK`` texts, one transaction each (a commit costs more than the rows).
+        """
+        vectors = self.cached_vectors(list(texts))
+        missing = sorted(h for h in texts if h not in vectors)
+        new: list[tuple[str, np.ndarray]] = []
+        for i in range(0, len(missing), self.batch_size):
+            part = missing[i:i + self.batch_size]
+            matrix = np.asarray(self.embedder.embed([texts[h] for h in part]), dtype=np.float32)
+            new.extend(zip(part, matrix, strict=True))
+            if len(new) >= CACHE_CHUNK:
+                self._cache(new)
+                vectors.update(new)
+                new = []
+        self._cache(new)
+        vectors.update(new)
+        return vectors
+
+    def _cache(self, items: list[tuple[str, np.ndarray]]) -> None:
+        if not items:
+            return
+        import pyarrow as pa
+
+        matrix = np.ascontiguousarray(np.stack([v for _, v in items]), dtype=np.float32)
+        n, dim = matrix.shape
+        offsets = pa.array(np.arange(0, (n + 1) * dim, dim, dtype=np.int32))
+        table = pa.table({
+            "model_id": pa.array([self.embedder.model_id] * n),
+            "text_hash": pa.array([h for h, _ in items]),
+            "dim": pa.array(np.full(n, dim, dtype=np.int32)),
+            "vector": pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1))),
+        })
+        with self.store.db.write() as con:
+            con.register("_vec_batch", table)
+            try:
+                con.execute("INSERT INTO embeddings SELECT * FROM _vec_batch "
+                            "ON CONFLICT DO NOTHING")
+            finally:
+                con.unregister("_vec_batch")
+
+    # ------------------------------------------------------------------ state
+
+    def _live_rows(self, etype: EntityType, ids: Sequence[str] | None = None
+                   ) -> list[tuple[str, str, int, str | None, dict[str, Any], int]]:
+        """(id, tenant, version, text_hash, data, hash(id)) of live rows (all, or of ``ids``)."""
+        cols = ", ".join(q(n) for n in etype.fields)
+        base = (f"SELECT id, tenant, version, text_hash, hash(id), {cols} "
+                f"FROM {table_name(etype.name)} WHERE deleted_at IS NULL")
+        con = self.store.db.reader()
+        rows: list[tuple[Any, ...]] = []
+        if ids is None:
+            rows = con.execute(base + " ORDER BY id").fetchall()
+        else:
+            unique = sorted(set(ids))
+            for i in range(0, len(unique), LOOKUP_CHUNK):
+                rows.extend(con.execute(
+                    base + " AND id IN (SELECT unnest(CAST(? AS VARCHAR[]))) ORDER BY id",
+                    [unique[i:i + LOOKUP_CHUNK]]).fetchall())
+        names = list(etype.fields)
+        return [(r[0], r[1], r[2], r[3], dict(zip(names, r[5:], strict=True)), r[4])
+                for r in rows]
+
+    def _items(self, etype: EntityType, ids: Sequence[str] | None
+               ) -> tuple[list[Item], list[str]]:
+        """(live items with their text, IDs that have no vector any more)."""
+        live = self._live_rows(etype, ids)
+        gone = sorted(set(ids or ()) - {r[0] for r in live})
+        items: list[Item] = []
+        for eid, tenant, version, text_hash, data, key in live:
+            text = etype.embed_text(data)
+            if text is None:
+                gone.append(eid)
+                continue
+            th = sha256_hex(text)
+            if text_hash is not None and th != text_hash:
+                log.warning("text hash of %s differs from the stored one; using the current "
+                            "text", eid)
+            items.append((eid, tenant, version, th, text, key))
+        return items, gone
+
+    def _apply_type(self, etype: EntityType, ids: Sequence[str]) -> None:
+        """Bring every index in step with DuckDB for these IDs of one type."""
+        items, gone = self._items(etype, ids)
+        vectors = self.embed_texts({p[3]: p[4] for p in items})
+        name = self.collection(etype.name)
+        if self.fault:
+            self.fault("before_vector_upsert")
+        self.vectors.ensure_collection(name, self.embedder.dim)
+        if gone:
+            self.vectors.delete(name, gone)
+        for i in range(0, len(items), UPSERT_CHUNK):
+            part = items[i:i + UPSERT_CHUNK]
+            self.vectors.upsert(
+                name, [p[0] for p in part], np.stack([vectors[p[3]] for p in part]),
+                [{"type": etype.name, "tenant": p[1], "version": p[2], "text_hash": p[3]}
+                 for p in part])
+        if self.fault:
+            self.fault("after_vector_upsert")
+        with self._lock:
+            self._update_local(etype.name, items, vectors, gone)
+
+    def _update_local(self, type_name: str, items: list[Item],
+                      vectors: dict[str, np.ndarray], gone: Sequence[str]) -> None:
+        """Apply a change to the loaded mirror and keyword indexes of a type (lock held)."""
+        local = self.mirror.get(type_name)
+        if local is not None:
+            local.delete(gone)
+            if items:
+                local.upsert([p[0] for p in items], [p[5] for p in items],
+                             np.stack([vectors[p[3]] for p in items]),
+                             [p[1] for p in items], [p[3] for p in items])
+        if type_name in self._keyword_types:
+            if gone:
+                for (tname, _tenant), kw in self._keyword.items():
+                    if tname == type_name:
+                        kw.delete(list(gone))
+            self._add_keyword(type_name, items)
+
+    def _add_keyword(self, type_name: str, items: list[Item]) -> None:
+        by_tenant: dict[str, list[tuple[str, str]]] = {}
+        for eid, tenant, _version, _th, text, _key in items:
+            by_tenant.setdefault(tenant, []).append((eid, text))
+        for tenant, docs in sorted(by_tenant.items()):
+            self._keyword.setdefault((type_name, tenant), KeywordIndex()).upsert(docs)
+
+    def ensure_local(self, etype: EntityType, keyword: bool = True) -> None:
+        """Load the exact mirror (and, with ``keyword``, the BM25 indexes) of a type, once.
+
+        Inside a write transaction the load runs on a helper thread, so the mirrors see only
+        committed state, never the open transaction's writes.
+        """
+        if etype.name in self.mirror and (not keyword or etype.name in self._keyword_types):
+            return
+        if self.store.db.in_transaction:
+            errors: list[BaseException] = []
+
+            def load() -> None:
+                try:
+                    self.ensure_local(etype, keyword)
+                except BaseException as exc:  # noqa: BLE001 - re-raised below
+                    errors.append(exc)
+
+            worker = threading.Thread(target=load, name="dmf-load-mirror")
+            worker.start()
+            worker.join()
+            if errors:
+                raise errors[0]
+            return
+        with self._lock:
+            if etype.name not in self.mirror:
+                self._load_mirror(etype)
+            if keyword and etype.name not in self._keyword_types:
+                items, _ = self._items(etype, None)
+                for key in [key for key in self._keyword if key[0] == etype.name]:
+                    del self._keyword[key]
+                self._add_keyword(etype.name, items)
+                self._keyword_types.add(etype.name)
+
+    def _load_mirror(self, etype: EntityType) -> None:
+        """Fill the exact mirror of a type from DuckDB: its live rows joined to the cache."""
+        import pyarrow as pa
+
+        table = self.store.db.reader().execute(
+            f"SELECT t.id, hash(t.id) AS key, t.tenant, t.text_hash, e.vector "
+            f"FROM {table_name(etype.name)} AS t LEFT JOIN embeddings AS e "
+            "ON e.model_id = ? AND e.text_hash = t.text_hash "
+            "WHERE t.deleted_at IS NULL AND t.text_hash IS NOT NULL ORDER BY t.id",
+            [self.embedder.model_id]).fetch_arrow_table()
+        local = LocalVectors(self.embedder.dim)
+        uncached = table.column("vector").null_count
+        cached = table if not uncached else table.filter(
+            pa.compute.is_valid(table.column("vector")))
+        if cached.num_rows:
+            local.upsert(cached.column("id").to_pylist(),
+                         cached.column("key").to_numpy().tolist(),
+                         _matrix(cached.column("vector"), cached.num_rows),
+                         cached.column("tenant").to_pylist(),
+                         cached.column("text_hash").to_pylist())
+        self.mirror[etype.name] = local
+        if uncached:  # vectors evicted from the cache (or never made): embed them now
+            missing = table.filter(pa.compute.is_null(table.column("vector")))
+            items, gone = self._items(etype, missing.column("id").to_pylist())
+            vectors = self.embed_texts({p[3]: p[4] for p in items})
+            self._update_local(etype.name, items, vectors, gone)
+
+    def local(self, type_name: str) -> LocalVectors | None:
+        """The loaded exact mirror of a type (None until its first search)."""
+        return self.mirror.get(type_name)
+
+    def forget_local(self) -> None:
+        """Drop the in-memory mirrors (they reload lazily)."""
+        with self._lock:
+            self.mirror.clear()
+            self._keyword_types.clear()
+            self._keyword.clear()
+
+    # ------------------------------------------------------------------ outbox
+
+    def drain(self, limit: int = 100_000) -> int:
+        """Apply pending outbox rows (oldest first); returns how many were applied."""
+        with self._lock:
+            rows = self.store.db.fetchall(
+                "SELECT seq, type, entity_id FROM outbox WHERE NOT done ORDER BY seq "
+                f"LIMIT {int(limit)}")
+            if not rows:
+                return 0
+            by_type: dict[str, list[str]] = {}
+            for _seq, type_name, eid in rows:
+                by_type.setdefault(type_name, []).append(eid)
+            for type_name in sorted(by_type):
+                try:
+                    etype = self.store.type_of(type_name)
+                except Exception:  # noqa: BLE001 - a type gone from the registry
+                    continue
+                self._apply_type(etype, by_type[type_name])
+            max_seq = rows[-1][0]
+            with self.store.db.write() as con:
+                con.execute("UPDATE outbox SET done = TRUE WHERE NOT done AND seq <= ?",
+                            [max_seq])
+            return len(rows)
+
+    def pending(self) -> int:
+        """How many outbox rows wait to be applied."""
+        row = self.store.db.fetchone("SELECT count(*) FROM outbox WHERE NOT done")
+        return int(row[0]) if row else 0
+
+    def on_commit(self, _batch: Iterable[tuple[int, str, str, str, str]]) -> None:
+        """Transaction hook: apply what the commit queued (errors leave rows pending)."""
+        try:
+            self.drain()
+        except Exception:
+            log.exception("indexing failed; outbox rows stay pending and will be replayed")
+
+    # ------------------------------------------------------------------ repair
+
+    def reconcile(self) -> dict[str, int]:
+        """Compare the vector index with DuckDB; repair missing, stale and orphan vectors."""
+        with self._lock:
+            self.drain()
+            counts = {"checked": 0, "missing": 0, "stale": 0, "orphan": 0}
+            for etype in self.store.types():
+                if etype.typedef.embed is None:
+                    continue
+                name = self.collection(etype.name)
+                self.vectors.ensure_collection(name, self.embedder.dim)
+                stored = self.vectors.records(name)
+                live = {r[0]: r for r in self._live_rows(etype)}
+                counts["checked"] += len(live)
+                repair: list[str] = []
+                for eid, (_, tenant, version, text_hash, _data, _key) in live.items():
+                    meta = stored.get(eid)
+                    if meta is None:
+                        counts["missing"] += 1
+                        repair.append(eid)
+                    elif (meta.get("version") != version or meta.get("text_hash") != text_hash
+                          or meta.get("tenant") != tenant):
+                        counts["stale"] += 1
+                        repair.append(eid)
+                orphans = sorted(set(stored) - set(live))
+                counts["orphan"] += len(orphans)
+                if orphans:
+                    self.vectors.delete(name, orphans)
+                if repair:
+                    self._apply_type(etype, repair)
+            return counts
+
+    def reindex(self) -> dict[str, int]:
+        """Rebuild every collection from DuckDB and the embedding cache."""
+        with self._lock:
+            self.drain()
+            counts = {"types": 0, "entities": 0}
+            for etype in self.store.types():
+                if etype.typedef.embed is None:
+                    continue
+                self.vectors.drop(self.collection(etype.name))
+                live = self._live_rows(etype)
+                self._apply_type(etype, [r[0] for r in live])
+                counts["types"] += 1
+                counts["entities"] += len(live)
+            self.forget_local()
+            return counts
+
+
+def _matrix(column: Any, rows: int) -> npt.NDArray[np.float32]:
+    """A (rows, dim) float32 matrix from an Arrow list<float> column."""
+    flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    matrix: npt.NDArray[np.float32] = np.asarray(flat, dtype=np.float32).reshape(rows, -1)
+    return matrix

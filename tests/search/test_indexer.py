@@ -1,0 +1,289 @@
+"""The indexer: crash between commit and upsert, reconcile, reindex, model change, batching."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dmf_hybrid import HashEmbedder, Memory
+from dmf_hybrid.config import Settings
+from dmf_hybrid.indexer import LocalVectors
+from dmf_hybrid.search.engine import ranked
+from dmf_hybrid.vector.exact import ExactIndex
+from tests.conftest import define_travel
+
+ROOT = Path(__file__).resolve().parents[2]
+MODES = ("vector", "keyword", "hybrid")
+NO_DRIFT = {"missing": 0, "stale": 0, "orphan": 0}
+
+
+class CountingEmbedder:
+    """A real embedder wrapped to count its calls and the texts it embedded."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+        self.texts = 0
+
+    @property
+    def model_id(self) -> str:
+        return str(self.inner.model_id)
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        self.texts += len(texts)
+        return np.asarray(self.inner.embed(texts))
+
+
+def drift(counts: dict[str, int]) -> dict[str, int]:
+    return {key: counts[key] for key in NO_DRIFT}
+
+
+def ids_of(mem: Memory, text: str, mode: str = "vector", **kw: Any) -> list[str]:
+    return [h.entity.id for h in mem.search("Poi", text, mode=mode, **kw).hits]
+
+
+# ---------------------------------------------------------------- crash between commit and upsert
+
+
+def test_a_failed_upsert_leaves_the_write_committed_and_the_outbox_pending(
+        tmp_path: Path) -> None:
+    path = tmp_path / "mem"
+    mem = Memory.open(path, embedder=HashEmbedder())
+    define_travel(mem)
+    changed = mem.create("Poi", {"name": "Pantheon", "city": "Rome"})
+    mem.create("Poi", {"name": "Colosseum", "city": "Rome"})
+    assert ids_of(mem, "Pantheon")[0] == changed.id  # the mirrors are loaded now
+
+    def crash(stage: str) -> None:
+        if stage == "before_vector_upsert":
+            raise RuntimeError("indexer killed")
+
+    mem.engine.indexer.fault = crash
+    new = mem.create("Poi", {"name": "Trevi fountain", "city": "Rome"})
+    mem.update(changed.id, {"name": "Pantheon temple"})
+    assert mem.get(new.id).version == 1 and mem.get(changed.id).version == 2  # committed
+    assert mem.engine.indexer.pending() == 2
+    for mode in MODES:  # fail closed: the stale vector is dropped, the new one not there yet
+        assert new.id not in ids_of(mem, "Trevi fountain", mode)
+        assert changed.id not in ids_of(mem, "Pantheon temple", mode)
+        assert changed.id not in ids_of(mem, "Pantheon", mode)
+    mem.close()  # applying the pending rows fails again: they stay pending
+
+    mem = Memory.open(path, embedder=HashEmbedder())
+    assert mem.engine.indexer.pending() == 0
+    for mode in MODES:
+        assert ids_of(mem, "Trevi fountain", mode)[0] == new.id
+        hit = mem.search("Poi", "Pantheon temple", mode=mode).hits[0]
+        assert hit.entity.id == changed.id and hit.entity.version == 2
+    assert drift(mem.reconcile()) == NO_DRIFT
+    mem.close()
+
+
+def test_a_process_killed_between_commit_and_upsert_converges_on_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "mem"
+    mem = Memory.open(path, embedder=HashEmbedder())
+    define_travel(mem)
+    mem.create("Poi", {"name": "Colosseum", "city": "Rome"})
+    mem.close()
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from dmf_hybrid import HashEmbedder, Memory
+        mem = Memory.open({str(path)!r}, embedder=HashEmbedder())
+        def kill(stage):
+            if stage == "before_vector_upsert":
+                os._exit(9)  # dies right after the commit, before Chroma sees anything
+        mem.engine.indexer.fault = kill
+        mem.create("Poi", {{"name": "Trevi fountain", "city": "Rome"}})
+    """)
+    done = subprocess.run([sys.executable, "-c", script], timeout=120, capture_output=True)
+    assert done.returncode == 9, done.stderr.decode()[-2000:]
+    mem = Memory.open(path, embedder=HashEmbedder())
+    assert mem.engine.indexer.pending() == 0
+    new = mem.query("Poi", {"name": "Trevi fountain"}).items[0]
+    for mode in MODES:
+        assert ids_of(mem, "Trevi fountain", mode)[0] == new.id
+    assert drift(mem.reconcile()) == NO_DRIFT
+    mem.close()
+
+
+# ---------------------------------------------------------------- reconcile and reindex
+
+
+def test_reconcile_counts_and_repairs_each_kind_of_drift(chroma_mem: Memory) -> None:
+    mem = chroma_mem
+    pois = mem.create_many("Poi", [{"name": f"place {i}", "city": "Rome"} for i in range(20)])
+    name = mem.engine.indexer.collection("Poi")
+    chroma = mem.engine.vectors
+    good = dict(chroma.records(name))
+    vec = mem.engine.embed_query("anything")
+    chroma.delete(name, [pois[0].id])                                   # missing
+    chroma.upsert(name, ["Poi_orphan00000000000"], vec[None, :],        # orphan
+                  [{"type": "Poi", "tenant": "default", "version": 1, "text_hash": "x"}])
+    chroma.upsert(name, [pois[1].id], vec[None, :],                     # stale text hash
+                  [{**good[pois[1].id], "text_hash": "0" * 64}])
+    chroma.upsert(name, [pois[2].id], vec[None, :],                     # stale version
+                  [{**good[pois[2].id], "version": 7}])
+    counts = mem.reconcile()
+    assert counts == {"checked": 20, "missing": 1, "stale": 2, "orphan": 1}
+    assert chroma.records(name) == good
+    assert drift(mem.reconcile()) == NO_DRIFT
+    # the repaired vectors are the right ones: each place is its own nearest neighbour
+    mem.engine.settings.exact_threshold = 0
+    for poi in pois[:3]:
+        res = mem.search("Poi", f"place {poi.fields()['name'][6:]} Rome", mode="vector", k=1)
+        assert res.receipt.plan == "ann" and res.hits[0].entity.id == poi.id
+
+
+def test_reindex_rebuilds_the_index_from_the_cache(chroma_mem: Memory) -> None:
+    mem = chroma_mem
+    mem.create_many("Poi", [{"name": f"place {i}", "city": "Rome"} for i in range(12)])
+    mem.create("Trip", {"destination": "Rome"})
+    name = mem.engine.indexer.collection("Poi")
+    before = mem.engine.vectors.records(name)
+    first = [h.entity.id for h in mem.search("Poi", "place 3", k=5).hits]
+    mem.engine.vectors.drop(name)
+    assert mem.reindex() == {"types": 2, "entities": 13}
+    assert mem.engine.vectors.records(name) == before
+    assert [h.entity.id for h in mem.search("Poi", "place 3", k=5).hits] == first
+    assert drift(mem.reconcile()) == NO_DRIFT
+
+
+# ---------------------------------------------------------------- model change
+
+
+def test_a_model_change_re_embeds_everything_and_is_audited(tmp_path: Path) -> None:
+    path = tmp_path / "mem"
+    mem = Memory.open(path, embedder=HashEmbedder())
+    define_travel(mem)
+    pois = mem.create_many("Poi", [{"name": f"place {i}", "city": "Oslo"} for i in range(10)])
+    assert not [e for e in mem.events() if e.op == "reindex"]
+    mem.close()
+
+    small = CountingEmbedder(HashEmbedder(dim=32))
+    mem = Memory.open(path, embedder=small)
+    events = [e for e in mem.events() if e.op == "reindex"]
+    assert len(events) == 1
+    assert events[0].meta == {"from": "hash-64", "to": "hash-32", "dim": 32}
+    assert events[0].before == {"model_id": "hash-64"}
+    assert small.texts == 10  # every entity embedded again
+    res = mem.search("Poi", "place 4", mode="vector", k=1)
+    assert res.receipt.model_id == "hash-32" and res.hits[0].entity.id == pois[4].id
+    names = mem.engine.vectors.collections()
+    assert mem.engine.indexer.collection("Poi") in names
+    assert all("hash-64" not in n for n in names)  # the old model's vectors are gone
+    assert mem.verify_audit().ok
+    mem.close()
+
+    again = CountingEmbedder(HashEmbedder(dim=32))
+    mem = Memory.open(path, embedder=again)
+    assert len([e for e in mem.events() if e.op == "reindex"]) == 1  # same model: no event
+    assert again.calls == 0
+    mem.close()
+
+    back = CountingEmbedder(HashEmbedder())
+    mem = Memory.open(path, embedder=back)
+    assert len([e for e in mem.events() if e.op == "reindex"]) == 2
+    assert back.calls == 0  # the old model's vectors are still cached
+    assert mem.search("Poi", "place 4", mode="vector", k=1).hits[0].entity.id == pois[4].id
+    mem.close()
+
+
+# ---------------------------------------------------------------- batching and the cache
+
+
+def test_create_many_embeds_in_batches_and_reindex_never_re_embeds(tmp_path: Path) -> None:
+    counting = CountingEmbedder(HashEmbedder())
+    mem = Memory.open(tmp_path / "mem", embedder=counting, vector_index=ExactIndex(),
+                      settings=Settings(embed_batch_size=64))
+    define_travel(mem)
+    rows: list[dict[str, Any]] = [{"name": f"place {i}", "city": "Rome"} for i in range(300)]
+    rows += [{"name": f"place {i}", "city": "Rome", "cost": 5} for i in range(300, 310)]
+    rows += [{"name": "place 0", "city": "Rome", "rating": 3}]  # same identity: no-op
+    entities = mem.create_many("Poi", rows)
+    assert len({e.id for e in entities}) == 310
+    assert counting.texts == 310
+    assert counting.calls == math.ceil(310 / 64)
+
+    calls = counting.calls
+    assert mem.reindex()["entities"] == 310
+    assert drift(mem.reconcile()) == NO_DRIFT
+    assert mem.search("Poi", "place 7", mode="vector").hits[0].entity.id == entities[7].id
+    assert counting.calls == calls + 1  # only the query was embedded
+
+    mem.update(entities[1].id, {"cost": 9})  # same text: the cached vector is reused
+    assert counting.calls == calls + 1
+    mem.update(entities[1].id, {"name": "renamed place"})
+    assert counting.calls == calls + 2
+    mem.create("Poi", {"name": "renamed place", "city": "Rome", "cost": 1}, id="Poi_twin")
+    assert counting.calls == calls + 2  # an identical text is embedded once
+    mem.close()
+
+
+@pytest.mark.parametrize("size", [1, 63, 64, 65, 200])
+def test_batches_never_exceed_the_configured_size(tmp_path: Path, size: int) -> None:
+    sizes: list[int] = []
+
+    class Recording(CountingEmbedder):
+        def embed(self, texts: list[str]) -> np.ndarray:
+            sizes.append(len(texts))
+            return super().embed(texts)
+
+    mem = Memory.open(tmp_path / "mem", embedder=Recording(HashEmbedder()),
+                      vector_index=ExactIndex(), settings=Settings(embed_batch_size=64))
+    define_travel(mem)
+    mem.create_many("Poi", [{"name": f"p {i}", "city": "Rome"} for i in range(size)])
+    assert sum(sizes) == size and max(sizes) <= 64 and len(sizes) == math.ceil(size / 64)
+    mem.close()
+
+
+# ---------------------------------------------------------------- the exact mirror
+
+
+def test_the_mirror_keeps_rows_keys_and_metadata_in_step() -> None:
+    rng = np.random.default_rng(0)
+    local = LocalVectors(8)
+    vectors = {f"e{i:03d}": rng.standard_normal(8).astype(np.float32) for i in range(200)}
+    keys = {eid: 1000 + i for i, eid in enumerate(vectors)}
+    ids = list(vectors)
+    local.upsert(ids, [keys[e] for e in ids], np.stack([vectors[e] for e in ids]),
+                 ["a" if i % 3 else "b" for i in range(200)], [f"h{e}" for e in ids])
+    gone = ids[::4]
+    local.delete(gone + ["unknown"])
+    live = [e for e in ids if e not in gone]
+    assert len(local) == len(live) and not any(local.has(e) for e in gone)
+    assert all(local.text_hash_of(e) == f"h{e}" for e in live)
+    assert all(local.tenant_of(e) == ("a" if ids.index(e) % 3 else "b") for e in live)
+    rows = local.rows_of_keys(np.array([keys[e] for e in ids[:40]], dtype=np.uint64))
+    assert rows is not None
+    assert sorted(rows.tolist()) == sorted(local.rows_of_ids(ids[:40]).tolist())
+    query = rng.standard_normal(8)
+    query /= np.linalg.norm(query)
+    found, scores = local.head(query, 5)
+    truth = sorted(live, key=lambda e: -float(
+        np.dot(vectors[e] / np.linalg.norm(vectors[e]), query)))[:5]
+    assert ranked(found, scores, 5)[0][0] == truth[0]
+    assert [e for e, _ in ranked(found, scores, 5)] == truth
+    # a row's score does not depend on the batch it was scored in
+    alone = dict(ranked(*local.head(query, 1, local.rows_of_ids([truth[2]])), 1))
+    assert alone[truth[2]] == dict(ranked(found, scores, 5))[truth[2]]
+
+
+def test_a_hash_collision_switches_key_mapping_off() -> None:
+    local = LocalVectors(4)
+    local.upsert(["a", "b"], [7, 7], np.eye(4, dtype=np.float32)[:2], ["t", "t"], ["x", "y"])
+    assert local.rows_of_keys(np.array([7], dtype=np.uint64)) is None
+    assert local.collided
+    assert local.rows_of_ids(["b"]).tolist() == [1]

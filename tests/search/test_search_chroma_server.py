@@ -1,0 +1,169 @@
+"""Search through a real ``chroma run`` server (``Settings.chroma_url``), as on embedded Chroma.
+
+The server listens on 127.0.0.1 on a free port with its data in a temporary directory; the
+module starts it and stops it by its PID when its tests are done.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dmf_hybrid import HashEmbedder, Memory
+from dmf_hybrid.config import Settings
+from dmf_hybrid.vector.chroma import ChromaIndex
+from tests.conftest import define_travel
+from tests.search.test_search import (
+    SELECTIVITY,
+    WORDS,
+    Item,
+    brute_force,
+    item_rows,
+    summary,
+)
+
+pytestmark = pytest.mark.slow  # starts a server
+
+MODES = ("vector", "keyword", "hybrid")
+STARTUP_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def chroma_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a fresh ``chroma run`` server, stopped by PID afterwards."""
+    beside = Path(sys.executable).parent / "chroma"
+    exe = str(beside) if beside.is_file() else shutil.which("chroma")
+    if exe is None:
+        pytest.skip("the `chroma` executable (from the chromadb package) is not installed")
+    workdir = tmp_path_factory.mktemp("chroma_server")
+    port = free_port()
+    log_path = workdir / "server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [exe, "run", "--path", str(workdir / "data"), "--host", "127.0.0.1",
+             "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "ANONYMIZED_TELEMETRY": "False"})
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"chroma run exited with {proc.returncode}:\n{log_path.read_text()}")
+            try:
+                heartbeat = f"http://127.0.0.1:{port}/api/v2/heartbeat"
+                if httpx.get(heartbeat, timeout=1.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"no heartbeat from chroma run:\n{log_path.read_text()}")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def server_mem(chroma_url: str, tmp_path: Path) -> Iterator[Memory]:
+    """A travel memory whose vectors live on the server (emptied first)."""
+    host, port = chroma_url.removeprefix("http://").split(":")
+    index = ChromaIndex.http(host, int(port))
+    for name in index.collections():
+        index.drop(name)
+    index.close()
+    mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(),
+                      settings=Settings(chroma_url=chroma_url))
+    define_travel(mem)
+    yield mem
+    mem.close()
+
+
+def test_the_index_lives_on_the_server(server_mem: Memory, chroma_url: str) -> None:
+    mem = server_mem
+    poi = mem.create("Poi", {"name": "Colosseum", "city": "Rome"})
+    host, port = chroma_url.removeprefix("http://").split(":")
+    other = ChromaIndex.http(host, int(port))
+    assert poi.id in other.records(mem.engine.indexer.collection("Poi"))
+    other.close()
+    assert not (mem.path / "chroma").exists()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_updates_deletes_and_erasure_show_through(server_mem: Memory, mode: str) -> None:
+    mem = server_mem
+    louvre = mem.create("Poi", {"name": "Louvre museum", "city": "Paris"})
+    tower = mem.create("Poi", {"name": "Eiffel tower", "city": "Paris"})
+    mem.update(louvre.id, {"name": "Pompidou centre"})
+    res = mem.search("Poi", "Louvre museum", mode=mode)
+    assert all(h.entity.fields()["name"] != "Louvre museum" for h in res.hits)
+    assert mem.search("Poi", "Pompidou centre", mode=mode).hits[0].entity.version == 2
+    mem.delete(tower.id)
+    assert tower.id not in [h.entity.id for h in mem.search("Poi", "Eiffel", mode=mode).hits]
+    mem.restore(tower.id)
+    mem.erase(tower.id)
+    assert tower.id not in [h.entity.id for h in mem.search("Poi", "Eiffel", mode=mode).hits]
+
+
+def test_a_failed_upsert_is_replayed_on_reopen(chroma_url: str, tmp_path: Path) -> None:
+    settings = Settings(chroma_url=chroma_url)
+    mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(), settings=settings)
+    define_travel(mem)
+    mem.create("Poi", {"name": "Colosseum", "city": "Rome"})
+
+    def crash(stage: str) -> None:
+        if stage == "before_vector_upsert":
+            raise RuntimeError("indexer killed")
+
+    mem.engine.indexer.fault = crash
+    new = mem.create("Poi", {"name": "Trevi fountain", "city": "Rome"})
+    assert mem.engine.indexer.pending() == 1
+    assert new.id not in mem.engine.vectors.records(mem.engine.indexer.collection("Poi"))
+    mem.close()
+    mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(), settings=settings)
+    assert mem.engine.indexer.pending() == 0
+    assert mem.search("Poi", "Trevi fountain").hits[0].entity.id == new.id
+    counts = mem.reconcile()
+    assert (counts["missing"], counts["stale"], counts["orphan"]) == (0, 0, 0)
+    mem.close()
+
+
+def test_filtered_recall_and_determinism_on_the_ann_path(chroma_url: str,
+                                                          tmp_path: Path) -> None:
+    mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(),
+                      settings=Settings(chroma_url=chroma_url, exact_threshold=5))
+    mem.define(Item, identity=["code"], embed="{title} {colour}")
+    rows = item_rows(1000)
+    ids = [e.id for e in mem.create_many("Item", rows)]
+    rng = random.Random(5)
+    for label, where in SELECTIVITY.items():
+        text = " ".join(rng.sample(WORDS, 3))
+        res = mem.search("Item", text, where=where, mode="vector")
+        assert [h.entity.id for h in res.hits] == brute_force(rows, ids, text, where), label
+        for mode in MODES:
+            once = summary(mem.search("Item", text, where=where, mode=mode))
+            assert summary(mem.search("Item", text, where=where, mode=mode)) == once
+    mem.close()
