@@ -82,9 +82,10 @@ def make_embedder(settings: Settings) -> Embedder:
     """The embedder a Settings names: the bundled model, the hash embedder or a model path."""
     if settings.embedder == "hash":
         return HashEmbedder()
+    threads = settings.torch_threads or None
     if settings.embedder == "minilm":
-        return SentenceTransformerEmbedder(settings.model_path)
-    return SentenceTransformerEmbedder(settings.embedder)
+        return SentenceTransformerEmbedder(settings.model_path, num_threads=threads)
+    return SentenceTransformerEmbedder(settings.embedder, num_threads=threads)
 
 
 def make_vector_index(settings: Settings, directory: Path | None) -> VectorIndex:

@@ -1,0 +1,128 @@
+"""Smoke tests of the HTTP and cold-start benchmarks and of ``make bench``'s wiring.
+
+The benchmarks run for real at tiny sizes (test embedder, a real server subprocess on
+127.0.0.1); only the shape of their results is checked, never their timings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+from pathlib import Path
+
+import pytest
+
+from evaluation import bench_all, bench_coldstart, bench_http
+from evaluation.plotting import latency_summary, markdown_table, percentile
+
+RESULT_KEYS = {"mode", "concurrency", "requests", "errors", "p50_ms", "p95_ms", "mean_ms", "rps",
+               "rps_per_round", "server_p50_ms", "truncated"}
+
+
+def test_percentiles_interpolate() -> None:
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 95) == pytest.approx(4.8)
+    assert math.isnan(percentile([], 50))
+    assert latency_summary([0.001, 0.003]) == {"n": 2, "p50_ms": 2.0, "p95_ms": 2.9,
+                                               "mean_ms": 2.0, "max_ms": 3.0}
+    assert markdown_table(["a", "b"], [[1, 0.12345]]) == "| a | b |\n|---|---|\n| 1 | 0.123 |\n"
+
+
+def test_data_is_deterministic_and_queries_distinct() -> None:
+    assert bench_http.make_rows(5) == bench_http.make_rows(5)
+    assert len({r["title"] for r in bench_http.make_rows(200)}) == 200
+    queries = bench_http.make_queries(300)
+    assert len(set(queries)) == 300 and queries == bench_http.make_queries(300)
+
+
+@pytest.mark.slow  # starts the service in a subprocess
+@pytest.mark.timeout(120)
+def test_bench_http_smoke(tmp_path: Path) -> None:
+    doc = bench_http.run(n=30, embedder="hash", modes=("hybrid", "keyword"), levels=(1, 2),
+                         requests=4, rounds=2, warmup=1, batch=10, ready_timeout=60,
+                         workdir=tmp_path)
+    assert {"benchmark", "config", "environment", "server", "results", "elapsed_s"} <= set(doc)
+    assert {"spawn_to_healthz_s", "spawn_to_readyz_s", "ingest_s", "ingest_per_s",
+            "ingest_to_indexed_s", "exit_code"} <= set(doc["server"])
+    # stopped gracefully by SIGTERM (uvicorn re-raises the signal after its shutdown)
+    assert doc["server"]["exit_code"] in (0, -signal.SIGTERM)
+    cells = {(r["mode"], r["concurrency"]) for r in doc["results"]}
+    assert cells == {("hybrid", 1), ("hybrid", 2), ("keyword", 1), ("keyword", 2)}
+    for row in doc["results"]:
+        assert RESULT_KEYS <= set(row)
+        assert row["requests"] == 4 and row["errors"] == 0 and not row["truncated"]
+        assert row["p95_ms"] >= row["p50_ms"] > 0 and row["rps"] > 0
+    paths = bench_http.write_outputs(doc, tmp_path / "out" / "bench_http.json")
+    assert [p.suffix for p in paths] == [".json", ".md", ".png"]
+    assert json.loads(paths[0].read_text())["results"] == doc["results"]
+    assert "| hybrid | 2 | 4 |" in paths[1].read_text()
+    assert not list(tmp_path.glob("dmf-bench-http-*"))  # the data directory was removed
+
+
+@pytest.mark.slow  # starts the service and fresh interpreters in subprocesses
+@pytest.mark.timeout(120)
+def test_bench_coldstart_smoke(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    bench_coldstart.build_store(store, 20, "hash")
+    doc = bench_coldstart.run(n=20, embedder="hash", runs=1, timeout=60, workdir=tmp_path,
+                              store=store)
+    assert {"benchmark", "config", "environment", "build_s", "median", "runs",
+            "elapsed_s"} <= set(doc)
+    stages = [key for key, _ in bench_coldstart.STAGES]
+    assert set(stages) <= set(doc["median"])
+    run = doc["runs"][0]
+    for key in stages:
+        if key != "model_load_s":  # the test embedder has no model to load
+            assert run[key] > 0 and doc["median"][key] == run[key]
+    assert run["server_readyz_s"] >= run["server_healthz_s"]
+    assert run["first_search_hits"] == 10
+    paths = bench_coldstart.write_outputs(doc, tmp_path / "out" / "bench_coldstart.json")
+    assert "(a) import dmf_hybrid" in paths[1].read_text()
+    assert store.exists()  # a given store is not deleted
+
+
+def test_bench_all_plans_every_benchmark(tmp_path: Path) -> None:
+    for quick in (False, True):
+        steps = bench_all.plan(tmp_path, tmp_path / "scifact", quick)
+        assert [s.name for s in steps] == ["store", "search", "keyword", "http", "coldstart"]
+        for step in steps:
+            assert ("--out", str(tmp_path / f"bench_{step.name}.json")) in step.flags
+
+
+def test_bench_all_drops_unknown_flags_and_skips_missing(tmp_path: Path) -> None:
+    step = bench_all.Step("http", "evaluation.bench_http", [("--n", "5"), ("--no-such",)], 60)
+    kept, notes = bench_all.accepted_flags(step)
+    assert kept == [("--n", "5")]
+    assert notes == ["evaluation.bench_http has no --no-such option: running without --no-such"]
+    missing = bench_all.run_step(bench_all.Step("gone", "evaluation.bench_gone", [], 60))
+    assert missing.status == "skipped: module evaluation.bench_gone not found"
+    no_data = bench_all.run_step(
+        bench_all.Step("kw", "evaluation.bench_keyword", [], 60, [tmp_path / "nope"]))
+    assert no_data.status.startswith("skipped:") and "does not exist" in no_data.status
+
+
+def _servers_over(directory: Path) -> list[int]:
+    """PIDs of dmf servers whose data directory is under ``directory``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes()
+        except OSError:  # gone, or not ours
+            continue
+        if b"dmf_hybrid.api.server" in cmdline and f"={directory}".encode() in environ:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.slow  # starts the service in a subprocess
+@pytest.mark.timeout(120)
+def test_bench_all_timeout_stops_the_server_too(tmp_path: Path) -> None:
+    step = bench_all.Step("http", "evaluation.bench_http",
+                          [("--n", "10"), ("--embedder", "hash"), ("--workdir", str(tmp_path)),
+                           ("--out", str(tmp_path / "http.json"))], 4)
+    outcome = bench_all.run_step(step)
+    assert outcome.status == "timed out after 4 s"
+    assert _servers_over(tmp_path) == []
+    assert not list(tmp_path.glob("dmf-bench-http-*"))  # its finally block ran
