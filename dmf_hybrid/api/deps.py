@@ -155,9 +155,14 @@ class AuditContext:
         return {"actor": self.actor, "reason": self.reason, "trace_id": self.trace_id}
 
 
-def _header_text(value: str | None) -> str | None:
+def _header_text(value: str | None, name: str) -> str | None:
     # the Memory write checks type and length and names the field (actor, reason, trace_id)
-    return None if value is None else unquote(value)
+    if value is None:
+        return None
+    try:
+        return unquote(value, errors="strict")
+    except UnicodeDecodeError:
+        raise ValidationError(f"{name} is not percent-encoded UTF-8", field=name) from None
 
 
 def get_audit_context(
@@ -168,8 +173,9 @@ def get_audit_context(
     x_trace_id: Annotated[str | None, Header(description="Trace ID to correlate events.")] = None,
 ) -> AuditContext:
     """The audit context of a write; with API keys the actor defaults to the key's label."""
-    actor = _header_text(x_actor) or principal.key_label
-    return AuditContext(actor, _header_text(x_reason), _header_text(x_trace_id))
+    actor = _header_text(x_actor, "actor") or principal.key_label
+    return AuditContext(actor, _header_text(x_reason, "reason"),
+                        _header_text(x_trace_id, "trace_id"))
 
 
 Audit = Annotated[AuditContext, Depends(get_audit_context)]

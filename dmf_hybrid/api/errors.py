@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -87,6 +88,9 @@ def install_error_handlers(app: FastAPI) -> None:
         if isinstance(exc, BodyTooLarge):
             return error_response(413, LimitExceeded(str(exc.detail), field="body",
                                                      limit=exc.limit).to_payload())
+        if isinstance(exc, InvalidText):
+            return error_response(422, {"error": "validation_error", "message": str(exc.detail),
+                                        "details": {"field": "body"}})
         if exc.status_code == 400:  # FastAPI could not parse the body (e.g. nested too deep)
             return error_response(422, {"error": "validation_error",
                                         "message": f"body: {exc.detail}",
@@ -99,6 +103,43 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DMFError, on_dmf_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
+
+
+class InvalidText(StarletteHTTPException):
+    """Raised inside ``receive`` when a JSON body escapes a lone UTF-16 surrogate (``\\ud800``).
+
+    Python's JSON parser accepts those escapes, but the string cannot be encoded as UTF-8, so
+    it could be neither hashed, stored nor returned: refuse it before anything reads it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(422, "body: text must be valid Unicode (a \\u escape names a lone "
+                              "surrogate)")
+
+
+_ESCAPE = re.compile(rb"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
+
+
+def has_lone_surrogate(body: bytes) -> bool:
+    """True when a JSON text escapes a UTF-16 surrogate that is not part of a valid pair."""
+    if b"\\u" not in body:
+        return False
+    pending_high: int | None = None  # end offset of an unpaired high surrogate escape
+    for match in _ESCAPE.finditer(body):
+        code = match.group(1)
+        unit = int(code[1:], 16) if code[:1] == b"u" else None
+        if pending_high is not None:
+            if unit is not None and 0xDC00 <= unit <= 0xDFFF and match.start() == pending_high:
+                pending_high = None
+                continue
+            return True
+        if unit is None:
+            continue
+        if 0xD800 <= unit <= 0xDBFF:
+            pending_high = match.end()
+        elif 0xDC00 <= unit <= 0xDFFF:
+            return True
+    return pending_high is not None
 
 
 class BodyTooLarge(StarletteHTTPException):
@@ -136,14 +177,21 @@ class GuardMiddleware:
                     return
         received = 0
         started = False
+        escaped: list[bytes] = []  # the body so far, kept only once it has a backslash
 
         async def limited_receive() -> Message:
             nonlocal received
             message = await receive()
             if message["type"] == "http.request":
-                received += len(message.get("body", b""))
+                chunk = message.get("body", b"")
+                received += len(chunk)
                 if received > self.max_body_bytes:
                     raise BodyTooLarge(self.max_body_bytes)
+                if escaped or b"\\" in chunk:
+                    escaped.append(chunk)
+                if escaped and not message.get("more_body", False) \
+                        and has_lone_surrogate(b"".join(escaped)):
+                    raise InvalidText()
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -157,6 +205,11 @@ class GuardMiddleware:
         except BodyTooLarge:
             if not started:
                 await self._too_large()(scope, receive, send)
+        except InvalidText as exc:
+            if not started:
+                await error_response(422, {"error": "validation_error",
+                                           "message": str(exc.detail),
+                                           "details": {"field": "body"}})(scope, receive, send)
         except Exception:
             log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
             if not started:

@@ -38,7 +38,8 @@ def _reply(entity: Entity, response: Response) -> EntityPublic:
     return EntityPublic.of(entity)
 
 
-@router.post("/entities/{type_name}", status_code=status.HTTP_201_CREATED)
+@router.post("/entities/{type_name}", status_code=status.HTTP_201_CREATED, responses={
+    200: {"model": EntityPublic, "description": "An entity with this ID already existed"}})
 def create_entity(type_name: str, body: EntityCreate, memory: WriterMemory, audit: Audit,
                   response: Response) -> EntityPublic:
     """Create an entity (201); the same identity again returns the existing one (200)."""

@@ -12,7 +12,8 @@ from ..schemas import AS_OF_DOC, LinkPublic, LinkRequest, RelatedPublic, SeqPubl
 router = APIRouter(tags=["relations"])
 
 
-@router.post("/relations", status_code=status.HTTP_201_CREATED)
+@router.post("/relations", status_code=status.HTTP_201_CREATED, responses={
+    200: {"model": LinkPublic, "description": "The link already existed (linked=false)"}})
 def link(body: LinkRequest, memory: WriterMemory, audit: Audit,
          response: Response) -> LinkPublic:
     """Link two entities (201; 200 with linked=false when the link already existed)."""

@@ -33,7 +33,8 @@ def get_type(name: str, memory: ReaderMemory) -> TypePublic:
     return TypePublic.of(memory.get_type(name))
 
 
-@router.post("/types", status_code=status.HTTP_201_CREATED)
+@router.post("/types", status_code=status.HTTP_201_CREATED, responses={
+    200: {"model": TypePublic, "description": "The same definition was already registered"}})
 def define_type(
     typedef: Annotated[dict[str, Any], Body(description="A TypeDef (the TOML form as JSON).",
                                             examples=[TYPEDEF_EXAMPLE])],
