@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     locomo.add_argument("--context", type=int, default=0,
                         help="embed each turn after up to N preceding turns of its session "
                              "(default 0: the paper's unit, the turn alone)")
+    locomo.add_argument("--neighbour-weight", type=float, default=0.0,
+                        help="re-rank hits adding W x the better score of the previous and "
+                             "next turn of the session (default 0: off)")
     for p in (beir, locomo):
         p.add_argument("--data", required=True, type=Path, help="dataset directory or file")
         p.add_argument("--mode", default="all", choices=[*MODES, "all"],
@@ -83,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         modes=ALL_MODES if args.mode == "all" else (args.mode,), k=args.k, rrf_k=args.rrf_k,
         weights=args.weights, workdir=args.workdir, embedder=args.embedder,
         threads=args.threads, limit=args.limit, progress=not args.no_progress,
-        context=getattr(args, "context", 0), query_stopwords=args.query_stopwords)
+        context=getattr(args, "context", 0), query_stopwords=args.query_stopwords,
+        neighbour_weight=getattr(args, "neighbour_weight", 0.0))
     try:
         if args.benchmark == "beir":
             results = run_beir(args.data, args.split, options)

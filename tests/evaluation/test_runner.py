@@ -7,6 +7,7 @@ candidate, so whatever its order, recall at a depth covering the whole corpus is
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dmf_hybrid import HashEmbedder
+from dmf_hybrid import Entity, HashEmbedder, Hit
 from dmf_hybrid.errors import ValidationError
 from dmf_hybrid.ids import entity_id
 from evaluation.__main__ import main
@@ -27,10 +28,12 @@ from evaluation.runner import (
     RunOptions,
     latency_summary,
     locomo_turn_rows,
+    neighbour_rerank,
     run_beir,
     run_locomo,
     strip_query,
 )
+from evaluation.types import DialogTurn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -286,6 +289,41 @@ def test_locomo_context_option_changes_the_indexed_text(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="variant"):
         run_locomo(data, _options(tmp_path, modes=("keyword",), context=1),
                    embedder=HashEmbedder())
+
+
+def _turn_hit(position: int, session: int, score: float) -> Hit:
+    turn = DialogTurn(conversation="c", session=session, speaker="A",
+                      dia_id=f"D{session}:{position}", text="t", turn_index=position,
+                      unit_text="t")
+    now = dt.datetime(2024, 1, 1)
+    entity = Entity(id=f"DialogTurn_{position:02d}", type="DialogTurn", tenant="default", version=1,
+                    data=turn, created_at=now, updated_at=now)
+    return Hit(entity=entity, score=score)
+
+
+def test_neighbour_rerank() -> None:
+    # positions 0-2 in session 1, position 3 opens session 2 (not a neighbour of position 2)
+    hits = [_turn_hit(0, 1, 0.125), _turn_hit(1, 1, 0.5), _turn_hit(2, 1, 0.25),
+            _turn_hit(3, 2, 0.5)]
+    ranked = neighbour_rerank(hits, 0.5, group_fields=("conversation", "session"),
+                              position_field="turn_index")
+    # new scores: 0 -> 0.125 + 0.25; 1 -> 0.5 + 0.125; 2 -> 0.25 + 0.25; 3 -> 0.5 + 0
+    assert [h.entity.data.turn_index for h in ranked] == [1, 2, 3, 0]  # 2 and 3 tie: by ID
+    unchanged = neighbour_rerank(hits, 0.0, group_fields=("conversation", "session"),
+                                 position_field="turn_index")
+    assert [h.entity.data.turn_index for h in unchanged] == [1, 3, 2, 0]
+
+
+def test_locomo_neighbour_option(tmp_path: Path) -> None:
+    data = write_locomo(tmp_path / "locomo.json")
+    results = run_locomo(data, _options(tmp_path, modes=("hybrid",), neighbour_weight=0.5),
+                         embedder=HashEmbedder())
+    assert results["config"]["neighbour_weight"] == 0.5
+    assert results["config"]["search_depth"] == 1000
+    # every turn of the (tiny) conversation is scored and re-ranked: all evidence is found
+    assert results["metrics"]["recall@5"] == 1.0
+    with pytest.raises(ValidationError):
+        run_locomo(data, _options(tmp_path, neighbour_weight=-1.0), embedder=HashEmbedder())
 
 
 def test_strip_query() -> None:
