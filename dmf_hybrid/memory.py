@@ -98,14 +98,10 @@ class Memory:
     def last_seq(self) -> int:
         """The audit seq of the newest committed event (in a write transaction: its newest).
 
-        Another thread's open transaction has already advanced the store's counter; waiting
-        for it to end means a seq read here is always a stable ``as_of`` for every reader.
+        Another thread's open transaction does not count until it commits, so a seq read
+        here is always a stable ``as_of`` for every reader.
         """
-        db = self._store.db
-        if db.in_transaction:
-            return self._store.last_seq
-        with db.no_writes():
-            return self._store.last_seq
+        return self._store.committed_seq
 
     # ---------------------------------------------------------------- schema
 

@@ -71,6 +71,12 @@ class Database:
         self._after_commit: list[Callable[[], None]] = []
         self._on_rollback: list[Callable[[], None]] = []
         self.closed = False
+        # A seqlock over commits: odd while a commit is becoming visible, so a reader that
+        # sees the same even value before and after its statements read one committed state,
+        # the one at ``visible_seq`` (this process is the file's only writer).
+        self.generation = 0
+        self.visible_seq = 0
+        self.seq_source: Callable[[], int] | None = None
 
     # ------------------------------------------------------------------ reads
 
@@ -138,6 +144,7 @@ class Database:
         self._after_commit, self._on_rollback = [], []
         try:
             if commit:
+                self.generation += 1  # odd: readers cannot tell which state they see
                 try:
                     self._writer.execute("COMMIT")
                 except BaseException:
@@ -147,6 +154,11 @@ class Database:
                         pass
                     self._run(on_rollback[::-1])
                     raise
+                else:
+                    if self.seq_source is not None:
+                        self.visible_seq = self.seq_source()
+                finally:
+                    self.generation += 1
             else:
                 self._writer.execute("ROLLBACK")
         finally:
@@ -161,6 +173,20 @@ class Database:
                 hook()
             except Exception:  # a hook must never turn a committed write into an error
                 log.exception("transaction hook failed")
+
+    def stable(self) -> tuple[int, int] | None:
+        """``(generation, visible_seq)`` to read optimistically at, or None during a commit.
+
+        Reads made after this call read the state at that seq if :meth:`unchanged` holds
+        after them.
+        """
+        generation = self.generation
+        seq = self.visible_seq
+        return None if generation % 2 else (generation, seq)
+
+    def unchanged(self, generation: int) -> bool:
+        """True if no commit has started since :meth:`stable` returned ``generation``."""
+        return self.generation == generation
 
     @contextmanager
     def no_writes(self) -> Iterator[None]:

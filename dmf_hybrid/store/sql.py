@@ -41,7 +41,12 @@ def bind_value(value: Any) -> Any:
 
 
 def compile_filter(node: FilterNode | None, params: list[Any], alias: str = "") -> str:
-    """SQL for a parsed filter, appending its bound values to ``params``."""
+    """SQL for a parsed filter (a WHERE condition), appending its bound values to ``params``.
+
+    A comparison with NULL is NULL, not FALSE, and is left so: the language has only AND and
+    OR, under which a NULL leaf decides a row exactly as FALSE would, and a bare comparison
+    lets DuckDB push the filter into the table scan (a ``coalesce`` around it costs 2.5x).
+    """
     if node is None:
         return "TRUE"
     if isinstance(node, BoolOp):
@@ -68,12 +73,12 @@ def _compile_cmp(node: Cmp, params: list[Any], alias: str) -> str:
         params.append(bind_value(value))
         if node.spec.type == "list":
             item = SQL_TYPES[node.spec.item or "str"]
-            return f"(coalesce(list_contains({col}, CAST(? AS {item})), FALSE))"
-        return f"(coalesce(contains({col}, CAST(? AS VARCHAR)), FALSE))"
+            return f"(list_contains({col}, CAST(? AS {item})))"
+        return f"(contains({col}, CAST(? AS VARCHAR)))"
     params.append(bind_value(value))
     sql_op = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}.get(op)
     if sql_op is not None:
-        return f"(coalesce({col} {sql_op} CAST(? AS {typ}), FALSE))"
+        return f"({col} {sql_op} CAST(? AS {typ}))"
     return f"({col} IS DISTINCT FROM CAST(? AS {typ}))"  # $ne
 
 

@@ -101,6 +101,8 @@ class Store:
         row = self.db.fetchone(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1")
         self._seq: int = int(row[0]) if row else 0
         self._last_hash: str = str(row[1]) if row else audit.GENESIS_HASH
+        self.db.visible_seq = self._seq
+        self.db.seq_source = lambda: self._seq
         self._load_registry()
 
     # ---------------------------------------------------------------- registry
@@ -269,6 +271,11 @@ class Store:
         """The seq of the newest committed (or, inside a transaction, written) event."""
         return self._seq
 
+    @property
+    def committed_seq(self) -> int:
+        """The seq of the newest committed event (this thread's own, in its transaction)."""
+        return self._seq if self.db.in_transaction else self.db.visible_seq
+
     def _outbox(self, con: duckdb.DuckDBPyConnection, seq: int, tenant: str, eid: str,
                 type_name: str, op: str, unique: bool = True) -> None:
         if unique:
@@ -356,7 +363,7 @@ class Store:
         if isinstance(as_of, int):
             if as_of < 0:
                 raise ValidationError("as_of seq must be >= 0", field="as_of")
-            return min(as_of, self._seq)
+            return min(as_of, self.committed_seq)
         row = self.db.fetchone(f"SELECT coalesce(max(seq), 0) FROM {EVENTS_ALL} WHERE ts <= ?",
                                [to_naive_utc(as_of)])
         return int(row[0]) if row else 0

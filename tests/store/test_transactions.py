@@ -168,3 +168,41 @@ def test_schema_migration_after_row_changes_in_one_transaction(mem: Memory) -> N
                                     "zip": {"type": "str", "default": "75001"}}})
         mem.update(poi, {"cost": 5})
     assert mem.get(poi).data.zip == "75001"
+
+
+def test_the_commit_seqlock_tells_readers_whether_a_commit_got_in(mem: Memory) -> None:
+    db = mem._store.db  # noqa: SLF001 - the seqlock is the store's
+    trip = mem.create("Trip", {"destination": "Oslo"}).id
+    stamp = db.stable()
+    assert stamp is not None and stamp[1] == mem.last_seq
+    generation = stamp[0]
+    assert db.unchanged(generation)
+    inside = threading.Event()
+    release = threading.Event()
+    seen: dict[str, Any] = {}
+
+    def writer() -> None:
+        with mem.transaction():
+            mem.update(trip, {"budget": 1})
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert inside.wait(10)
+    # another thread's open transaction is invisible: same generation, same committed seq,
+    # and reading last_seq does not wait for it
+    seen["last_seq"] = mem.last_seq
+    assert db.unchanged(generation) and seen["last_seq"] == stamp[1]
+    assert mem.get(trip).version == 1
+    release.set()
+    thread.join(10)
+    assert not db.unchanged(generation)
+    after = db.stable()
+    assert after is not None and after[1] == stamp[1] + 1 == mem.last_seq
+    # a rolled-back transaction is no commit: the committed seq stays
+    with pytest.raises(Boom):
+        with mem.transaction():
+            mem.update(trip, {"budget": 2})
+            raise Boom
+    assert db.stable() is not None and mem.last_seq == after[1]
