@@ -6,13 +6,16 @@
         mem.update(trip.id, {"budget": 3000}, expected_version=trip.version)  # If-Match
 
 Differences from Memory: the API key decides the tenant (no ``for_tenant``); ``snapshot``
-takes a name (the server puts it under its data directory); ``load_definitions`` sends one
-type at a time; there is no ``transaction`` (see the plans API).
+and ``archive_events`` take a name (the server puts the files under its data directory);
+``load_definitions`` sends one type or rule at a time; ``summarize`` takes no ``summariser``
+(plug-ins run in the server process); there is no ``transaction`` (see the plans API), and
+``open``, ``restore_snapshot`` and ``engine`` exist only in-process.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json as json_module
 import logging
 import threading
@@ -28,6 +31,10 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from . import __version__
 from .errors import DMFError, SchemaError, ServiceUnavailable, ValidationError, error_from_payload
+from .lifecycle.archive import ArchiveResult
+from .lifecycle.context import MemoryContext
+from .lifecycle.rules import RuleDef, load_rules_toml
+from .lifecycle.summaries import SummaryResult
 from .models import AuditEvent, AuditReport, Entity, Page, Related
 from .schema import EntityType, RelationSpec, TypeDef, build_model, load_toml, typedef_from_model
 from .search.results import Hit, LegScore, Receipt, SearchResult
@@ -68,6 +75,14 @@ def _as_of_value(as_of: Any) -> int | str | None:
             raise ValidationError("as_of seq must be >= 0", field="as_of")
         return as_of
     return as_of.isoformat()
+
+
+@functools.lru_cache(maxsize=1024)  # building an adapter costs far more than using it
+def _field_adapter(model: type[BaseModel], name: str) -> pydantic.TypeAdapter[Any] | None:
+    info = model.model_fields.get(name)
+    if info is None or info.annotation is None:
+        return None
+    return pydantic.TypeAdapter(info.annotation)
 
 
 def _check_text(name: str, value: Any) -> str | None:
@@ -200,6 +215,21 @@ class MemoryClient:
                 model_data = dict(data)
         return Entity.model_validate({**payload, "data": model_data})
 
+    def _python_fields(self, type_name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """JSON field values as the type's Python values (dates, ...), like Memory gives them."""
+        try:
+            model = self._model_for(type_name)
+        except DMFError:
+            return dict(fields)
+        out: dict[str, Any] = {}
+        for name, value in fields.items():
+            adapter = _field_adapter(model, name)
+            try:
+                out[name] = value if adapter is None else adapter.validate_python(value)
+            except pydantic.ValidationError:
+                out[name] = value
+        return out
+
     def _page(self, payload: Mapping[str, Any]) -> Page:
         return Page(items=[self._entity(e) for e in payload["items"]],
                     next_cursor=payload.get("next_cursor"), as_of_seq=payload.get("as_of_seq"))
@@ -242,9 +272,29 @@ class MemoryClient:
 
     def load_definitions(self, path: str | Path, *, actor: str | None = None
                          ) -> list[EntityType]:
-        """Register every type of an ``indexes/*.toml`` file (one request per type)."""
-        return [self.define_type(t, actor=actor, reason=f"load {Path(path).name}")
-                for t in load_toml(path)]
+        """Register every type (and rule) of an ``indexes/*.toml`` file (one request each)."""
+        reason = f"load {Path(path).name}"
+        typedefs, rules = load_toml(path), load_rules_toml(path)
+        types = [self.define_type(t, actor=actor, reason=reason) for t in typedefs]
+        for rule in rules:
+            self.define_rule(rule, actor=actor, reason=reason)
+        return types
+
+    def define_rule(self, rule: Any, *, actor: str | None = None,
+                    reason: str | None = None) -> dict[str, Any]:
+        """Register a rule (a RuleDef or its TOML / JSON form); its definition and version."""
+        if isinstance(rule, RuleDef):
+            body: Any = rule.model_dump(mode="json")
+        elif isinstance(rule, Mapping):
+            body = _jsonable(dict(rule), "rule")
+        else:
+            raise SchemaError("a rule must be an object", field="rule")
+        return dict(self._call("POST", "/rules", json=body,
+                               headers=self._audit(actor=actor, reason=reason)))
+
+    def rules(self) -> list[dict[str, Any]]:
+        """Every active rule: definition, version and the relations it depends on."""
+        return [dict(r) for r in self._call("GET", "/rules")]
 
     def types(self) -> list[EntityType]:
         """Every registered entity type."""
@@ -426,22 +476,79 @@ class MemoryClient:
         """Export the database to the server's ``data_dir/snapshots/<name>`` (admin)."""
         return dict(self._call("POST", "/admin/snapshot", json={"name": name}))
 
+    # ---------------------------------------------------------------- lifecycle
+
+    def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
+                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5) -> MemoryContext:
+        """A compact, deterministic prompt context (MemoryContext: text + data) within budget."""
+        body = {"focus_ids": _jsonable(focus_ids, "focus_ids"), "query": query,
+                "budget_tokens": budget_tokens, "as_of": _as_of_value(as_of), "k": k}
+        result = MemoryContext.model_validate(self._call("POST", "/context", json=body))
+        for item in (*result.focus, *result.constraints):
+            item.fields = self._python_fields(item.type, item.fields)
+        return result
+
+    def summarize(self, scope: str | None = None, since_seq: int | None = None,
+                  until_seq: int | None = None, *,
+                  summariser: Callable[[str, Mapping[str, Any]], str] | None = None,
+                  actor: str | None = None, reason: str | None = None) -> SummaryResult:
+        """A MemorySummary of a scope's audit events in a window (SummaryResult; empty ok)."""
+        if summariser is not None:
+            raise ValidationError(
+                "a summariser cannot be sent over HTTP: summariser plug-ins run in the server "
+                "process (call Memory.summarize there, or leave summariser out)",
+                field="summariser")
+        body = {"scope": scope, "since_seq": since_seq, "until_seq": until_seq}
+        payload = self._call("POST", "/summaries", json=body,
+                             headers=self._audit(actor=actor, reason=reason))
+        summary = payload.get("summary")
+        return SummaryResult.model_validate(
+            {**payload, "summary": None if summary is None else self._entity(summary)})
+
+    def archive_events(self, before_seq: int, dest: str | Path, *, actor: str | None = None,
+                       reason: str | None = None) -> ArchiveResult:
+        """Move audit events with seq < before_seq to Parquet on the server (ArchiveResult).
+
+        Admin only. ``dest`` is a directory *name*: the server writes under its own
+        ``data_dir/archives/<dest>`` and ``file.file`` is relative to its data directory.
+        """
+        if isinstance(before_seq, bool) or not isinstance(before_seq, int) or before_seq < 1:
+            raise ValidationError("before_seq must be a positive integer", field="before_seq")
+        if not isinstance(dest, (str, Path)):
+            raise ValidationError("dest must be a directory name", field="dest")
+        body = {"before_seq": before_seq, "dest": str(dest)}
+        payload = self._call("POST", "/admin/archive", json=body,
+                             headers=self._audit(actor=actor, reason=reason))
+        return ArchiveResult.model_validate(payload)
+
+    def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
+                         cursor: str | None = None, as_of: AsOf = None) -> Page:
+        """The work queue: open Constraint entities (oldest first), optionally filtered."""
+        body = {"where": _jsonable(where, "where"), "limit": limit, "cursor": cursor,
+                "as_of": _as_of_value(as_of)}
+        return self._page(self._call("POST", "/constraints/query", json=body))
+
     # ---------------------------------------------------------------- agent tools
 
     def tools(self, format: str = "openai") -> list[dict[str, Any]]:
         """Function-calling definitions of the memory operations (see ``Memory.tools``)."""
         return list(self._call("GET", "/tools", params={"format": format}))
 
-    def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> Any:
+    def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,
+                  actor: str | None = None, reason: str | None = None,
+                  trace_id: str | None = None) -> Any:
         """Execute one tool call; PlanError lists what is wrong with a bad call."""
         return self._call("POST", f"/tools/{_segment(name, 'name')}",
-                          json=_jsonable(dict(arguments or {}), "arguments"))
+                          json=_jsonable(dict(arguments or {}), "arguments"),
+                          headers=self._audit(actor, reason, trace_id))
 
-    def execute_plan(self, ops: list[Mapping[str, Any]], dry_run: bool = False
-                     ) -> dict[str, Any]:
+    def execute_plan(self, ops: Sequence[Mapping[str, Any]], dry_run: bool = False, *,
+                     actor: str | None = None, reason: str | None = None,
+                     trace_id: str | None = None) -> dict[str, Any]:
         """Validate and run a multi-step plan atomically (or return its diff on dry_run)."""
         return dict(self._call("POST", "/plans/execute",
-                               json={"ops": _jsonable(ops, "ops"), "dry_run": dry_run}))
+                               json={"ops": _jsonable(ops, "ops"), "dry_run": dry_run},
+                               headers=self._audit(actor, reason, trace_id)))
 
     def health(self) -> dict[str, Any]:
         """The liveness answer of ``/healthz``."""

@@ -75,6 +75,8 @@ SCORE_EPS = 1e-4
 #: IDs resolved beyond the ones still needed (a few proposals may fail resolution).
 RESOLVE_SLACK = 0
 _TEXT_HASH = SYSTEM_COLUMNS.index("text_hash")
+_TENANT = SYSTEM_COLUMNS.index("tenant")
+_DELETED = SYSTEM_COLUMNS.index("deleted_at")
 
 Ranking = list[tuple[str, float]]
 Row = tuple[Any, ...]
@@ -233,6 +235,10 @@ class _Scope:
             # a constant ID list alone on the table is answered from the ID index; the
             # other conditions go outside the (materialised) lookup, or DuckDB scans
             lookup = f"id IN ({', '.join('?' * len(ids))})"
+            if not self.filtered:  # tenant and liveness are plain columns: checked here
+                rows = self.con.execute(f"SELECT {self.columns} FROM {self.table} "
+                                        f"WHERE {lookup}", ids).fetchall()
+                return [r for r in rows if r[_TENANT] == self.tenant and r[_DELETED] is None]
             params: list[Any] = [*ids, self.tenant, *self.filter_params]
         else:
             lookup = "id IN (SELECT unnest(CAST(? AS VARCHAR[])))"
