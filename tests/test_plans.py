@@ -219,6 +219,28 @@ def test_plan_length_is_limited(mem: Memory, seeded: dict[str, str]) -> None:
         mem.execute_plan("create everything")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("depth", [33, 5000])
+def test_deeply_nested_arguments_are_refused_and_change_nothing(
+        mem: Memory, seeded: dict[str, str], depth: int) -> None:
+    nested: Any = "x"
+    for _ in range(depth):
+        nested = [nested]
+    seq = mem.last_seq
+    with pytest.raises(PlanError) as info:
+        mem.execute_plan([{"op": "create", "type": "Trip",
+                           "data": {"destination": "Rome", "tags": nested}}])
+    assert "nest deeper than 32" in info.value.message
+    assert mem.last_seq == seq
+    # within the limit (the step itself and its data are two levels) it is merely bad data
+    shallow: Any = "x"
+    for _ in range(29):
+        shallow = [shallow]
+    with pytest.raises(PlanError) as info:
+        mem.execute_plan([{"op": "create", "type": "Trip",
+                           "data": {"destination": "Rome", "tags": shallow}}])
+    assert "nest deeper" not in info.value.message
+
+
 # ---------------------------------------------------------------- dry run & commit
 
 

@@ -32,6 +32,27 @@ class Ref:
     text: str
 
 
+#: How deep a step's arguments may nest (objects in lists in objects ...); far beyond any
+#: real entity data, and well inside Python's recursion limit.
+MAX_NESTING = 32
+
+
+def nesting(value: Any) -> int:
+    """How deeply ``value`` nests (a scalar is 0, ``[1]`` is 1); counted without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_NESTING:  # deep enough to refuse: stop counting
+            break
+        if isinstance(item, Mapping):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
 def parse_ref(value: Any) -> Ref | None:
     """The reference a string stands for, or None when it is a plain value."""
     if not isinstance(value, str) or not value.startswith("$") or value.startswith("$$"):

@@ -28,10 +28,12 @@ from .ops import (
 )
 from .problems import Problems, close_matches, field_hint, shape_hint, similar_ids
 from .refs import (
+    MAX_NESTING,
     Ref,
     Shape,
     find_refs,
     known_type,
+    nesting,
     parse_ref,
     resolve,
     result_shape,
@@ -85,6 +87,9 @@ class Validator:
         if not isinstance(step, Mapping):
             p.add(i, None, "a step must be an object like {\"op\": \"create\", ...}",
                   f"ops: {', '.join(OPS)}")
+            return None
+        if nesting(step) > MAX_NESTING:
+            p.add(i, None, f"the step's arguments nest deeper than {MAX_NESTING} levels")
             return None
         op = step.get("op")
         if op not in OP_ARGS:

@@ -289,10 +289,8 @@ class SearchEngine:
 
     def _record_model(self, tenant: str) -> str | None:
         """The previous model's ID if the embedding model changed (recorded as an event)."""
-        record = getattr(self.store, "record_embedding_model", None)
-        if record is None:  # an older store without model tracking
-            return None
-        previous: str | None = record(self.embedder.model_id, self.embedder.dim, tenant=tenant)
+        previous = self.store.record_embedding_model(self.embedder.model_id, self.embedder.dim,
+                                                     tenant=tenant)
         if previous is not None:
             log.info("embedding model changed from %s to %s: re-embedding", previous,
                      self.embedder.model_id)

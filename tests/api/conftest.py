@@ -108,7 +108,11 @@ def open_memory(path: Path | None, **kwargs: Any) -> Memory:
 
 @dataclass
 class Front:
-    """One front door: ``mem`` (tenant "default", admin), ``other`` (tenant "other")."""
+    """One front door: ``mem`` (tenant "default", admin), ``other`` (tenant "other").
+
+    ``embedded`` is the Memory behind every front door (tenant "default"): a test compares what
+    a front door answers with what the embedded Memory answers for the same state.
+    """
 
     kind: str
     mem: Any
@@ -117,6 +121,7 @@ class Front:
     with_key: Callable[[str | None], MemoryClient] | None = None
     base_url: str | None = None
     transport: httpx.BaseTransport | None = None
+    embedded: Memory | None = None
 
     @property
     def http(self) -> bool:
@@ -171,7 +176,7 @@ def http_front(kind: str, app: FastAPI, mem: Memory) -> Iterator[Front]:
         front = Front(kind, factory("key-admin"), factory("key-other"),
                       as_role=lambda role: factory(KEY_OF_ROLE[role] if role else None),
                       with_key=factory,
-                      base_url=url, transport=raw_transport)
+                      base_url=url, transport=raw_transport, embedded=mem)
         try:
             yield front
         finally:
@@ -187,7 +192,7 @@ def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Front]:
     mem = open_memory(None)  # in-memory DuckDB: writes are ~3x faster than on a file
     try:
         if request.param == "memory":
-            yield Front("memory", mem, mem.for_tenant("other"))
+            yield Front("memory", mem, mem.for_tenant("other"), embedded=mem)
             return
         app = create_app(_settings(tmp_path), mem)
         with http_front(request.param, app, mem) as front:
