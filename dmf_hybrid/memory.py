@@ -49,8 +49,13 @@ class Memory:
     @classmethod
     def open(cls, path: str | Path | None, *, embedder: Any = None,
              settings: Settings | None = None, tenant: str | None = None,
-             vector_index: Any = None) -> Memory:
-        """Open (creating if needed) the memory in directory ``path``; None = in memory only."""
+             vector_index: Any = None, replay: bool = True) -> Memory:
+        """Open (creating if needed) the memory in directory ``path``; None = in memory only.
+
+        Opening replays outbox rows a crash left pending and repairs index drift, which may
+        load the embedding model; ``replay=False`` leaves that to ``mem.engine.catch_up()``
+        (the HTTP service does it in the background, so it answers /healthz at once).
+        """
         settings = settings or Settings()
         directory = None if path is None else Path(path)
         if directory is not None:
@@ -64,7 +69,7 @@ class Memory:
         try:
             install(store)
             engine = SearchEngine.open(store, settings, directory, embedder=embedder,
-                                       vector_index=vector_index)
+                                       vector_index=vector_index, replay=replay)
         except BaseException:
             store.close()
             raise
@@ -402,6 +407,8 @@ class Memory:
         """The work queue: open Constraint entities (oldest first), optionally filtered."""
         from .lifecycle.rules import CONSTRAINT_TYPE
 
+        if where is not None and not isinstance(where, Mapping):
+            raise ValidationError("where must be an object of field conditions", field="where")
         return self.query(CONSTRAINT_TYPE, {**(where or {}), "status": "open"},
                           order_by=["created_at"], limit=limit, cursor=cursor, as_of=as_of)
 

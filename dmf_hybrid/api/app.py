@@ -77,7 +77,8 @@ def create_app(settings: Settings, memory: Memory | None = None, *,
     keys = keys if keys is not None else KeyRing.from_settings(settings)
     owns = memory is None
     if memory is None:
-        memory = Memory.open(settings.data_dir, settings=settings)
+        # the warm-up replays the outbox: a crash's backlog must not delay /healthz
+        memory = Memory.open(settings.data_dir, settings=settings, replay=False)
     state = ServiceState(settings=settings, memory=memory, keys=keys, owns_memory=owns,
                          startup_tasks=tuple(startup_tasks))
 

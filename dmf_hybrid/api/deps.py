@@ -53,6 +53,7 @@ class ServiceState:
             load = getattr(self.memory.engine.embedder, "load", None)
             if callable(load):
                 load()
+            self.memory.engine.catch_up()
             self.memory.flush()
         except Exception as exc:  # noqa: BLE001 - reported by /readyz, the process stays alive
             log.exception("warm-up failed")

@@ -263,29 +263,40 @@ class SearchEngine:
         self._count_cache: OrderedDict[tuple[str, str, int], int] = OrderedDict()
         self._guesses: OrderedDict[str, int] = OrderedDict()  # last count of each filter
         self._cache_lock = threading.Lock()
+        self._previous_model: str | None = None  # a model change not yet caught up with
 
     @classmethod
     def open(cls, store: Store, settings: Settings, directory: Path | None, *,
-             embedder: Embedder | None = None, vector_index: VectorIndex | None = None
-             ) -> SearchEngine:
-        """An engine over ``store``: replays pending outbox rows and repairs drift.
+             embedder: Embedder | None = None, vector_index: VectorIndex | None = None,
+             replay: bool = True) -> SearchEngine:
+        """An engine over ``store``; ``replay``: also :meth:`catch_up` now (else call it later).
 
         A model other than the one recorded in the store is an audited reindex: an event
-        with op "reindex" is appended, the old model's collections are dropped and every
-        entity is embedded with the new model (from the cache where it has vectors).
+        with op "reindex" is appended at once; catching up drops the old model's collections
+        and embeds every entity with the new model (from the cache where it has vectors).
         """
         engine = cls(store, settings, embedder or make_embedder(settings),
                      vector_index or make_vector_index(settings, directory))
         store.listeners.append(engine.indexer.on_commit)
-        previous = engine._record_model(settings.tenant)
-        engine.indexer.drain()
-        if previous is not None:
-            for etype in store.types():
-                engine.vectors.drop(collection_name("dmf", etype.name, previous))
-            engine.indexer.reconcile()
-        elif engine._counts_differ():
-            engine.indexer.reconcile()
+        engine._previous_model = engine._record_model(settings.tenant)
+        if replay:
+            engine.catch_up()
         return engine
+
+    def catch_up(self) -> None:
+        """Replay pending outbox rows and repair drift (after a model change: re-embed).
+
+        Until it has run, searches are still correct (a vector that is missing or behind
+        DuckDB is never returned) but may miss entities whose vectors are not indexed yet.
+        """
+        self.indexer.drain()
+        previous, self._previous_model = self._previous_model, None
+        if previous is not None:
+            for etype in self.store.types():
+                self.vectors.drop(collection_name("dmf", etype.name, previous))
+            self.indexer.reconcile()
+        elif self._counts_differ():
+            self.indexer.reconcile()
 
     def _record_model(self, tenant: str) -> str | None:
         """The previous model's ID if the embedding model changed (recorded as an event)."""
