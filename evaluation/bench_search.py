@@ -36,6 +36,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -395,6 +396,7 @@ def ingest_with_model(rows: list[dict[str, Any]], path: Path) -> dict[str, Any]:
         return seconds
 
     before = raw()
+    shutil.rmtree(path, ignore_errors=True)  # a reused store would skip the work (same IDs)
     mem = Memory.open(path, embedder=model)
     mem.define(Product, identity=["name"], embed=EMBED_TEMPLATE)
     t_mem, _ = timed(lambda: mem.create_many("Product", rows))
