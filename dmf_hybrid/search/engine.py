@@ -4,7 +4,8 @@ Flow of one search (every DuckDB read at one audit seq, see :class:`_Scope`):
 
 1. validate the request against the schema; compile ``where`` / ``related_to`` to SQL;
 2. count the candidates in DuckDB (unfiltered counts are cached per audit seq; a filtered
-   count brings the candidates' 64-bit ``hash(id)`` list along when the exact plan is likely);
+   count brings the candidates' 64-bit ``hash(tenant, id)`` list along when the exact plan
+   is likely);
 3. vector leg: candidate sets up to ``exact_threshold`` are scored exactly against the
    in-memory mirror of the cached vectors (recall 1.0); larger ones ask the vector index (ANN)
    for about ``2 k / selectivity`` proposals, keep those DuckDB confirms, and widen until
@@ -42,7 +43,7 @@ import numpy.typing as npt
 from ..config import Settings
 from ..embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
 from ..errors import FilterError, NotFound, SchemaError, ValidationError
-from ..indexer import Indexer, LocalVectors
+from ..indexer import Indexer, LocalVectors, key_sql, own_ids
 from ..models import Entity
 from ..schema import EntityType, FilterNode, parse_filter
 from ..store import Store
@@ -158,7 +159,7 @@ class _Scope:
         self.count = 0
         self.seen_seq: int | None = seq
         self.columns = ", ".join(list(SYSTEM_COLUMNS) + [q(n) for n in etype.fields])
-        self.by_key = False  # list candidates by DuckDB hash(id) rather than by ID
+        self.by_key = False  # list candidates by DuckDB hash(tenant, id), not ID
         self._ids: list[str] | None = None
         self._keys: npt.NDArray[np.uint64] | None = None
         self.rows: dict[str, Row] = {}
@@ -186,7 +187,7 @@ class _Scope:
 
     @property
     def _key_sql(self) -> str:
-        return "hash(id)" if self.by_key else "id"
+        return key_sql() if self.by_key else "id"
 
     def _keep_list(self, scalar: Any) -> None:
         values = scalar.values
@@ -197,7 +198,7 @@ class _Scope:
             self._ids = [] if values is None else [str(i) for i in values.to_pylist()]
 
     def candidate_keys(self) -> npt.NDArray[np.uint64]:
-        """Every candidate's DuckDB ``hash(id)`` (needs ``by_key``; fetched once)."""
+        """Every candidate's DuckDB ``hash(tenant, id)`` (needs ``by_key``; fetched once)."""
         assert self.by_key
         if self._keys is None:
             self._fetch_list()
@@ -291,7 +292,7 @@ class SearchEngine:
             for etype in store.types():
                 engine.vectors.drop(collection_name("dmf", etype.name, previous))
             engine.indexer.reconcile()
-        elif engine._counts_differ():
+        elif engine._counts_differ() or store.reconcile_pending:
             engine.indexer.reconcile()
         return engine
 
@@ -539,12 +540,12 @@ class SearchEngine:
         total = len(local)
         n = min(total, max(depth + 1, math.ceil(depth * total / scope.count * ANN_OVERFETCH)))
         while True:
-            proposed = [eid for eid, _ in self.vectors.query(name, qvec, n)]
+            proposed = own_ids(self.vectors.query(name, qvec, n), scope.tenant)
             if scope.filtered:
                 passing = scope.fetch_rows(proposed)
                 keep = [eid for eid in proposed if eid in passing]
             else:
-                keep = [eid for eid in proposed if local.tenant_of(eid) == scope.tenant]
+                keep = [eid for eid in proposed if local.has(scope.tenant, eid)]
             if len(keep) >= depth or n >= total:
                 break
             n = min(total, n * WIDEN)
@@ -552,7 +553,7 @@ class SearchEngine:
             # the index could not surface enough candidates (HNSW is approximate, or it is
             # behind DuckDB): score every candidate exactly instead
             return self._exact(scope, local, query, depth), "exact"
-        ids, scores = local.head(query, depth, local.rows_of_ids(keep))
+        ids, scores = local.head(query, depth, local.rows_of_ids(scope.tenant, keep))
         return ranked(ids, scores, depth), "ann"
 
     def _exact(self, scope: _Scope, local: LocalVectors, query: npt.NDArray[np.float64],
@@ -564,7 +565,7 @@ class SearchEngine:
         else:
             rows = local.rows_of_keys(scope.candidate_keys()) if scope.by_key else None
             if rows is None:  # listed by ID (or the keys collided)
-                rows = local.rows_of_ids(scope.candidate_ids())
+                rows = local.rows_of_ids(scope.tenant, scope.candidate_ids())
         ids, scores = local.head(query, depth, rows)
         return ranked(ids, scores, depth)
 
@@ -651,7 +652,8 @@ class SearchEngine:
                     dropped += 1
                     continue
                 if scope.seq is None and (
-                        local is None or local.text_hash_of(eid) != row[_TEXT_HASH]):
+                        local is None or local.text_hash_of(scope.tenant, eid)
+                        != row[_TEXT_HASH]):
                     dropped += 1  # the index has not caught up with this entity: stale
                     continue
                 legs = {leg: LegScore(rank=pos[eid][0],
