@@ -11,6 +11,10 @@ from typing import Any
 
 DEFAULT_TENANT = "default"  # the tenant of an embedded Memory unless told otherwise
 ID_HASH_HEX = 20  # 80 bits of SHA-256: collisions are negligible below ~10^11 entities.
+#: Joins the tenant to the entity ID in the vector ID of an entity outside the default tenant.
+#: Entity IDs never contain it (they match ``store.ID_RE``), so the last one splits a vector ID
+#: back unambiguously, whatever the tenant's name holds.
+VECTOR_ID_SEPARATOR = "\x1f"
 
 
 def _default(value: Any) -> Any:
@@ -65,3 +69,18 @@ def entity_id(type_name: str, identity: dict[str, Any], tenant: str = DEFAULT_TE
 def derived_id(prefix: str, *parts: Any) -> str:
     """A deterministic ID for a derived object (constraint, summary) from its parts."""
     return f"{prefix}_{content_hash(list(parts))[:ID_HASH_HEX]}"
+
+
+def vector_id(tenant: str, eid: str) -> str:
+    """The vector-index ID of an entity: its own ID in the default tenant, else tenant-qualified.
+
+    Two tenants may each hold an entity with the same caller-given ID; a vector collection
+    holds both, under distinct vector IDs.
+    """
+    return eid if tenant == DEFAULT_TENANT else f"{tenant}{VECTOR_ID_SEPARATOR}{eid}"
+
+
+def split_vector_id(vid: str) -> tuple[str, str]:
+    """The (tenant, entity ID) a vector ID stands for (the inverse of :func:`vector_id`)."""
+    tenant, sep, eid = vid.rpartition(VECTOR_ID_SEPARATOR)
+    return (tenant, eid) if sep else (DEFAULT_TENANT, vid)

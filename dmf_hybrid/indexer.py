@@ -4,6 +4,10 @@ Idempotent and resumable: an outbox row names an entity, and applying it reads t
 *current* state from DuckDB, so replaying a row, or applying rows out of order, converges to
 the same index. A row is marked done only after the vector index accepted the change.
 
+Entity IDs are unique per tenant, not across tenants, so the vector index stores each entity
+under its *vector ID* (``ids.vector_id``: the entity ID in the default tenant, tenant-qualified
+in any other) and everything here is keyed by (tenant, entity ID).
+
 Besides the vector index (Chroma) the indexer keeps, per entity type and loaded on the first
 search, an in-memory exact mirror of the vectors (:class:`LocalVectors`, which the planner
 scores candidate sets against) and one BM25 :class:`KeywordIndex` per tenant (so a tenant's
@@ -23,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .embeddings import Embedder
-from .ids import sha256_hex
+from .ids import DEFAULT_TENANT, sha256_hex, split_vector_id, vector_id
 from .schema import EntityType
 from .search.keyword import KeywordIndex
 from .store import Store
@@ -51,9 +55,16 @@ SCORE_CHUNK = 1024
 #: Bound on the float32 error of a cosine of unit vectors (a few hundred rounded products).
 SCORE_EPS = 1e-4
 
-# (id, tenant, version, text_hash, text, DuckDB hash(id)) of one live entity
+# (id, tenant, version, text_hash, text, DuckDB hash(tenant, id)) of one live entity
 Item = tuple[str, str, int, str, str, int]
+#: (tenant, entity ID): what names an entity (IDs are unique per tenant only)
+Key = tuple[str, str]
 FloatMatrix = npt.NDArray[np.float32]
+
+
+def key_sql(alias: str = "") -> str:
+    """The SQL of the 64-bit key the mirror finds an entity row by (``alias``: "t." etc.)."""
+    return f"hash({alias}tenant, {alias}id)"
 
 
 class _ReadWriteLock:
@@ -99,9 +110,10 @@ class LocalVectors:
     """The exact in-memory mirror of one type's vectors: the planner's exact scorer.
 
     Rows are L2-normalised float32 vectors (``matrix[:size]``, swap-remove on delete), found by
-    entity ID or by DuckDB's 64-bit ``hash(id)`` of it, so a candidate set can be mapped to
-    rows without making Python strings (the sorted key index is rebuilt lazily after IDs come
-    or go; a key collision switches that mapping off and callers fall back to IDs). Each row
+    (tenant, entity ID) or by DuckDB's 64-bit ``hash(tenant, id)`` of them (:func:`key_sql`),
+    so a candidate set can be mapped to rows without making Python strings (the sorted key
+    index is rebuilt lazily after IDs come or go; a key collision switches that mapping off and
+    callers fall back to IDs). Two tenants' entities with the same ID are two rows. Each row
     also keeps the entity's tenant and text hash, which the planner checks proposals against.
     """
 
@@ -112,9 +124,9 @@ class LocalVectors:
         self._tenant = np.zeros(MIN_ROWS, dtype=np.int32)
         self._tenant_code: dict[str, int] = {}
         self._tenant_name: list[str] = []
-        self._ids: list[str] = []
+        self._ids: list[str] = []  # entity ID of each row
         self._text_hash: list[str] = []
-        self._row: dict[str, int] = {}
+        self._row: dict[str, int] = {}  # vector ID (tenant-qualified entity ID) -> row
         self._by_key: tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp]] | None = None
         self._lock = _ReadWriteLock()
         self.collided = False
@@ -123,40 +135,33 @@ class LocalVectors:
     def __len__(self) -> int:
         return self.size
 
-    def has(self, eid: str) -> bool:
-        """Whether ``eid`` has a vector here."""
-        return eid in self._row
+    def has(self, tenant: str, eid: str) -> bool:
+        """Whether the entity ``eid`` of ``tenant`` has a vector here."""
+        return vector_id(tenant, eid) in self._row
 
-    def tenant_of(self, eid: str) -> str | None:
-        """The tenant recorded with ``eid`` (None if absent)."""
+    def text_hash_of(self, tenant: str, eid: str) -> str | None:
+        """The text hash the stored vector of ``tenant``'s ``eid`` was made from (None: absent)."""
         with self._lock.read():
-            row = self._row.get(eid)
-            if row is None:
-                return None
-            return self._tenant_name[int(self._tenant[row])]
-
-    def text_hash_of(self, eid: str) -> str | None:
-        """The text hash the stored vector was made from (None if absent)."""
-        with self._lock.read():
-            row = self._row.get(eid)
+            row = self._row.get(vector_id(tenant, eid))
             return None if row is None else self._text_hash[row]
 
     def upsert(self, ids: Sequence[str], keys: Sequence[int], vectors: FloatMatrix,
                tenants: Sequence[str], text_hashes: Sequence[str]) -> None:
-        """Insert or replace rows (vectors need not be normalised)."""
+        """Insert or replace the rows of (tenants[i], ids[i]) (vectors need not be normalised)."""
         if not len(ids):
             return
         unit = normalise_rows(np.asarray(vectors, dtype=np.float32))
+        vids = [vector_id(t, e) for t, e in zip(tenants, ids, strict=True)]
         with self._lock.write():
-            new = [i for i, eid in enumerate(ids) if eid not in self._row]
+            new = [i for i, vid in enumerate(vids) if vid not in self._row]
             self._reserve(self.size + len(new))
             for i in new:
-                self._row[ids[i]] = self.size
+                self._row[vids[i]] = self.size
                 self._ids.append(ids[i])
                 self._text_hash.append("")
                 self._keys[self.size] = keys[i]
                 self.size += 1
-            rows = np.fromiter((self._row[eid] for eid in ids), dtype=np.intp, count=len(ids))
+            rows = np.fromiter((self._row[vid] for vid in vids), dtype=np.intp, count=len(vids))
             self._matrix[rows] = unit
             for row, tenant, text_hash in zip(rows.tolist(), tenants, text_hashes, strict=True):
                 code = self._tenant_code.get(tenant)
@@ -168,21 +173,22 @@ class LocalVectors:
             if new:
                 self._by_key = None
 
-    def delete(self, ids: Iterable[str]) -> None:
-        """Remove rows; unknown IDs are ignored."""
+    def delete(self, keys: Iterable[Key]) -> None:
+        """Remove the rows of these (tenant, entity ID); unknown ones are ignored."""
         with self._lock.write():
-            for eid in ids:
-                row = self._row.pop(eid, None)
+            for tenant, eid in keys:
+                row = self._row.pop(vector_id(tenant, eid), None)
                 if row is None:
                     continue
                 last = self.size - 1
                 if row != last:
-                    moved = self._ids[last]
+                    moved = vector_id(self._tenant_name[int(self._tenant[last])],
+                                      self._ids[last])
                     self._matrix[row] = self._matrix[last]
                     self._keys[row] = self._keys[last]
                     self._tenant[row] = self._tenant[last]
                     self._text_hash[row] = self._text_hash[last]
-                    self._ids[row] = moved
+                    self._ids[row] = self._ids[last]
                     self._row[moved] = row
                 self._ids.pop()
                 self._text_hash.pop()
@@ -202,15 +208,16 @@ class LocalVectors:
         tenant[: self.size] = self._tenant[: self.size]
         self._matrix, self._keys, self._tenant = matrix, keys, tenant
 
-    def rows_of_ids(self, ids: Iterable[str]) -> npt.NDArray[np.intp]:
-        """Rows of those IDs that are here, ascending, each once."""
+    def rows_of_ids(self, tenant: str, ids: Iterable[str]) -> npt.NDArray[np.intp]:
+        """Rows of those IDs of ``tenant`` that are here, ascending, each once."""
         with self._lock.read():
             get = self._row.get
-            rows = np.fromiter((r for r in map(get, ids) if r is not None), dtype=np.intp)
+            vids = ids if tenant == DEFAULT_TENANT else (vector_id(tenant, e) for e in ids)
+            rows = np.fromiter((r for r in map(get, vids) if r is not None), dtype=np.intp)
         return np.unique(rows)
 
     def rows_of_keys(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp] | None:
-        """Rows whose ``hash(id)`` is among ``keys``, ascending (None after a collision)."""
+        """Rows whose ``hash(tenant, id)`` is among ``keys``, ascending (None after a collision)."""
         with self._lock.write() if self._by_key is None else self._lock.read():
             if self.collided:
                 return None
@@ -219,7 +226,7 @@ class LocalVectors:
                 sorted_keys = self._keys[: self.size][order]
                 if len(sorted_keys) > 1 and bool((sorted_keys[1:] == sorted_keys[:-1]).any()):
                     self.collided = True  # two IDs share a 64-bit hash: map by ID instead
-                    log.warning("hash(id) collision in the exact mirror; mapping by ID")
+                    log.warning("hash(tenant, id) collision in the exact mirror; mapping by ID")
                     return None
                 self._by_key = (sorted_keys, order.astype(np.intp))
             sorted_keys, rows = self._by_key
@@ -242,7 +249,9 @@ class LocalVectors:
 
     def head(self, query: npt.NDArray[np.float64], depth: int,
              rows: npt.NDArray[np.intp] | None = None) -> tuple[list[str], npt.NDArray[np.float64]]:
-        """IDs and float64 cosines of every row (of ``rows``) that may rank in the top ``depth``.
+        """Entity IDs and float64 cosines of the rows that may rank in the top ``depth``.
+
+        ``rows`` (default: every row) should be one tenant's, or two rows may share an ID.
 
         All rows are scored roughly in float32; each row within ``SCORE_EPS`` of the
         ``depth``-th best is re-scored in float64 on its own, so the result does not depend on
@@ -369,36 +378,40 @@ class Indexer:
 
     # ------------------------------------------------------------------ state
 
-    def _live_rows(self, etype: EntityType, ids: Sequence[str] | None = None
+    def _live_rows(self, etype: EntityType, keys: Sequence[Key] | None = None
                    ) -> list[tuple[str, str, int, str | None, dict[str, Any], int]]:
-        """(id, tenant, version, text_hash, data, hash(id)) of live rows (all, or of ``ids``)."""
+        """(id, tenant, version, text_hash, data, hash(tenant, id)) of live rows (all, or of
+        those (tenant, id) ``keys``), by ID then tenant."""
         cols = ", ".join(q(n) for n in etype.fields)
-        base = (f"SELECT id, tenant, version, text_hash, hash(id), {cols} "
+        base = (f"SELECT id, tenant, version, text_hash, {key_sql()}, {cols} "
                 f"FROM {table_name(etype.name)} WHERE deleted_at IS NULL")
         con = self.store.db.reader()
         rows: list[tuple[Any, ...]] = []
-        if ids is None:
-            rows = con.execute(base + " ORDER BY id").fetchall()
+        if keys is None:
+            rows = con.execute(base + " ORDER BY id, tenant").fetchall()
         else:
-            unique = sorted(set(ids))
+            # by ID alone (DuckDB finds IDs by their index); another tenant's rows with the
+            # same IDs are dropped here
+            wanted = set(keys)
+            unique = sorted({eid for _, eid in wanted})
             for i in range(0, len(unique), LOOKUP_CHUNK):
-                rows.extend(con.execute(
-                    base + " AND id IN (SELECT unnest(CAST(? AS VARCHAR[]))) ORDER BY id",
-                    [unique[i:i + LOOKUP_CHUNK]]).fetchall())
+                rows.extend(r for r in con.execute(
+                    base + " AND id IN (SELECT unnest(CAST(? AS VARCHAR[]))) ORDER BY id, tenant",
+                    [unique[i:i + LOOKUP_CHUNK]]).fetchall() if (r[1], r[0]) in wanted)
         names = list(etype.fields)
         return [(r[0], r[1], r[2], r[3], dict(zip(names, r[5:], strict=True)), r[4])
                 for r in rows]
 
-    def _items(self, etype: EntityType, ids: Sequence[str] | None
-               ) -> tuple[list[Item], list[str]]:
-        """(live items with their text, IDs that have no vector any more)."""
-        live = self._live_rows(etype, ids)
-        gone = sorted(set(ids or ()) - {r[0] for r in live})
+    def _items(self, etype: EntityType, keys: Sequence[Key] | None
+               ) -> tuple[list[Item], list[Key]]:
+        """(live items with their text, (tenant, id) keys that have no vector any more)."""
+        live = self._live_rows(etype, keys)
+        gone = sorted(set(keys or ()) - {(r[1], r[0]) for r in live})
         items: list[Item] = []
         for eid, tenant, version, text_hash, data, key in live:
             text = etype.embed_text(data)
             if text is None:
-                gone.append(eid)
+                gone.append((tenant, eid))
                 continue
             th = sha256_hex(text)
             if text_hash is not None and th != text_hash:
@@ -407,20 +420,21 @@ class Indexer:
             items.append((eid, tenant, version, th, text, key))
         return items, gone
 
-    def _apply_type(self, etype: EntityType, ids: Sequence[str]) -> None:
-        """Bring every index in step with DuckDB for these IDs of one type."""
-        items, gone = self._items(etype, ids)
+    def _apply_type(self, etype: EntityType, keys: Sequence[Key]) -> None:
+        """Bring every index in step with DuckDB for these (tenant, id) of one type."""
+        items, gone = self._items(etype, keys)
         vectors = self.embed_texts({p[3]: p[4] for p in items})
         name = self.collection(etype.name)
         if self.fault:
             self.fault("before_vector_upsert")
         self.vectors.ensure_collection(name, self.embedder.dim)
         if gone:
-            self.vectors.delete(name, gone)
+            self.vectors.delete(name, [vector_id(t, e) for t, e in gone])
         for i in range(0, len(items), UPSERT_CHUNK):
             part = items[i:i + UPSERT_CHUNK]
             self.vectors.upsert(
-                name, [p[0] for p in part], np.stack([vectors[p[3]] for p in part]),
+                name, [vector_id(p[1], p[0]) for p in part],
+                np.stack([vectors[p[3]] for p in part]),
                 [{"type": etype.name, "tenant": p[1], "version": p[2], "text_hash": p[3]}
                  for p in part])
         if self.fault:
@@ -429,7 +443,7 @@ class Indexer:
             self._update_local(etype.name, items, vectors, gone)
 
     def _update_local(self, type_name: str, items: list[Item],
-                      vectors: dict[str, np.ndarray], gone: Sequence[str]) -> None:
+                      vectors: dict[str, np.ndarray], gone: Sequence[Key]) -> None:
         """Apply a change to the loaded mirror and keyword indexes of a type (lock held)."""
         local = self.mirror.get(type_name)
         if local is not None:
@@ -439,10 +453,13 @@ class Indexer:
                              np.stack([vectors[p[3]] for p in items]),
                              [p[1] for p in items], [p[3] for p in items])
         if type_name in self._keyword_types:
-            if gone:
-                for (tname, _tenant), kw in self._keyword.items():
-                    if tname == type_name:
-                        kw.delete(list(gone))
+            by_tenant: dict[str, list[str]] = {}
+            for tenant, eid in gone:
+                by_tenant.setdefault(tenant, []).append(eid)
+            for tenant, ids in sorted(by_tenant.items()):
+                kw = self._keyword.get((type_name, tenant))
+                if kw is not None:
+                    kw.delete(ids)
             self._add_keyword(type_name, items)
 
     def _add_keyword(self, type_name: str, items: list[Item]) -> None:
@@ -490,10 +507,11 @@ class Indexer:
         import pyarrow as pa
 
         table = self.store.db.reader().execute(
-            f"SELECT t.id, hash(t.id) AS key, t.tenant, t.text_hash, e.vector "
+            f"SELECT t.id, {key_sql('t.')} AS key, "
+            "t.tenant, t.text_hash, e.vector "
             f"FROM {table_name(etype.name)} AS t LEFT JOIN embeddings AS e "
             "ON e.model_id = ? AND e.text_hash = t.text_hash "
-            "WHERE t.deleted_at IS NULL AND t.text_hash IS NOT NULL ORDER BY t.id",
+            "WHERE t.deleted_at IS NULL AND t.text_hash IS NOT NULL ORDER BY t.id, t.tenant",
             [self.embedder.model_id]).fetch_arrow_table()
         local = LocalVectors(self.embedder.dim)
         uncached = table.column("vector").null_count
@@ -508,7 +526,9 @@ class Indexer:
         self.mirror[etype.name] = local
         if uncached:  # vectors evicted from the cache (or never made): embed them now
             missing = table.filter(pa.compute.is_null(table.column("vector")))
-            items, gone = self._items(etype, missing.column("id").to_pylist())
+            items, gone = self._items(etype, list(zip(missing.column("tenant").to_pylist(),
+                                                      missing.column("id").to_pylist(),
+                                                      strict=True)))
             vectors = self.embed_texts({p[3]: p[4] for p in items})
             self._update_local(etype.name, items, vectors, gone)
 
@@ -529,13 +549,13 @@ class Indexer:
         """Apply pending outbox rows (oldest first); returns how many were applied."""
         with self._lock:
             rows = self.store.db.fetchall(
-                "SELECT seq, type, entity_id FROM outbox WHERE NOT done ORDER BY seq "
+                "SELECT seq, type, tenant, entity_id FROM outbox WHERE NOT done ORDER BY seq "
                 f"LIMIT {int(limit)}")
             if not rows:
                 return 0
-            by_type: dict[str, list[str]] = {}
-            for _seq, type_name, eid in rows:
-                by_type.setdefault(type_name, []).append(eid)
+            by_type: dict[str, list[Key]] = {}
+            for _seq, type_name, tenant, eid in rows:
+                by_type.setdefault(type_name, []).append((tenant, eid))
             for type_name in sorted(by_type):
                 try:
                     etype = self.store.type_of(type_name)
@@ -573,24 +593,25 @@ class Indexer:
                 name = self.collection(etype.name)
                 self.vectors.ensure_collection(name, self.embedder.dim)
                 stored = self.vectors.records(name)
-                live = {r[0]: r for r in self._live_rows(etype)}
+                live = {vector_id(r[1], r[0]): r for r in self._live_rows(etype)}
                 counts["checked"] += len(live)
-                repair: list[str] = []
-                for eid, (_, tenant, version, text_hash, _data, _key) in live.items():
-                    meta = stored.get(eid)
+                repair: list[Key] = []
+                for vid, (eid, tenant, version, text_hash, _data, _key) in live.items():
+                    meta = stored.get(vid)
                     if meta is None:
                         counts["missing"] += 1
-                        repair.append(eid)
+                        repair.append((tenant, eid))
                     elif (meta.get("version") != version or meta.get("text_hash") != text_hash
                           or meta.get("tenant") != tenant):
                         counts["stale"] += 1
-                        repair.append(eid)
+                        repair.append((tenant, eid))
                 orphans = sorted(set(stored) - set(live))
                 counts["orphan"] += len(orphans)
                 if orphans:
                     self.vectors.delete(name, orphans)
                 if repair:
                     self._apply_type(etype, repair)
+            self.store.reconciled()
             return counts
 
     def reindex(self) -> dict[str, int]:
@@ -603,11 +624,21 @@ class Indexer:
                     continue
                 self.vectors.drop(self.collection(etype.name))
                 live = self._live_rows(etype)
-                self._apply_type(etype, [r[0] for r in live])
+                self._apply_type(etype, [(r[1], r[0]) for r in live])
                 counts["types"] += 1
                 counts["entities"] += len(live)
             self.forget_local()
             return counts
+
+
+def own_ids(hits: Iterable[tuple[str, float]], tenant: str) -> list[tuple[str, float]]:
+    """``tenant``'s (entity ID, score) among vector-index hits (by vector ID), in order."""
+    out = []
+    for vid, score in hits:
+        hit_tenant, eid = split_vector_id(vid)
+        if hit_tenant == tenant:
+            out.append((eid, score))
+    return out
 
 
 def _matrix(column: Any, rows: int) -> npt.NDArray[np.float32]:

@@ -148,8 +148,9 @@ def check_state(mem: Any, expect: dict[str, Any], snapshot_root: Path) -> dict[s
         problems.append(f"audit chain: {audit.problem} at seq {audit.first_bad_seq}")
     mismatch = mem._store.db.fetchall(  # noqa: SLF001
         f'SELECT t.id, t.version, e.version_after FROM "ent_{TYPE_NAME}" t JOIN ('
-        "SELECT entity_id, arg_max(version_after, seq) AS version_after FROM events WHERE "
-        f"op IN {ENTITY_OPS!r} GROUP BY entity_id) e ON e.entity_id = t.id "
+        "SELECT tenant, entity_id, arg_max(version_after, seq) AS version_after FROM events "
+        f"WHERE op IN {ENTITY_OPS!r} GROUP BY tenant, entity_id) e ON e.entity_id = t.id "
+        "AND e.tenant = t.tenant "
         "WHERE t.version <> e.version_after")
     for eid, version, logged in mismatch:
         problems.append(f"{eid}: table version {version}, audit log version {logged}")

@@ -24,15 +24,11 @@ class IsolationFigures:
 
     probes: int = 0
     leaks: int = 0
-    known_gaps: int = 0
     problems: list[str] = field(default_factory=list)
 
 
 KEYS = {"alpha": "iso-alpha-admin", "beta": "iso-beta-admin"}
 ROLE_KEYS = {"reader": "iso-alpha-reader", "writer": "iso-alpha-writer"}
-#: Caller-given IDs share one namespace across tenants (entity_index is keyed by ID alone), so
-#: creating another tenant's caller-given ID answers 409 where a free ID answers 201.
-KNOWN_GAP = "create with another tenant's caller-given ID"
 
 
 def _tenant_data(mem: Any, tenant: str) -> dict[str, Any]:
@@ -250,26 +246,14 @@ def _probe_tenant(client: httpx.Client, own: dict[str, Any], foreign: dict[str, 
                 figures.problems.append(
                     f"{label}: answers differ from a missing ID: {got.status_code} "
                     f"{got.text[:200]} vs {ref.status_code} {ref.text[:200]}")
-    # an ID the other tenant gave its entity (see KNOWN_GAP)
-    real, fake = foreign["given"], _fresh_id(foreign["given"])
-    answers = []
-    for eid in (real, fake):
-        response = client.post("/entities/Poi", json={"data": {"name": f"mine {eid}",
-                                                               "city": "c"}, "id": eid})
-        answers.append(response.status_code)
-    figures.probes += 1
-    if answers[0] != answers[1]:
-        figures.leaks += 1
-        figures.known_gaps += 1
-        figures.problems.append(f"{me}: {KNOWN_GAP}: {answers[0]} vs {answers[1]} (known gap)")
     # an ID derived from a fact the other tenant holds (anyone can compute it)
     from dmf_hybrid.ids import entity_id
 
     derived: list[tuple[int, str]] = []
     for name in ("Shanghai Museum", f"No such place {secrets.token_hex(4)}"):
         eid = entity_id("Poi", {"name": name, "city": "Shanghai"}, foreign["tenant"])
-        response = client.post("/entities/Poi", json={"data": {"name": "mine", "city": "c"},
-                                                      "id": eid})
+        response = client.post("/entities/Poi", json={"data": {"name": f"mine {eid}",
+                                                               "city": "c"}, "id": eid})
         derived.append(_answer(response, {eid: "<ID>"}))
     figures.probes += 1
     if derived[0] != derived[1]:
@@ -289,6 +273,24 @@ def _probe_tenant(client: httpx.Client, own: dict[str, Any], foreign: dict[str, 
     if any(e["tenant"] != me for e in events):
         figures.leaks += 1
         figures.problems.append(f"{me}: the audit feed shows another tenant's events")
+    # an ID the other tenant gave its entity: IDs are per tenant, so it is as free as any
+    # (probed last: from now on the caller holds an entity with that ID itself)
+    real, fake = foreign["given"], _fresh_id(foreign["given"])
+    answers = []
+    for eid in (real, fake):
+        response = client.post("/entities/Poi", json={"data": {"name": f"mine {eid}",
+                                                               "city": "c"}, "id": eid})
+        answers.append(_answer(response, {eid: "<ID>"}))
+        leaked = _leaks_content(response.text, foreign, eid)
+        if leaked:
+            figures.leaks += 1
+            figures.problems.append(f"{me} create with the other tenant's caller-given ID: "
+                                    f"answer contains {leaked[:3]}")
+    figures.probes += 1
+    if answers[0] != answers[1]:
+        figures.leaks += 1
+        figures.problems.append(f"{me}: creating with the other tenant's caller-given ID "
+                                f"answers {answers[0]}, with a free ID {answers[1]}")
 
 
 def _control(client: httpx.Client, own: dict[str, Any]) -> None:

@@ -621,7 +621,7 @@ class RuleEngine:
         found = con.execute(
             f"SELECT i.erased_seq, c.status, c.message, c.deleted_at IS NOT NULL "
             f"FROM entity_index AS i LEFT JOIN {table_name(ctype.name)} AS c ON c.id = i.id "
-            "WHERE i.id = ? AND i.tenant = ?", [cid, tenant]).fetchone()
+            "AND c.tenant = i.tenant WHERE i.id = ? AND i.tenant = ?", [cid, tenant]).fetchone()
         if found is not None and found[0] is not None:
             return None  # an erased constraint's ID cannot come back
         current = None if found is None or found[1] is None else found[1:]

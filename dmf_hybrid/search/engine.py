@@ -4,7 +4,8 @@ Flow of one search (every DuckDB read at one audit seq, see :class:`_Scope`):
 
 1. validate the request against the schema; compile ``where`` / ``related_to`` to SQL;
 2. count the candidates in DuckDB (unfiltered counts are cached per audit seq; a filtered
-   count brings the candidates' 64-bit ``hash(id)`` list along when the exact plan is likely);
+   count brings the candidates' 64-bit ``hash(tenant, id)`` list along when the exact plan
+   is likely);
 3. vector leg: candidate sets up to ``exact_threshold`` are scored exactly against the
    in-memory mirror of the cached vectors (recall 1.0); larger ones ask the vector index (ANN)
    for about ``2 k / selectivity`` proposals, keep those DuckDB confirms, and widen until
@@ -42,7 +43,7 @@ import numpy.typing as npt
 from ..config import Settings
 from ..embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
 from ..errors import FilterError, NotFound, SchemaError, ValidationError
-from ..indexer import Indexer, LocalVectors
+from ..indexer import Indexer, LocalVectors, key_sql, own_ids
 from ..models import Entity
 from ..schema import EntityType, FilterNode, parse_filter
 from ..store import Store
@@ -162,11 +163,14 @@ class _Scope:
         self.count = 0
         self.seen_seq = at_seq
         self.columns = ", ".join(list(SYSTEM_COLUMNS) + [q(n) for n in etype.fields])
-        self.by_key = False  # list candidates by DuckDB hash(id) rather than by ID
+        self.by_key = False  # list candidates by DuckDB hash(tenant, id), not ID
         self._ids: list[str] | None = None
         self._keys: npt.NDArray[np.uint64] | None = None
         self.rows: dict[str, Row] = {}
         self._checked: set[str] = set()
+        # IDs drawn from this scope's own candidate list: live, in the tenant and passing the
+        # filter at this very state, so fetching their rows needs no filter
+        self.proven: set[str] = set()
 
     def count_candidates(self, with_list: bool = False) -> int:
         """How many candidates there are; ``with_list``: also the candidates, in one scan."""
@@ -180,7 +184,7 @@ class _Scope:
 
     @property
     def _key_sql(self) -> str:
-        return "hash(id)" if self.by_key else "id"
+        return key_sql() if self.by_key else "id"
 
     def _keep_list(self, scalar: Any) -> None:
         values = scalar.values
@@ -191,7 +195,7 @@ class _Scope:
             self._ids = [] if values is None else [str(i) for i in values.to_pylist()]
 
     def candidate_keys(self) -> npt.NDArray[np.uint64]:
-        """Every candidate's DuckDB ``hash(id)`` (needs ``by_key``; fetched once)."""
+        """Every candidate's DuckDB ``hash(tenant, id)`` (needs ``by_key``; fetched once)."""
         assert self.by_key
         if self._keys is None:
             self._fetch_list()
@@ -235,7 +239,8 @@ class _Scope:
             # a constant ID list alone on the table is answered from the ID index; the
             # other conditions go outside the (materialised) lookup, or DuckDB scans
             lookup = f"id IN ({', '.join('?' * len(ids))})"
-            if not self.filtered:  # tenant and liveness are plain columns: checked here
+            if not self.filtered or self.proven.issuperset(ids):
+                # no filter to apply: tenant and liveness are plain columns, checked here
                 rows = self.con.execute(f"SELECT {self.columns} FROM {self.table} "
                                         f"WHERE {lookup}", ids).fetchall()
                 return [r for r in rows if r[_TENANT] == self.tenant and r[_DELETED] is None]
@@ -295,7 +300,7 @@ class SearchEngine:
             for etype in self.store.types():
                 self.vectors.drop(collection_name("dmf", etype.name, previous))
             self.indexer.reconcile()
-        elif self._counts_differ():
+        elif self._counts_differ() or self.store.reconcile_pending:
             self.indexer.reconcile()
 
     def _record_model(self, tenant: str) -> str | None:
@@ -537,7 +542,8 @@ class SearchEngine:
         keep: dict[str, float] = {}  # confirmed proposals and their similarity
         decided: set[str] = set()
         while True:
-            pending = [hit for hit in self.vectors.query(name, qvec, n) if hit[0] not in decided]
+            pending = [hit for hit in own_ids(self.vectors.query(name, qvec, n), scope.tenant)
+                       if hit[0] not in decided]
             # confirm proposals best first, a few at a time, until ``depth`` survive and no
             # unchecked proposal can still beat the last of them (a primary-key lookup per ID
             # costs more than the arithmetic, so stop early)
@@ -554,7 +560,7 @@ class SearchEngine:
                     passing = scope.fetch_rows([eid for eid, _ in chunk])
                     keep.update(hit for hit in chunk if hit[0] in passing)
                 else:
-                    keep.update(hit for hit in chunk if local.tenant_of(hit[0]) == scope.tenant)
+                    keep.update(hit for hit in chunk if local.has(scope.tenant, hit[0]))
             if len(keep) >= depth or n >= total:
                 break
             n = min(total, n * WIDEN)
@@ -562,7 +568,7 @@ class SearchEngine:
             # the index could not surface enough candidates (HNSW is approximate, or it is
             # behind DuckDB): score every candidate exactly instead
             return self._exact(scope, local, query, depth), "exact"
-        ids, scores = local.head(query, depth, local.rows_of_ids(keep))
+        ids, scores = local.head(query, depth, local.rows_of_ids(scope.tenant, keep))
         return ranked(ids, scores, depth), "ann"
 
     def _exact(self, scope: _Scope, local: LocalVectors, query: npt.NDArray[np.float64],
@@ -574,8 +580,10 @@ class SearchEngine:
         else:
             rows = local.rows_of_keys(scope.candidate_keys()) if scope.by_key else None
             if rows is None:  # listed by ID (or the keys collided)
-                rows = local.rows_of_ids(scope.candidate_ids())
+                rows = local.rows_of_ids(scope.tenant, scope.candidate_ids())
         ids, scores = local.head(query, depth, rows)
+        if scope.filtered:
+            scope.proven.update(ids)
         return ranked(ids, scores, depth)
 
     # ------------------------------------------------------------------ keyword leg
@@ -587,7 +595,9 @@ class SearchEngine:
         if not scope.filtered:
             return kw.search(text, depth)
         if scope.count <= self.settings.exact_threshold:
-            return kw.search(text, depth, candidates=scope.candidate_ids())
+            found = kw.search(text, depth, candidates=scope.candidate_ids())
+            scope.proven.update(eid for eid, _ in found)
+            return found
         fetch = max(depth, math.ceil(depth * len(kw) / scope.count * ANN_OVERFETCH))
         while True:
             found = kw.search(text, fetch)
@@ -661,7 +671,8 @@ class SearchEngine:
                     dropped += 1
                     continue
                 if scope.seq is None and (
-                        local is None or local.text_hash_of(eid) != row[_TEXT_HASH]):
+                        local is None or local.text_hash_of(scope.tenant, eid)
+                        != row[_TEXT_HASH]):
                     dropped += 1  # the index has not caught up with this entity: stale
                     continue
                 legs = {leg: LegScore(rank=pos[eid][0],

@@ -43,6 +43,7 @@ from .sql import (
 )
 from .tables import (
     ENTITY_OPS,
+    RECONCILE_PENDING,
     SYSTEM_COLUMNS,
     add_columns,
     create_fixed,
@@ -215,9 +216,10 @@ class Store:
         for eid, etenant in rows:
             entity = self._read_live(con, etype, eid, etenant)
             text = etype.embed_text(entity.fields()) if entity else None
+            match, params = self._row_match(con, table_name(etype.name), eid, etenant)
             con.execute(
-                f"UPDATE {table_name(etype.name)} SET text_hash = ? WHERE id = ?",
-                [None if text is None else sha256_hex(text), eid],
+                f"UPDATE {table_name(etype.name)} SET text_hash = ? WHERE {match}",
+                [None if text is None else sha256_hex(text), *params],
             )
             self._outbox(con, self._seq, etenant, eid, etype.name,
                          "upsert" if text is not None else "delete", unique=False)
@@ -313,25 +315,45 @@ class Store:
             deleted_at=to_aware_utc(sys_vals["deleted_at"]), created=created,
         )
 
+    @staticmethod
+    def _point_row(con: duckdb.DuckDBPyConnection, table: str, cols: str, eid: str,
+                   tenant: str) -> tuple[Any, ...] | None:
+        """The columns ``cols`` of this tenant's row of ``eid`` in a table, or None.
+
+        Two tenants may hold the same ID. `id = ?` alone lets DuckDB use the id index (adding
+        `AND tenant = ?` makes it scan the table), so the tenant is checked on the rows found.
+        """
+        for row in con.execute(f"SELECT tenant, {cols} FROM {table} WHERE id = ?",
+                               [eid]).fetchall():
+            if row[0] == tenant:
+                return tuple(row[1:])
+        return None
+
+    @staticmethod
+    def _row_match(con: duckdb.DuckDBPyConnection, table: str, eid: str, tenant: str
+                   ) -> tuple[str, list[Any]]:
+        """A WHERE condition (and its parameters) for this tenant's row of ``eid`` in a table.
+
+        `id = ?` alone when no other tenant has a row with that ID (DuckDB answers it from the
+        id index); `id = ? AND tenant = ?`, which scans, only when one does.
+        """
+        tenants = con.execute(f"SELECT tenant FROM {table} WHERE id = ?", [eid]).fetchall()
+        if all(t == tenant for (t,) in tenants):
+            return "id = ?", [eid]
+        return "id = ? AND tenant = ?", [eid, tenant]
+
     def _read_live(self, con: duckdb.DuckDBPyConnection, etype: EntityType, eid: str,
                    tenant: str) -> Entity | None:
-        # `id = ?` alone lets DuckDB use the id index; adding `AND tenant = ?` makes it scan
-        row = con.execute(
-            f"SELECT {self._select_cols(etype)} FROM {table_name(etype.name)} WHERE id = ?",
-            [eid],
-        ).fetchone()
-        if row is None or row[1] != tenant:
-            return None
-        return self._row_to_entity(etype, row)
+        row = self._point_row(con, table_name(etype.name), self._select_cols(etype), eid,
+                              tenant)
+        return None if row is None else self._row_to_entity(etype, row)
 
     def _lookup(self, con: duckdb.DuckDBPyConnection, eid: Any, tenant: str) -> tuple[
             EntityType, int | None]:
         """The type and erasure seq of an ID in this tenant, or NotFound."""
         eid = check_id(eid, "entity_id")
-        row = con.execute(
-            "SELECT type, erased_seq, tenant FROM entity_index WHERE id = ?", [eid],
-        ).fetchone()
-        if row is None or row[2] != tenant or row[0] not in self._types:
+        row = self._point_row(con, "entity_index", "type, erased_seq", eid, tenant)
+        if row is None or row[0] not in self._types:
             raise NotFound(f"no entity {eid}", entity_id=eid)
         return self._types[row[0]], row[1]
 
@@ -345,8 +367,7 @@ class Store:
         if entity is None:
             raise NotFound(f"no entity {eid}", entity_id=eid)
         if entity.deleted_at is not None and not allow_deleted:
-            dseq = con.execute(f"SELECT deleted_seq FROM {table_name(etype.name)} WHERE id = ?",
-                               [eid]).fetchone()
+            dseq = self._point_row(con, table_name(etype.name), "deleted_seq", eid, tenant)
             raise NotFound(f"entity {eid} was deleted at seq {dseq[0] if dseq else '?'}",
                            entity_id=eid, deleted_seq=dseq[0] if dseq else None)
         return etype, entity
@@ -426,9 +447,8 @@ class Store:
         eid = entity_id(etype.name, jsonable({f: values[f] for f in fields}), tenant)
         if given_id is not None:
             given = check_id(given_id)
-            if DERIVED_ID_RE.match(given) and given != eid and self.db.fetchone(
-                    "SELECT 1 FROM entity_index WHERE id = ? AND tenant = ?",
-                    [given, tenant]) is None:
+            if DERIVED_ID_RE.match(given) and given != eid and self._point_row(
+                    self.db.reader(), "entity_index", "id", given, tenant) is None:
                 # anyone can compute another tenant's derived ID from a fact; taking it would
                 # answer 409 "not available" and reveal that the other tenant holds the fact
                 raise ValidationError(
@@ -483,15 +503,17 @@ class Store:
                       actor: str | None, reason: str | None, trace_id: str | None
                       ) -> list[Entity]:
         wanted = sorted({p[0] for p in prepared})
-        existing: dict[str, tuple[str, str, int | None]] = {}
+        existing: dict[str, tuple[str, int | None]] = {}
         for i in range(0, len(wanted), 1000):
             part = wanted[i:i + 1000]
             marks = ",".join("?" * len(part))
+            # IDs are per tenant: another tenant's entity with the same ID is none of our business
             for eid, etn, etenant, erased in con.execute(
                 f"SELECT id, type, tenant, erased_seq FROM entity_index WHERE id IN ({marks})",
                 part,
             ).fetchall():
-                existing[eid] = (etn, etenant, erased)
+                if etenant == tenant:
+                    existing[eid] = (etn, erased)
         now = utcnow()
         seen: dict[str, Entity] = {}
         results: list[Entity] = []
@@ -504,9 +526,7 @@ class Store:
                 results.append(seen[eid].model_copy(update={"created": False}))
                 continue
             if eid in existing:
-                etn, etenant, erased = existing[eid]
-                if etenant != tenant:
-                    raise Conflict(f"ID {eid} is not available", entity_id=eid)
+                etn, erased = existing[eid]
                 if etn != etype.name:
                     raise Conflict(f"ID {eid} belongs to a {etn}, not a {etype.name}",
                                    entity_id=eid)
@@ -661,7 +681,7 @@ class Store:
             version = current.version + 1
             before = self._snapshot(etype, eid, tenant, current.version, old_values,
                                     current.created_at, current.updated_at, current.deleted_at,
-                                    self._text_hash(con, etype, eid))
+                                    self._text_hash(con, etype, eid, tenant))
             after = self._snapshot(etype, eid, tenant, version, new_values, current.created_at,
                                    now, deleted_at, text_hash)
             seq = self._next_event(
@@ -671,12 +691,13 @@ class Store:
             )
             self._mark_modified(etype.name)
             sets = ", ".join(f"{q(n)} = ?" for n in etype.fields)
+            match, match_params = self._row_match(con, table_name(etype.name), eid, tenant)
             con.execute(
                 f"UPDATE {table_name(etype.name)} SET version = ?, updated_at = ?, "
-                f"deleted_at = ?, deleted_seq = ?, text_hash = ?, {sets} WHERE id = ?",
+                f"deleted_at = ?, deleted_seq = ?, text_hash = ?, {sets} WHERE {match}",
                 [version, to_naive_utc(now), None if deleted_at is None else
                  to_naive_utc(deleted_at), seq if op == "delete" else None, text_hash,
-                 *[bind_value(new_values[n]) for n in etype.fields], eid],
+                 *[bind_value(new_values[n]) for n in etype.fields], *match_params],
             )
             if text_hash is not None or before["text_hash"] is not None:
                 self._outbox(con, seq, tenant, eid, etype.name,
@@ -688,10 +709,9 @@ class Store:
                 updated_at=now, deleted_at=deleted_at,
             )
 
-    def _text_hash(self, con: duckdb.DuckDBPyConnection, etype: EntityType, eid: str
-                   ) -> str | None:
-        row = con.execute(f"SELECT text_hash FROM {table_name(etype.name)} WHERE id = ?",
-                          [eid]).fetchone()
+    def _text_hash(self, con: duckdb.DuckDBPyConnection, etype: EntityType, eid: str,
+                   tenant: str) -> str | None:
+        row = self._point_row(con, table_name(etype.name), "text_hash", eid, tenant)
         return None if row is None else row[0]
 
     def update(self, tenant: str, eid: Any, changes: Any, *, expected_version: Any = None,
@@ -752,8 +772,7 @@ class Store:
             etype, erased_seq = self._lookup(con, eid, tenant)
             if erased_seq is not None:
                 raise NotFound(f"entity {eid} was erased at seq {erased_seq}", entity_id=eid)
-            version = con.execute(f"SELECT version FROM {table_name(etype.name)} WHERE id = ?",
-                                  [eid]).fetchone()
+            version = self._point_row(con, table_name(etype.name), "version", eid, tenant)
             hashes = [r[0] for r in con.execute(
                 "SELECT DISTINCT json_extract_string(after, '$.text_hash') FROM events_all "
                 "WHERE entity_id = ? AND tenant = ? AND after IS NOT NULL", [eid, tenant],
@@ -767,8 +786,10 @@ class Store:
                         "WHERE entity_id = ? AND tenant = ? AND seq < ? AND op IN "
                         f"{ENTITY_OPS!r}", [eid, tenant, seq])
             self._mark_modified(etype.name)
-            con.execute(f"DELETE FROM {table_name(etype.name)} WHERE id = ?", [eid])
-            con.execute("UPDATE entity_index SET erased_seq = ? WHERE id = ?", [seq, eid])
+            match, params = self._row_match(con, table_name(etype.name), eid, tenant)
+            con.execute(f"DELETE FROM {table_name(etype.name)} WHERE {match}", params)
+            match, params = self._row_match(con, "entity_index", eid, tenant)
+            con.execute(f"UPDATE entity_index SET erased_seq = ? WHERE {match}", [seq, *params])
             con.execute("UPDATE relations SET deleted_seq = ? WHERE tenant = ? AND "
                         "deleted_seq IS NULL AND (from_id = ? OR to_id = ?)",
                         [seq, tenant, eid, eid])
@@ -1053,6 +1074,19 @@ class Store:
     def close(self) -> None:
         """Close the database."""
         self.db.close()
+
+    @property
+    def reconcile_pending(self) -> bool:
+        """Whether a store migration changed how vectors are keyed, so that the vector index
+        must be reconciled with DuckDB (see :meth:`reconciled`)."""
+        return self.db.fetchone("SELECT 1 FROM meta WHERE key = ?",
+                                [RECONCILE_PENDING]) is not None
+
+    def reconciled(self) -> None:
+        """Record that the vector index was reconciled with DuckDB after a migration."""
+        if self.reconcile_pending:
+            with self.db.write() as con:
+                con.execute("DELETE FROM meta WHERE key = ?", [RECONCILE_PENDING])
 
     def record_embedding_model(self, model_id: str, dim: int, *, tenant: str,
                                actor: str | None = None) -> str | None:

@@ -2,28 +2,46 @@
 
 from __future__ import annotations
 
+import logging
+
 import duckdb
 
+from ..errors import DMFError
+from ..ids import DEFAULT_TENANT
 from ..schema import EntityType, FieldSpec, TypeDef
 from .audit import EVENTS_DDL
 from .sql import q, sql_type
 
-STORE_FORMAT = 1
+log = logging.getLogger(__name__)
+
+#: 1: entity_index keyed by ID alone; 2: keyed by (tenant, ID), so that every tenant has its
+#: own namespace of caller-given IDs.
+STORE_FORMAT = 2
+#: A meta key present while the vector index must be reconciled with DuckDB (a migration
+#: changed how vectors are keyed); the next reconcile removes it.
+RECONCILE_PENDING = "reconcile_pending"
 SYSTEM_COLUMNS = (
     "id", "tenant", "version", "created_at", "updated_at", "deleted_at", "deleted_seq",
     "text_hash",
 )
 ENTITY_OPS = ("create", "update", "append", "delete", "restore", "erase")
 
+# Point lookups read `WHERE id = ?` through the index on id and check the tenant of the few
+# rows found: DuckDB 1.4 answers neither the two-column key nor `id = ? AND tenant = ?` from
+# an index (both scan the table).
+ENTITY_INDEX_DDL = """CREATE TABLE IF NOT EXISTS {name} (
+        id VARCHAR NOT NULL, type VARCHAR NOT NULL, tenant VARCHAR NOT NULL,
+        erased_seq BIGINT, PRIMARY KEY (tenant, id))"""
+ENTITY_INDEX_ID_DDL = "CREATE INDEX IF NOT EXISTS entity_index_id ON entity_index (id)"
+META_DDL = "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
 FIXED_DDL = [
     EVENTS_DDL,
-    """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
+    META_DDL,
     """CREATE TABLE IF NOT EXISTS schema_types (
         name VARCHAR NOT NULL, version INTEGER NOT NULL, definition VARCHAR NOT NULL,
         seq BIGINT NOT NULL, created_at TIMESTAMP NOT NULL, PRIMARY KEY (name, version))""",
-    """CREATE TABLE IF NOT EXISTS entity_index (
-        id VARCHAR PRIMARY KEY, type VARCHAR NOT NULL, tenant VARCHAR NOT NULL,
-        erased_seq BIGINT)""",
+    ENTITY_INDEX_DDL.format(name="entity_index"),
+    ENTITY_INDEX_ID_DDL,
     """CREATE TABLE IF NOT EXISTS relations (
         tenant VARCHAR NOT NULL, from_id VARCHAR NOT NULL, relation VARCHAR NOT NULL,
         to_id VARCHAR NOT NULL, created_seq BIGINT NOT NULL, deleted_seq BIGINT)""",
@@ -42,12 +60,44 @@ def table_name(type_name: str) -> str:
 
 
 def create_fixed(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the fixed tables if missing."""
+    """Create the fixed tables if missing, and migrate an older store to STORE_FORMAT."""
+    con.execute(META_DDL)  # its store_format says how the other tables look
+    row = con.execute("SELECT value FROM meta WHERE key = 'store_format'").fetchone()
+    found = STORE_FORMAT if row is None else int(row[0])
+    if found > STORE_FORMAT:
+        raise DMFError(f"this store has format {found}, newer than the {STORE_FORMAT} this "
+                       "version of dmf-hybrid reads; upgrade dmf-hybrid to open it",
+                       store_format=found)
+    if found < 2:
+        _migrate_entity_index(con)
     for ddl in FIXED_DDL:
         con.execute(ddl)
-    con.execute(
-        "INSERT INTO meta VALUES ('store_format', ?) ON CONFLICT DO NOTHING", [str(STORE_FORMAT)]
-    )
+    if row is None:
+        con.execute("INSERT INTO meta VALUES ('store_format', ?)", [str(STORE_FORMAT)])
+    elif found != STORE_FORMAT:
+        con.execute("UPDATE meta SET value = ? WHERE key = 'store_format'", [str(STORE_FORMAT)])
+
+
+def _migrate_entity_index(con: duckdb.DuckDBPyConnection) -> None:
+    """Format 1 -> 2: rebuild entity_index keyed by (tenant, id) (in the caller's transaction).
+
+    DuckDB cannot change a primary key in place: a new table is filled, the old one dropped
+    and the new one renamed (before its index on id exists: DuckDB refuses to rename a table
+    an index depends on). Vectors of entities outside the default tenant get tenant-qualified
+    IDs from now on (``ids.vector_id``), so the vector index is marked for a reconcile.
+    """
+    con.execute(ENTITY_INDEX_DDL.format(name="entity_index_v2"))
+    con.execute("INSERT INTO entity_index_v2 SELECT id, type, tenant, erased_seq "
+                "FROM entity_index")
+    con.execute("DROP TABLE entity_index")
+    con.execute("ALTER TABLE entity_index_v2 RENAME TO entity_index")
+    con.execute(ENTITY_INDEX_ID_DDL)
+    other = con.execute("SELECT 1 FROM entity_index WHERE tenant <> ? LIMIT 1",
+                        [DEFAULT_TENANT]).fetchone()
+    if other is not None:
+        con.execute("INSERT INTO meta VALUES (?, 'tenant-qualified vector ids') "
+                    "ON CONFLICT DO NOTHING", [RECONCILE_PENDING])
+    log.info("store migrated to format 2: entity IDs are unique per tenant")
 
 
 def _column_ddl(name: str, spec: FieldSpec) -> str:
@@ -59,8 +109,8 @@ def create_type_table(con: duckdb.DuckDBPyConnection, etype: EntityType) -> None
     cols = ", ".join(_column_ddl(n, s) for n, s in etype.fields.items())
     # No PRIMARY KEY here: DuckDB 1.4 rewrites an UPDATE of a list column as delete + insert,
     # which fails to commit ("write-write conflict on key") while any reader holds an older
-    # snapshot. IDs are unique through entity_index's primary key; a plain index keeps
-    # lookups by ID fast.
+    # snapshot. (tenant, id) pairs are unique through entity_index's primary key; a plain
+    # index keeps lookups by ID fast (two tenants may hold rows with the same ID).
     con.execute(
         f"""CREATE TABLE IF NOT EXISTS {table_name(etype.name)} (
             id VARCHAR NOT NULL, tenant VARCHAR NOT NULL, version INTEGER NOT NULL,

@@ -386,6 +386,18 @@ class ChromaIndex:
 
         return self._run(name, run)
 
+    def vectors_of(self, name: str, ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
+        """The stored vectors of those ``ids`` that the collection holds (read by ID)."""
+
+        def run(col: Collection, _dim: int) -> dict[str, npt.NDArray[np.float32]]:
+            got = col.get(ids=list(ids), include=["embeddings"])
+            stored: Any = got.get("embeddings")
+            vectors = list(stored) if stored is not None else []
+            return {id_: np.asarray(vec, dtype=np.float32)
+                    for id_, vec in zip(got["ids"], vectors, strict=True)}
+
+        return self._run(name, run)
+
     def count(self, name: str) -> int:
         """Number of vectors in the collection."""
         return self._run(name, lambda col, _dim: int(col.count()))

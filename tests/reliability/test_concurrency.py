@@ -55,11 +55,12 @@ def test_last_seq_never_names_an_uncommitted_event() -> None:
 
             reader = threading.Thread(target=read)
             reader.start()
-            reader.join(0.3)
-            assert seen == [], "last_seq answered with the open transaction's seq"
+            reader.join(10)
+            # answered at once, with the last committed seq, never the open transaction's
+            assert seen == [before], "last_seq answered with the open transaction's seq"
             release.set()
             thread.join(10)
-            reader.join(10)
-            assert seen == [committed]
+            assert mem.last_seq == committed
+            before = committed
     finally:
         mem.close()

@@ -103,7 +103,7 @@ def test_updated_deleted_and_erased_entities_never_show_old_content(any_mem: Mem
     assert tower.id not in [h.entity.id for h in res.hits]
     name = mem.engine.indexer.collection("Poi")
     assert tower.id not in mem.engine.vectors.records(name)
-    assert not mem.engine.indexer.local("Poi").has(tower.id)
+    assert not mem.engine.indexer.local("Poi").has(mem.tenant, tower.id)
 
 
 def test_stale_or_orphan_vectors_in_the_index_never_reach_the_caller(tmp_path: Path) -> None:

@@ -8,9 +8,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from dmf_hybrid import Conflict, Memory, StoreLocked, ValidationError
+from dmf_hybrid import Conflict, DMFError, HashEmbedder, Memory, StoreLocked, ValidationError
 from tests.conftest import define_travel
 from tests.store import audit_seqs, dump_rows, open_memory
 from tests.store.test_schema import PoiV2
@@ -193,3 +194,118 @@ def test_open_refuses_a_file_as_directory(tmp_path: Path) -> None:
     target.write_text("x")
     with pytest.raises(ValidationError, match="not a directory"):
         open_memory(target)
+
+
+# ---------------------------------------------------------------- store format migrations
+
+
+def _to_format_1(path: Path) -> None:
+    """Rewrite a closed memory into store format 1: entity_index keyed by ID alone, and the
+    vectors of every tenant under bare entity IDs (as format 1 kept them)."""
+    import duckdb
+
+    con = duckdb.connect(str(path / "memory.duckdb"))
+    try:
+        con.execute("BEGIN TRANSACTION")
+        con.execute("CREATE TABLE entity_index_v1 (id VARCHAR PRIMARY KEY, type VARCHAR NOT "
+                    "NULL, tenant VARCHAR NOT NULL, erased_seq BIGINT)")
+        con.execute("INSERT INTO entity_index_v1 SELECT id, type, tenant, erased_seq "
+                    "FROM entity_index")
+        con.execute("DROP TABLE entity_index")
+        con.execute("ALTER TABLE entity_index_v1 RENAME TO entity_index")
+        con.execute("UPDATE meta SET value = '1' WHERE key = 'store_format'")
+        con.execute("COMMIT")
+    finally:
+        con.close()
+    from dmf_hybrid.ids import split_vector_id
+    from dmf_hybrid.vector.chroma import ChromaIndex
+
+    chroma = ChromaIndex.persistent(str(path / "chroma"))
+    try:
+        for name in chroma.collections():
+            records = chroma.records(name)
+            qualified = sorted(v for v in records if split_vector_id(v)[0] != "default")
+            chroma.delete(name, qualified)
+            vectors = np.ones((len(qualified), HashEmbedder().dim), dtype=np.float32)
+            chroma.upsert(name, [split_vector_id(v)[1] for v in qualified], vectors,
+                          [records[v] for v in qualified])
+    finally:
+        chroma.close()
+
+
+def _format_of(mem: Memory) -> tuple[str, list[str]]:
+    db = mem._store.db
+    row = db.fetchone("SELECT value FROM meta WHERE key = 'store_format'")
+    keys = [r[0] for r in db.fetchall(
+        "SELECT constraint_text FROM duckdb_constraints() WHERE table_name = 'entity_index' "
+        "AND constraint_type = 'PRIMARY KEY'")]
+    return str(row[0] if row else None), keys
+
+
+def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "m"
+    mem = Memory.open(path, embedder=HashEmbedder())
+    ids = _fill(mem)
+    alpha = mem.for_tenant("alpha")
+    given = alpha.create("Poi", {"name": "Pantheon", "city": "Rome"}, id="poi-1").id
+    plan = alpha.create("Trip", {"destination": "Rome"}, id="plan-1").id
+    alpha.link(plan, "includes", given)
+    gone = alpha.create("Poi", {"name": "Erased", "city": "Rome"}, id="poi-2").id
+    alpha.erase(gone)
+    states = {"default": _readable_state(mem),
+              "alpha": [r.model_dump() for r in alpha.related(plan)]}
+    seq = mem.last_seq
+    mem.close()
+    _to_format_1(path)
+
+    again = Memory.open(path, embedder=HashEmbedder())
+    try:
+        assert _format_of(again) == ("2", ["PRIMARY KEY(tenant, id)"])
+        assert not again._store.reconcile_pending  # the open reconciled the vector IDs
+        assert again.last_seq == seq
+        report = again.verify_audit()
+        assert report.ok and report.events_checked == seq
+        assert _readable_state(again) == states["default"]
+        alpha = again.for_tenant("alpha")
+        assert [r.model_dump() for r in alpha.related(plan)] == states["alpha"]
+        records = again.engine.vectors.records(again.engine.indexer.collection("Poi"))
+        assert "alpha\x1fpoi-1" in records and "poi-1" not in records
+        assert {k: again.reconcile()[k] for k in ("missing", "stale", "orphan")} == {
+            "missing": 0, "stale": 0, "orphan": 0}
+        for mode in ("vector", "keyword", "hybrid"):
+            assert alpha.search("Poi", "Pantheon in Rome", mode=mode).hits[0].entity.id == given
+        assert again.get(ids["louvre"]).data.country == "FR"
+        with pytest.raises(Conflict):  # the erased ID stays retired in its tenant
+            alpha.create("Poi", {"name": "again", "city": "Rome"}, id=gone)
+        # the new key: another tenant may now hold the same caller-given ID
+        beta = again.for_tenant("beta")
+        assert beta.create("Poi", {"name": "Other", "city": "Oslo"}, id=given).tenant == "beta"
+        assert alpha.get(given).data.name == "Pantheon"
+        assert again.verify_audit().ok
+    finally:
+        again.close()
+    again = Memory.open(path, embedder=HashEmbedder())  # format 2 opens as it is
+    try:
+        assert _format_of(again) == ("2", ["PRIMARY KEY(tenant, id)"])
+        assert again.for_tenant("beta").get(given).data.name == "Other"
+    finally:
+        again.close()
+
+
+def test_a_store_of_a_newer_format_is_refused_untouched(tmp_path: Path) -> None:
+    import duckdb
+
+    mem = open_memory(tmp_path / "m")
+    _fill(mem)
+    mem.close()
+    con = duckdb.connect(str(tmp_path / "m" / "memory.duckdb"))
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'store_format'")
+    con.close()
+    with pytest.raises(DMFError, match="format 99, newer than"):
+        open_memory(tmp_path / "m")
+    con = duckdb.connect(str(tmp_path / "m" / "memory.duckdb"))
+    try:
+        assert con.execute("SELECT value FROM meta WHERE key = 'store_format'").fetchone() == (
+            "99",)
+    finally:
+        con.close()
