@@ -269,8 +269,8 @@ def run(n: int, queries: int, seed: int, clusters: int, sample: int, workdir: Pa
         where, cwhere, mask = filt[name]
         subset = np.flatnonzero(mask)
         samples: dict[str, list[tuple[float, float]]] = {
-            "ours": [], "chroma_where": [], "numpy_exact": []}
-        recalls: dict[str, list[float]] = {"ours": [], "chroma_where": [], "numpy_exact": []}
+            "ours": [], "ours_fresh": [], "chroma_where": [], "numpy_exact": []}
+        recalls: dict[str, list[float]] = {k: [] for k in samples}
         plans: dict[str, int] = {}
         stages: dict[str, list[float]] = {}
         for qi, (qtext, qvec) in enumerate(zip(query_texts, query_vecs, strict=True)):
@@ -285,6 +285,11 @@ def run(n: int, queries: int, seed: int, clusters: int, sample: int, workdir: Pa
             plans[res.receipt.plan] = plans.get(res.receipt.plan, 0) + 1
             for stage, ms in res.receipt.timings_ms.items():
                 stages.setdefault(stage, []).append(ms)
+            mem.engine.forget_candidates()  # as if this filter had never been seen
+            wall, cpu, res = timed_cpu(partial(mem.search, "Product", qtext, where=where,
+                                               k=K, mode="vector"))
+            samples["ours_fresh"].append((wall, cpu))
+            recalls["ours_fresh"].append(recall([row_of[h.entity.id] for h in res.hits], truth))
             wall, cpu, got = timed_cpu(partial(col.query, query_embeddings=[qvec],
                                                n_results=K, where=cwhere,
                                                include=["distances"]))
@@ -305,6 +310,8 @@ def run(n: int, queries: int, seed: int, clusters: int, sample: int, workdir: Pa
                             "recall_at_10": round(float(np.mean(recalls[label])), 4)}
         entry["speedup_vs_chroma_p50"] = round(entry["chroma_where"]["p50_ms"]
                                                / entry["ours"]["p50_ms"], 2)
+        entry["fresh_speedup_vs_chroma_p50"] = round(entry["chroma_where"]["p50_ms"]
+                                                     / entry["ours_fresh"]["p50_ms"], 2)
         log.info("%s: %s", name, entry)
         results.append(entry)
     out["search"] = results
@@ -417,13 +424,19 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
     result = {
         "filtered_speedup_min": {"value": min(e["speedup_vs_chroma_p50"] for e in filtered),
                                  "target": ">= 10"},
-        "filtered_recall_min": {"value": min(e["ours"]["recall_at_10"] for e in filtered),
+        "filtered_speedup_min_fresh_filter": {
+            "value": min(e["fresh_speedup_vs_chroma_p50"] for e in filtered),
+            "target": ">= 10"},
+        "filtered_recall_min": {"value": min(min(e["ours"]["recall_at_10"],
+                                                 e["ours_fresh"]["recall_at_10"])
+                                             for e in filtered),
                                 "target": "1.0"},
         "unfiltered_overhead": {"value": round(unfiltered["ours"]["p50_ms"]
                                                / unfiltered["chroma_where"]["p50_ms"], 2),
                                 "target": "<= 1.3"},
     }
-    result["filtered_speedup_min"]["met"] = result["filtered_speedup_min"]["value"] >= 10
+    for name in ("filtered_speedup_min", "filtered_speedup_min_fresh_filter"):
+        result[name]["met"] = result[name]["value"] >= 10
     result["filtered_recall_min"]["met"] = result["filtered_recall_min"]["value"] >= 1.0
     result["unfiltered_overhead"]["met"] = result["unfiltered_overhead"]["value"] <= 1.3
     if "ingest_model" in out:
@@ -442,19 +455,23 @@ def markdown(out: dict[str, Any]) -> str:
         "Latency is wall-clock p50 / p95 in ms, with the CPU time p50 of the process in "
         "brackets (on a shared machine the CPU time is the steadier number).",
         "",
-        "| selectivity | candidates | ours | ours recall@10 | plan | Chroma where | "
-        "Chroma recall@10 | numpy exact | speed-up vs Chroma (p50) |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "*ours* repeats each selectivity's filter, as an agent does (its candidate list is "
+        "cached for that audit seq); *ours, fresh* drops that cache before every query.",
+        "",
+        "| selectivity | candidates | ours | ours, fresh | ours recall@10 | plan | "
+        "Chroma where | Chroma recall@10 | numpy exact | speed-up vs Chroma (p50): ours / "
+        "fresh |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for e in out["search"]:
         plans = ", ".join(f"{k} {v}" for k, v in sorted(e["plans"].items()))
         cells = [f"{e[s]['p50_ms']:.2f} / {e[s]['p95_ms']:.2f} ({e[s]['cpu_p50_ms']:.2f})"
-                 for s in ("ours", "chroma_where", "numpy_exact")]
+                 for s in ("ours", "ours_fresh", "chroma_where", "numpy_exact")]
         lines.append(
-            f"| {e['selectivity']} | {e['candidates']:,} | {cells[0]} | "
-            f"{e['ours']['recall_at_10']:.3f} | {plans} | {cells[1]} | "
-            f"{e['chroma_where']['recall_at_10']:.3f} | {cells[2]} | "
-            f"{e['speedup_vs_chroma_p50']:.1f}× |")
+            f"| {e['selectivity']} | {e['candidates']:,} | {cells[0]} | {cells[1]} | "
+            f"{min(e['ours']['recall_at_10'], e['ours_fresh']['recall_at_10']):.3f} | "
+            f"{plans} | {cells[2]} | {e['chroma_where']['recall_at_10']:.3f} | {cells[3]} | "
+            f"{e['speedup_vs_chroma_p50']:.1f}× / {e['fresh_speedup_vs_chroma_p50']:.1f}× |")
     lines.append("")
     if "ingest_fixed_embedder" in out:
         ing = out["ingest_fixed_embedder"]
@@ -497,17 +514,18 @@ def plot(out: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    systems = (("ours", "dmf_hybrid search"), ("chroma_where", "Chroma query(where)"),
+    systems = (("ours", "dmf_hybrid search"), ("ours_fresh", "dmf_hybrid, fresh filter"),
+               ("chroma_where", "Chroma query(where)"),
                ("numpy_exact", "numpy exact (prefiltered)"))
     labels = [e["selectivity"] for e in out["search"]]
     x = np.arange(len(labels))
-    width = 0.27
+    width = 0.2
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (key, label) in enumerate(systems):
         p50 = [e[key]["p50_ms"] for e in out["search"]]
         p95 = [e[key]["p95_ms"] for e in out["search"]]
         err = [np.zeros(len(p50)), np.array(p95) - np.array(p50)]
-        ax.bar(x + (i - 1) * width, p50, width, yerr=err, capsize=3, label=label)
+        ax.bar(x + (i - 1.5) * width, p50, width, yerr=err, capsize=3, label=label)
     ax.set_yscale("log")
     ax.set_xticks(x, labels)
     ax.set_xlabel("filter selectivity")

@@ -61,6 +61,8 @@ MODES = ("hybrid", "vector", "keyword")
 MAX_QUERY_CHARS = 10_000
 QUERY_CACHE_SIZE = 1024
 COUNT_CACHE_SIZE = 256
+#: Candidate lists kept (each at most ``exact_threshold`` keys or IDs).
+LIST_CACHE_SIZE = 32
 #: How deep each leg ranks before reciprocal rank fusion.
 FUSION_DEPTH = 100
 #: ANN proposals asked per wanted survivor, on top of 1 / selectivity.
@@ -171,6 +173,8 @@ class _Scope:
         # IDs drawn from this scope's own candidate list: live, in the tenant and passing the
         # filter at this very state, so fetching their rows needs no filter
         self.proven: set[str] = set()
+        # cache writes made only once the search is known to have read one state
+        self.on_valid: list[Callable[[], None]] = []
 
     def count_candidates(self, with_list: bool = False) -> int:
         """How many candidates there are; ``with_list``: also the candidates, in one scan."""
@@ -181,6 +185,17 @@ class _Scope:
         if with_list:
             self._keep_list(table.column("ids")[0])
         return int(table.column("n")[0].as_py())
+
+    def listed(self) -> npt.NDArray[np.uint64] | list[str] | None:
+        """The candidate list fetched so far (keys or IDs, as ``by_key`` says), if any."""
+        return self._keys if self.by_key else self._ids
+
+    def adopt(self, listed: npt.NDArray[np.uint64] | list[str]) -> None:
+        """Take a candidate list read earlier at this very state (see SearchEngine._count)."""
+        if self.by_key:
+            self._keys = listed  # type: ignore[assignment]
+        else:
+            self._ids = listed  # type: ignore[assignment]
 
     @property
     def _key_sql(self) -> str:
@@ -267,6 +282,7 @@ class SearchEngine:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._count_cache: OrderedDict[tuple[str, str, int], int] = OrderedDict()
         self._guesses: OrderedDict[str, int] = OrderedDict()  # last count of each filter
+        self._lists: OrderedDict[tuple[str, int, bool], tuple[int, Any]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._previous_model: str | None = None  # a model change not yet caught up with
 
@@ -453,7 +469,8 @@ class SearchEngine:
                     local = self.indexer.local(etype.name)
                     # vector-only searches list candidates by 64-bit hash, not as strings
                     scope.by_key = mode == "vector" and local is not None and not local.collided
-                    scope.count = self._count(scope)
+                    scope.count = self._count(scope, cacheable=seq is None
+                                              and not db.in_transaction)
                     lap("candidates_ms")
                     depth = k if mode != "hybrid" else max(k, FUSION_DEPTH)
                     while True:
@@ -468,6 +485,8 @@ class SearchEngine:
                         depth *= WIDEN  # resolution dropped stale proposals: look deeper
                     if seq is None and not db.unchanged(generation):
                         raise _Moved
+                    for remember in scope.on_valid:
+                        remember()
                 break
             except _Moved:
                 if locked:  # pragma: no cover - nothing commits while writes are held off
@@ -482,32 +501,56 @@ class SearchEngine:
         )
         return SearchResult(hits=hits, receipt=receipt)
 
-    def _count(self, scope: _Scope) -> int:
-        """Candidates at the search's seq; unfiltered current counts are cached per seq.
+    def _count(self, scope: _Scope, cacheable: bool) -> int:
+        """Candidates at the search's seq (with their list when the exact plan is likely).
 
-        A filtered count comes with the candidate IDs in the same scan when the exact plan is
-        likely (the last count of the same filter, if any, was small enough).
+        Counts and candidate lists of committed states are cached by audit seq (a filter
+        cache: the same filter at the same seq has the same candidates; every entity change
+        appends an event, so a new seq is a new key). They are stored only once the search
+        has checked that it read exactly that state (``on_valid``), and never inside a write
+        transaction, whose seq is not committed yet. A filtered count comes with the
+        candidate list in the same scan when the last count of that filter was small enough.
         """
         if scope.seq is not None:
             return scope.count_candidates()
         threshold = self.settings.exact_threshold
         if scope.filtered:
             shape = scope.fingerprint()
+            key = (shape, scope.seen_seq, scope.by_key)
             with self._cache_lock:
+                cached = self._lists.get(key) if cacheable else None
                 guess = self._guesses.get(shape)
+            if cached is not None:
+                count, listed = cached
+                scope.adopt(listed)
+                return count
             count = scope.count_candidates(with_list=guess is None or guess <= threshold)
-            with self._cache_lock:
+            with self._cache_lock:  # only a planning hint: safe to keep whatever happens
                 _remember(self._guesses, shape, count)
+            found = scope.listed()
+            if cacheable and found is not None and count <= threshold:
+                scope.on_valid.append(lambda: self._keep(self._lists, key, (count, found)))
             return count
-        key = (scope.etype.name, scope.tenant, scope.seen_seq)
+        count_key = (scope.etype.name, scope.tenant, scope.seen_seq)
         with self._cache_lock:
-            cached = self._count_cache.get(key)
-        if cached is not None:  # valid: the next statement verifies the state is at that seq
-            return cached
+            known = self._count_cache.get(count_key) if cacheable else None
+        if known is not None:
+            return known
         count = scope.count_candidates()
-        with self._cache_lock:
-            _remember(self._count_cache, key, count)
+        if cacheable:
+            scope.on_valid.append(lambda: self._keep(self._count_cache, count_key, count))
         return count
+
+    def _keep(self, cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        with self._cache_lock:
+            _remember(cache, key, value,
+                      LIST_CACHE_SIZE if cache is self._lists else COUNT_CACHE_SIZE)
+
+    def forget_candidates(self) -> None:
+        """Drop the cached candidate counts and lists (they are rebuilt on demand)."""
+        with self._cache_lock:
+            self._count_cache.clear()
+            self._lists.clear()
 
     def _legs(self, scope: _Scope, mode: str, text: str, qvec: np.ndarray | None, depth: int,
               lap: Callable[[str], None]) -> tuple[dict[str, Ranking], str]:
@@ -688,10 +731,11 @@ class SearchEngine:
         return self.store._row_to_entity(etype, row)  # noqa: SLF001 - same package
 
 
-def _remember(cache: OrderedDict[Any, int], key: Any, value: int) -> None:
+def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any,
+              size: int = COUNT_CACHE_SIZE) -> None:
     cache[key] = value
     cache.move_to_end(key)
-    while len(cache) > COUNT_CACHE_SIZE:
+    while len(cache) > size:
         cache.popitem(last=False)
 
 

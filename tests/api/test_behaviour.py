@@ -24,6 +24,7 @@ from dmf_hybrid import (
     ValidationError,
     VersionConflict,
 )
+from tests.api import wrong_error
 from tests.api.conftest import Front
 
 POIS = [
@@ -264,14 +265,9 @@ def test_same_exceptions(api: Front) -> None:
     actions = _actions(api.mem)
     problems = []
     for case, exc_class, field in ERROR_CASES:
-        try:
-            actions[case]()
-        except Exception as exc:  # noqa: BLE001 - every case must raise, checked below
-            got_field = getattr(exc, "details", {}).get("field")
-            if type(exc) is not exc_class or (field is not None and got_field != field):
-                problems.append(f"{case}: {type(exc).__name__}(field={got_field!r}): {exc}")
-        else:
-            problems.append(f"{case}: nothing raised")
+        problem = wrong_error(case, actions[case], exc_class, field)
+        if problem is not None:
+            problems.append(problem)
     assert not problems, "\n".join(problems)
 
 

@@ -27,6 +27,7 @@ from dmf_hybrid.lifecycle import ArchiveResult, MemoryContext, RuleDef, SummaryR
 from dmf_hybrid.lifecycle.archive import archive_files
 from dmf_hybrid.schema import load_toml
 from dmf_hybrid.vector.exact import ExactIndex
+from tests.api import wrong_error
 from tests.api.conftest import Front, http_front
 from tests.lifecycle import TRAVEL, open_travel
 
@@ -201,14 +202,9 @@ def test_bad_input_raises_the_same_errors_and_changes_nothing(api: Front) -> Non
     before = state(embedded(api))
     problems = []
     for case, (exc_class, field, call) in _bad_calls(api).items():
-        try:
-            call()
-        except Exception as exc:  # noqa: BLE001 - every case must raise, checked below
-            got = getattr(exc, "details", {}).get("field")
-            if type(exc) is not exc_class or (field is not None and got != field):
-                problems.append(f"{case}: {type(exc).__name__}(field={got!r}): {exc}")
-        else:
-            problems.append(f"{case}: nothing raised")
+        problem = wrong_error(case, call, exc_class, field)
+        if problem is not None:
+            problems.append(problem)
         if state(embedded(api)) != before:
             problems.append(f"{case}: changed the memory")
     assert not problems, "\n".join(problems)

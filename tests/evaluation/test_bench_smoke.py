@@ -1,4 +1,4 @@
-"""Smoke tests of the HTTP and cold-start benchmarks and of ``make bench``'s wiring.
+"""Smoke tests of the HTTP, search and cold-start benchmarks and of ``make bench``'s wiring.
 
 The benchmarks run for real at tiny sizes (test embedder, a real server subprocess on
 127.0.0.1); only the shape of their results is checked, never their timings.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation import bench_all, bench_coldstart, bench_http
+from evaluation import bench_all, bench_coldstart, bench_http, bench_search
 from evaluation.plotting import latency_summary, markdown_table, percentile
 
 RESULT_KEYS = {"mode", "concurrency", "requests", "errors", "p50_ms", "p95_ms", "mean_ms", "rps",
@@ -126,3 +126,21 @@ def test_bench_all_timeout_stops_the_server_too(tmp_path: Path) -> None:
     assert outcome.status == "timed out after 4 s"
     assert _servers_over(tmp_path) == []
     assert not list(tmp_path.glob("dmf-bench-http-*"))  # its finally block ran
+
+
+def test_bench_search_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "search.json"
+    assert bench_search.main(["--n", "2000", "--queries", "3", "--skip-model",
+                              "--skip-reindex", "--out", str(out),
+                              "--workdir", str(tmp_path / "work")]) == 0
+    result = json.loads(out.read_text())
+    assert [e["selectivity"] for e in result["search"]] == list(bench_search.SELECTIVITIES)
+    for entry in result["search"]:
+        # exact whatever the plan, with the filter cache and without
+        assert entry["ours"]["recall_at_10"] == entry["ours_fresh"]["recall_at_10"] == 1.0
+        assert entry["numpy_exact"]["recall_at_10"] == 1.0
+    assert set(result["targets"]) >= {"filtered_speedup_min", "filtered_recall_min",
+                                      "filtered_speedup_min_fresh_filter",
+                                      "unfiltered_overhead"}
+    assert out.with_suffix(".md").read_text().startswith("n = 2,000")
+    assert out.with_suffix(".png").stat().st_size > 0

@@ -464,3 +464,38 @@ def test_a_write_between_two_reads_of_a_search_is_never_half_seen(
                         as_of=res.receipt.resolved_at_seq)
     assert summary(replay) == summary(res)
     mem.close()
+
+
+# ---------------------------------------------------------------- the filter cache
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_cached_candidate_lists_follow_every_committed_change(mem: Memory, mode: str) -> None:
+    pois = mem.create_many("Poi", [{"name": f"cafe {i}", "city": "Oslo"} for i in range(12)])
+    where = {"city": "Oslo"}
+
+    def found() -> set[str]:
+        res = mem.search("Poi", "cafe", where=where, k=50, mode=mode)
+        assert res.receipt.plan == "exact"
+        return {h.entity.id for h in res.hits}
+
+    assert found() == {p.id for p in pois}
+    assert found() == {p.id for p in pois}  # served from the cache: same answer
+    mem.update(pois[0].id, {"city": "Bergen"})
+    assert found() == {p.id for p in pois[1:]}
+    mem.delete(pois[1].id)
+    assert found() == {p.id for p in pois[2:]}
+    # a search inside a transaction sees its own writes, and what it read is not kept: the
+    # rolled-back seq is taken again by a different write, whose state must be searched
+    before = mem.last_seq
+    with pytest.raises(RuntimeError):
+        with mem.transaction():
+            mem.update(pois[3].id, {"city": "Bergen"})
+            assert found() == {p.id for p in pois[2:]} - {pois[3].id}
+            raise RuntimeError("roll back")
+    assert mem.last_seq == before
+    mem.update(pois[2].id, {"city": "Bergen"})  # now holds the rolled-back seq
+    assert mem.last_seq == before + 1
+    assert found() == {p.id for p in pois[3:]}
+    mem.engine.forget_candidates()
+    assert found() == {p.id for p in pois[3:]}
