@@ -522,13 +522,16 @@ class SearchEngine:
                 guess = self._guesses.get(shape)
             if cached is not None:
                 count, listed = cached
-                scope.adopt(listed)
-                return count
+                if listed is not None:
+                    scope.adopt(listed)
+                    return count
+                if count > threshold:  # too many for the exact plan: the count is enough
+                    return count
             count = scope.count_candidates(with_list=guess is None or guess <= threshold)
             with self._cache_lock:  # only a planning hint: safe to keep whatever happens
                 _remember(self._guesses, shape, count)
-            found = scope.listed()
-            if cacheable and found is not None and count <= threshold:
+            found = scope.listed() if count <= threshold else None
+            if cacheable:
                 scope.on_valid.append(lambda: self._keep(self._lists, key, (count, found)))
             return count
         count_key = (scope.etype.name, scope.tenant, scope.seen_seq)
