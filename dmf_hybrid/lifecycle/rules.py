@@ -547,7 +547,12 @@ class RuleEngine:
 
     def define(self, rule: RuleDef | Mapping[str, Any], *, tenant: str,
                actor: str | None = None, reason: str | None = None) -> CompiledRule:
-        """Register a rule or a new version of it; the same definition again is a no-op."""
+        """Register a rule or a new version of it; the same definition again is a no-op.
+
+        In the same transaction the rule is evaluated for every live entity of its trigger
+        type, in every tenant (a back-fill), so entities written before the rule existed get
+        their constraints raised, and those a new version no longer flags get them resolved.
+        """
         rule = rule_from_data(rule)
         current = self._rules.get(rule.name)
         if current is not None and current.definition == rule:
@@ -574,7 +579,17 @@ class RuleEngine:
                     self._rules[rule.name] = current
 
             self.store.db.on_rollback(undo)
+            self._back_fill(con, compiled)
         return compiled
+
+    def _back_fill(self, con: duckdb.DuckDBPyConnection, rule: CompiledRule) -> None:
+        """Evaluate ``rule`` for every live entity of its trigger type (in ID order)."""
+        table = table_name(rule.definition.trigger.type)
+        subjects = con.execute(f"SELECT tenant, id FROM {table} WHERE deleted_at IS NULL "
+                               "ORDER BY tenant, id").fetchall()
+        with self.store.hooks_paused():  # as when a write hook evaluates it
+            for tenant, eid in subjects:
+                self.evaluate(con, rule, tenant, eid)
 
     def on_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str, type_name: str,
                  entity_id: str) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,15 @@ class Store:
                 hook(con, tenant, op, type_name, eid)
         finally:
             self._in_hooks = False
+
+    @contextmanager
+    def hooks_paused(self) -> Iterator[None]:
+        """Writes in this block do not run the write hooks (as writes made by a hook)."""
+        previous, self._in_hooks = self._in_hooks, True
+        try:
+            yield
+        finally:
+            self._in_hooks = previous
 
     @property
     def last_seq(self) -> int:

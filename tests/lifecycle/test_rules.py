@@ -291,3 +291,28 @@ def test_rule_writes_do_not_trigger_rules(travel: Memory) -> None:
     assert meta["status"] == "open"
     assert constraints(travel, meta["id"]) == {}
     assert [m["rule"] for m in rule_events(travel)] == [BUDGET, "watch_constraints"]
+
+
+def test_a_new_rule_back_fills_existing_entities(travel: Memory) -> None:
+    over = trip(travel, budget=100, destination="Rome")
+    fine = trip(travel, budget=500, destination="Oslo")
+    for t in (over, fine):
+        travel.link(t.id, "includes", poi(travel, f"Tower {t.data.destination}", 150).id)
+    budget_rule = next(r for r in travel.rules() if r["name"] == BUDGET)
+    stricter = {k: v for k, v in budget_rule.items() if k not in ("version", "dependencies")}
+    stricter["name"] = "trip_tight_budget"
+    stricter["condition"] = "sum(PointOfInterest.estimated_cost via includes) > budget * 0.2"
+    assert constraints(travel, over.id).get("trip_tight_budget") is None
+    travel.define_rule(stricter)  # written before the rule existed: both trips are flagged
+    assert constraints(travel, over.id)["trip_tight_budget"]["status"] == "open"
+    assert constraints(travel, fine.id)["trip_tight_budget"]["status"] == "open"
+    seq = travel.last_seq
+    travel.define_rule(stricter)  # the same definition again: nothing happens
+    assert travel.last_seq == seq
+    # a new version that no longer flags the cheaper trip resolves its constraint
+    travel.define_rule({**stricter,
+                        "condition": "sum(PointOfInterest.estimated_cost via includes) > budget"})
+    assert constraints(travel, over.id)["trip_tight_budget"]["status"] == "open"
+    assert constraints(travel, fine.id)["trip_tight_budget"]["status"] == "resolved"
+    outcomes = sorted((m["entity_id"], m["outcome"]) for m in rule_events(travel, seq))
+    assert outcomes == sorted([(fine.id, "resolved"), (over.id, "updated")])  # new message
