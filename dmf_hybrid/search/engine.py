@@ -43,7 +43,7 @@ import numpy.typing as npt
 from ..config import Settings
 from ..embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
 from ..errors import FilterError, NotFound, SchemaError, ValidationError
-from ..indexer import Indexer, LocalVectors, key_sql, own_ids
+from ..indexer import SCORE_EPS, Indexer, LocalVectors, key_sql, own_ids
 from ..models import Entity
 from ..schema import EntityType, FilterNode, parse_filter
 from ..store import Store
@@ -73,8 +73,6 @@ SCORE_DIGITS = 6
 #: Up to this many IDs are looked up through the primary-key index, more by a hash join
 #: (measured on 100k rows: 0.1-0.25 ms per ID by index, 35-50 ms for a scan).
 INDEX_LOOKUP_MAX = 256
-#: Bound on the float32 error of a cosine of unit vectors.
-SCORE_EPS = 1e-4
 #: IDs resolved beyond the ones still needed (a few proposals may fail resolution).
 RESOLVE_SLACK = 0
 _TEXT_HASH = SYSTEM_COLUMNS.index("text_hash")
@@ -135,17 +133,17 @@ def ranked(ids: Sequence[str], scores: npt.ArrayLike, depth: int) -> Ranking:
 
 
 class _Moved(Exception):
-    """A write committed during an optimistic search: redo it in a snapshot."""
+    """A commit happened during an optimistic search: redo it holding off writes."""
 
 
 class _Scope:
     """The candidate set of one search and the reads it makes, all at one audit seq.
 
-    Reads run either inside a transaction (one DuckDB snapshot) or optimistically without
-    one, at the last committed seq: the database's commit seqlock (:meth:`Database.stable`)
-    tells afterwards whether a commit happened in between, and if one did, the search is
-    redone inside a transaction (:class:`_Moved`). Every entity change is a commit, so an
-    unchanged commit generation means an unchanged state.
+    Reads run optimistically at the last committed seq (or, in the writer's own transaction,
+    at its seq): the database's commit seqlock (:meth:`Database.stable`) tells afterwards
+    whether a commit happened in between, and if one did, the search is redone holding off
+    writes (:class:`_Moved`). Every entity change is a commit, so an unchanged commit
+    generation means an unchanged state.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, store: Store, etype: EntityType,
