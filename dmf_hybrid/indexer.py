@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ from .store import Store
 from .store.sql import q
 from .store.tables import table_name
 from .vector.base import VectorIndex, collection_name
-from .vector.exact import normalise_rows
+from .vector.exact import ReadWriteLock, normalise_rows
 
 log = logging.getLogger(__name__)
 
@@ -67,45 +66,6 @@ def key_sql(alias: str = "") -> str:
     return f"hash({alias}tenant, {alias}id)"
 
 
-class _ReadWriteLock:
-    """Many readers or one writer (a waiting writer holds new readers back)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._readers = 0
-        self._writer = False
-        self._waiting = 0
-
-    @contextmanager
-    def read(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer or self._waiting:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def write(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            while self._writer or self._readers:
-                self._cond.wait()
-            self._waiting -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
 class LocalVectors:
     """The exact in-memory mirror of one type's vectors: the planner's exact scorer.
 
@@ -128,7 +88,7 @@ class LocalVectors:
         self._text_hash: list[str] = []
         self._row: dict[str, int] = {}  # vector ID (tenant-qualified entity ID) -> row
         self._by_key: tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp]] | None = None
-        self._lock = _ReadWriteLock()
+        self._lock = ReadWriteLock()
         self.collided = False
         self.size = 0
 

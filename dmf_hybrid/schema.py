@@ -364,15 +364,19 @@ def check_compatible(old: TypeDef, new: TypeDef) -> list[str]:
     return added
 
 
-def load_toml(path: str | Path) -> list[TypeDef]:
-    """The entity types declared in a TOML file (``[types.Name]`` tables)."""
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A definition file's TOML; SchemaError if it is missing or not valid TOML."""
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SchemaError(f"definition file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SchemaError(f"{path}: invalid TOML: {exc}") from None
-    return typedefs_from_data(raw.get("types", {}), source=str(path))
+
+
+def load_toml(path: str | Path) -> list[TypeDef]:
+    """The entity types declared in a TOML file (``[types.Name]`` tables)."""
+    return typedefs_from_data(read_toml(path).get("types", {}), source=str(path))
 
 
 def typedefs_from_data(types_data: Mapping[str, Any], source: str = "data") -> list[TypeDef]:

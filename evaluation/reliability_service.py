@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-import socket
 import threading
-import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,30 +43,11 @@ ACCOUNT_TYPE: dict[str, Any] = {
 TOTAL_BALANCE = 1000
 
 
-@contextmanager
-def serve(app: Any) -> Iterator[str]:
+def serve(app: Any) -> AbstractContextManager[str]:
     """Run ``app`` under uvicorn on a free 127.0.0.1 port in a thread; yields its base URL."""
-    import uvicorn
+    from dmf_hybrid.api.server import serve_in_thread
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                           access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not server.started:
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(START_TIMEOUT)
-        sock.close()
+    return serve_in_thread(app, timeout=START_TIMEOUT, access_log=False)
 
 
 def open_memory(path: Path | None, vectors: str = "exact") -> Any:

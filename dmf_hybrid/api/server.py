@@ -8,6 +8,11 @@ example domains of ``indexes/*.toml`` and, when the store is empty, the example 
 from __future__ import annotations
 
 import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..config import Settings
@@ -70,3 +75,35 @@ if __name__ == "__main__":  # python -m dmf_hybrid.api.server (settings from DMF
     except DMFError as exc:
         log.error("%s", exc)
         sys.exit(2)
+
+
+@contextmanager
+def serve_in_thread(app: Any, *, timeout: float = 30.0, **uvicorn_options: Any) -> Iterator[str]:
+    """Run ``app`` under uvicorn on a free 127.0.0.1 port in a thread; yields its base URL.
+
+    For tests and benchmarks. RuntimeError if the server does not start, or does not stop
+    within ``timeout`` seconds once the block ends.
+    """
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                           **uvicorn_options))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout)
+        sock.close()
+    if thread.is_alive():
+        raise RuntimeError("uvicorn did not stop")

@@ -51,7 +51,6 @@ import json
 import logging
 import re
 import string
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +63,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..clock import to_naive_utc, utcnow
 from ..errors import NotFound, SchemaError
 from ..ids import canonical_json
-from ..schema import EntityType, parse_filter
+from ..schema import EntityType, parse_filter, read_toml
 from ..store import Store
 from ..store.sql import compile_filter, q
 from ..store.tables import table_name
@@ -417,13 +416,7 @@ def rule_from_data(data: RuleDef | Mapping[str, Any], name: str | None = None) -
 
 def load_rules_toml(path: str | Path) -> list[RuleDef]:
     """The rules declared in a TOML file (``[rules.<name>]`` tables), in file order."""
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SchemaError(f"definition file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SchemaError(f"{path}: invalid TOML: {exc}") from None
-    rules = raw.get("rules", {})
+    rules = read_toml(path).get("rules", {})
     if not isinstance(rules, Mapping):
         raise SchemaError(f"{path}: [rules] must be a table of rules", field="rules")
     return [rule_from_data(body, name) for name, body in rules.items()]

@@ -34,7 +34,7 @@ _MIN_CAPACITY = 16
 FloatMatrix = npt.NDArray[np.float32]
 
 
-class _ReadWriteLock:
+class ReadWriteLock:
     """Many readers or one writer; a waiting writer blocks new readers (no writer starvation)."""
 
     def __init__(self) -> None:
@@ -165,7 +165,7 @@ class ExactIndex:
     """An exact in-memory VectorIndex; thread-safe for many readers and one writer."""
 
     def __init__(self) -> None:
-        self._lock = _ReadWriteLock()
+        self._lock = ReadWriteLock()
         self._collections: dict[str, _Collection] = {}
 
     def _get(self, name: str) -> _Collection:

@@ -7,11 +7,9 @@ in-process (httpx.ASGITransport) and (c) MemoryClient over a real uvicorn server
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from fastapi import FastAPI
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
 from dmf_hybrid.api import create_app
+from dmf_hybrid.api.server import serve_in_thread
 from dmf_hybrid.client import MemoryClient
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.conftest import define_travel
@@ -72,30 +71,9 @@ class SyncASGITransport(httpx.BaseTransport):
         self._loop.close()
 
 
-@contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
+def serve(app: FastAPI) -> AbstractContextManager[str]:
     """Run ``app`` under uvicorn on a free 127.0.0.1 port in a thread; yields its base URL."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not server.started:
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(START_TIMEOUT)
-        sock.close()
-        assert not thread.is_alive(), "uvicorn did not stop"
+    return serve_in_thread(app, timeout=START_TIMEOUT)
 
 
 def open_memory(path: Path | None, **kwargs: Any) -> Memory:
