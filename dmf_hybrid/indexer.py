@@ -17,6 +17,7 @@ kept in step by the outbox), not the vector index.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -51,6 +52,8 @@ FULL_SCAN_FRACTION = 2
 #: Rows gathered and scored at a time: the block stays in cache and BLAS stays on one thread
 #: (measured on 100k x 384: 10k candidates in 1.8 ms by blocks of 1024 vs 8 ms in one go).
 SCORE_CHUNK = 1024
+#: Mirror generations: unique across mirrors, so a rebuilt mirror never matches an old memo.
+_GENERATIONS = itertools.count(1)
 #: Bound on the float32 error of a cosine of unit vectors (a few hundred rounded products).
 SCORE_EPS = 1e-4
 
@@ -91,6 +94,8 @@ class LocalVectors:
         self._lock = ReadWriteLock()
         self.collided = False
         self.size = 0
+        #: changes with every change of which entity sits in which row (see :meth:`top`)
+        self.generation = next(_GENERATIONS)
 
     def __len__(self) -> int:
         return self.size
@@ -132,6 +137,7 @@ class LocalVectors:
                 self._text_hash[row] = text_hash
             if new:
                 self._by_key = None
+                self.generation = next(_GENERATIONS)
 
     def delete(self, keys: Iterable[Key]) -> None:
         """Remove the rows of these (tenant, entity ID); unknown ones are ignored."""
@@ -154,6 +160,7 @@ class LocalVectors:
                 self._text_hash.pop()
                 self.size = last
                 self._by_key = None
+                self.generation = next(_GENERATIONS)
 
     def _reserve(self, needed: int) -> None:
         capacity = self._matrix.shape[0]
@@ -174,7 +181,7 @@ class LocalVectors:
             get = self._row.get
             vids = ids if tenant == DEFAULT_TENANT else (vector_id(tenant, e) for e in ids)
             rows = np.fromiter((r for r in map(get, vids) if r is not None), dtype=np.intp)
-        return np.unique(rows)
+        return _distinct(rows)
 
     def rows_of_keys(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp] | None:
         """Rows whose ``hash(tenant, id)`` is among ``keys``, ascending (None after a collision)."""
@@ -192,10 +199,35 @@ class LocalVectors:
             sorted_keys, rows = self._by_key
             if not len(sorted_keys):
                 return np.zeros(0, dtype=np.intp)
-            wanted = np.unique(keys)  # sorted: the search walks the index in order
+            wanted = _distinct(keys)  # sorted: the search walks the index in order
             pos = np.minimum(np.searchsorted(sorted_keys, wanted), len(sorted_keys) - 1)
             hit = sorted_keys[pos] == wanted
             return np.sort(rows[pos[hit]])
+
+    def top(self, query: npt.NDArray[np.float64], depth: int,
+            find: Callable[[], npt.NDArray[np.intp] | None],
+            memo: dict[str, Any] | None = None) -> tuple[list[str], npt.NDArray[np.float64]] | None:
+        """:meth:`head` of the rows ``find()`` maps a candidate set to (None if it returns None).
+
+        Rows move when entities come or go (swap-remove), so the rows are scored only if no
+        such change happened since they were found; otherwise they are found again. ``memo``
+        belongs to one cached candidate list: while nothing has moved, the same list maps to
+        the same rows, so a repeated filter skips the mapping.
+        """
+        while True:
+            generation = self.generation
+            known = memo.get("rows") if memo is not None else None
+            if known is not None and known[0] == generation:
+                rows = known[1]
+            else:
+                rows = find()
+                if rows is None:
+                    return None
+                if memo is not None and self.generation == generation:
+                    memo["rows"] = (generation, rows)
+            found = self.head(query, depth, rows, generation)
+            if found is not None:
+                return found
 
     def rows_of_tenant(self, tenant: str) -> npt.NDArray[np.intp]:
         """Every row of one tenant, ascending."""
@@ -208,10 +240,13 @@ class LocalVectors:
             return np.flatnonzero(self._tenant[: self.size] == code).astype(np.intp)
 
     def head(self, query: npt.NDArray[np.float64], depth: int,
-             rows: npt.NDArray[np.intp] | None = None) -> tuple[list[str], npt.NDArray[np.float64]]:
+             rows: npt.NDArray[np.intp] | None = None, generation: int | None = None
+             ) -> tuple[list[str], npt.NDArray[np.float64]] | None:
         """Entity IDs and float64 cosines of the rows that may rank in the top ``depth``.
 
         ``rows`` (default: every row) should be one tenant's, or two rows may share an ID.
+        ``generation``: the :attr:`generation` the rows were found at; None is returned if
+        rows have moved since.
 
         All rows are scored roughly in float32; each row within ``SCORE_EPS`` of the
         ``depth``-th best is re-scored in float64 on its own, so the result does not depend on
@@ -219,6 +254,8 @@ class LocalVectors:
         """
         q32 = query.astype(np.float32)
         with self._lock.read():
+            if generation is not None and generation != self.generation:
+                return None
             size = self.size
             if rows is None:
                 rows = np.arange(size, dtype=np.intp)
@@ -241,6 +278,17 @@ class LocalVectors:
             ids = [self._ids[r] for r in rows.tolist()]
         precise: npt.NDArray[np.float64] = (unit * query).sum(axis=1)
         return ids, precise
+
+
+def _distinct(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The distinct values, ascending (a sort and one pass: ~10x faster than ``np.unique``)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
 
 
 class Indexer:

@@ -166,6 +166,8 @@ class _Scope:
         self.by_key = False  # list candidates by DuckDB hash(tenant, id), not ID
         self._ids: list[str] | None = None
         self._keys: npt.NDArray[np.uint64] | None = None
+        # the mirror rows of the candidate list, kept with a cached list (LocalVectors.top)
+        self.row_memo: dict[str, Any] | None = None
         self.rows: dict[str, Row] = {}
         self._checked: set[str] = set()
         # IDs drawn from this scope's own candidate list: live, in the tenant and passing the
@@ -188,8 +190,9 @@ class _Scope:
         """The candidate list fetched so far (keys or IDs, as ``by_key`` says), if any."""
         return self._keys if self.by_key else self._ids
 
-    def adopt(self, listed: npt.NDArray[np.uint64] | list[str]) -> None:
+    def adopt(self, listed: npt.NDArray[np.uint64] | list[str], memo: dict[str, Any]) -> None:
         """Take a candidate list read earlier at this very state (see SearchEngine._count)."""
+        self.row_memo = memo
         if self.by_key:
             self._keys = listed  # type: ignore[assignment]
         else:
@@ -280,7 +283,9 @@ class SearchEngine:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._count_cache: OrderedDict[tuple[str, str, int], int] = OrderedDict()
         self._guesses: OrderedDict[str, int] = OrderedDict()  # last count of each filter
-        self._lists: OrderedDict[tuple[str, int, bool], tuple[int, Any]] = OrderedDict()
+        # (fingerprint, seq, by_key) -> (count, candidate list or None, its row memo)
+        self._lists: OrderedDict[tuple[str, int, bool], tuple[int, Any, dict[str, Any]]] = (
+            OrderedDict())
         self._cache_lock = threading.Lock()
         self._previous_model: str | None = None  # a model change not yet caught up with
 
@@ -519,9 +524,9 @@ class SearchEngine:
                 cached = self._lists.get(key) if cacheable else None
                 guess = self._guesses.get(shape)
             if cached is not None:
-                count, listed = cached
+                count, listed, memo = cached
                 if listed is not None:
-                    scope.adopt(listed)
+                    scope.adopt(listed, memo)
                     return count
                 if count > threshold:  # too many for the exact plan: the count is enough
                     return count
@@ -530,7 +535,10 @@ class SearchEngine:
                 _remember(self._guesses, shape, count)
             found = scope.listed() if count <= threshold else None
             if cacheable:
-                scope.on_valid.append(lambda: self._keep(self._lists, key, (count, found)))
+                fresh: dict[str, Any] = {}
+                scope.row_memo = fresh
+                scope.on_valid.append(lambda: self._keep(self._lists, key,
+                                                         (count, found, fresh)))
             return count
         count_key = (scope.etype.name, scope.tenant, scope.seen_seq)
         with self._cache_lock:
@@ -612,20 +620,26 @@ class SearchEngine:
             # the index could not surface enough candidates (HNSW is approximate, or it is
             # behind DuckDB): score every candidate exactly instead
             return self._exact(scope, local, query, depth), "exact"
-        ids, scores = local.head(query, depth, local.rows_of_ids(scope.tenant, keep))
-        return ranked(ids, scores, depth), "ann"
+        found = local.top(query, depth, lambda: local.rows_of_ids(scope.tenant, keep))
+        assert found is not None  # mapping by ID always succeeds
+        return ranked(*found, depth), "ann"
 
     def _exact(self, scope: _Scope, local: LocalVectors, query: npt.NDArray[np.float64],
                depth: int) -> Ranking:
         """The exact top ``depth`` candidates, scored against the mirror."""
-        rows: npt.NDArray[np.intp] | None
+        memo = scope.row_memo
+        found = None
         if not scope.filtered:
-            rows = local.rows_of_tenant(scope.tenant)
-        else:
-            rows = local.rows_of_keys(scope.candidate_keys()) if scope.by_key else None
-            if rows is None:  # listed by ID (or the keys collided)
-                rows = local.rows_of_ids(scope.tenant, scope.candidate_ids())
-        ids, scores = local.head(query, depth, rows)
+            found = local.top(query, depth, lambda: local.rows_of_tenant(scope.tenant), memo)
+        elif scope.by_key:
+            found = local.top(query, depth, lambda: local.rows_of_keys(scope.candidate_keys()),
+                              memo)
+        if found is None:  # listed by ID (or the keys collided)
+            found = local.top(query, depth,
+                              lambda: local.rows_of_ids(scope.tenant, scope.candidate_ids()),
+                              memo)
+            assert found is not None  # mapping by ID always succeeds
+        ids, scores = found
         if scope.filtered:
             scope.proven.update(ids)
         return ranked(ids, scores, depth)

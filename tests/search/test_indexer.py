@@ -328,3 +328,37 @@ def test_a_hash_collision_switches_key_mapping_off() -> None:
     assert local.rows_of_keys(np.array([7], dtype=np.uint64)) is None
     assert local.collided
     assert local.rows_of_ids("t", ["b"]).tolist() == [1]
+
+
+def test_rows_found_before_a_move_are_found_again_before_scoring() -> None:
+    eye = np.eye(4, dtype=np.float32)
+    local = LocalVectors(4)
+    local.upsert(["a", "b", "c"], [1, 2, 3], eye[:3], ["t"] * 3, ["ha", "hb", "hc"])
+    query = np.array([0, 0, 1, 0], dtype=np.float64)
+    finds: list[int] = []
+    memo: dict[str, Any] = {}
+
+    def find() -> np.ndarray:
+        rows = local.rows_of_ids("t", ["a", "c"])
+        finds.append(len(finds))
+        if len(finds) == 1:
+            # an entity goes while the rows are being found: "c" moves into row 0, where "a"
+            # was, so row 2 ("c" until now) is past the end
+            local.delete([("t", "a")])
+        return rows
+
+    found = local.top(query, 2, find, memo)
+    assert found is not None and found[0] == ["c"]
+    assert len(finds) == 2
+    # the same candidate list maps to the same rows until something moves
+    again = local.top(query, 2, find, memo)
+    assert again is not None and again[0] == ["c"] and len(finds) == 2
+    local.upsert(["d"], [4], eye[3:4], ["t"], ["hd"])
+    local.top(query, 2, find, memo)
+    assert len(finds) == 3
+    # a stale generation is refused by head itself
+    assert local.head(query, 1, np.array([0]), local.generation - 1) is None
+    # a rebuilt mirror never matches an old mirror's memo, even at the same size
+    fresh = LocalVectors(4)
+    fresh.upsert(["x", "y", "z"], [1, 2, 3], eye[:3], ["t"] * 3, ["hx", "hy", "hz"])
+    assert fresh.generation != local.generation
