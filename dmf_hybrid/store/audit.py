@@ -44,6 +44,16 @@ def event_hash(prev_hash: str, header: dict[str, Any]) -> str:
     return sha256_hex(prev_hash + "\n" + canonical_json(header))
 
 
+def payload_hash_of(before_json: str | None, after_json: str | None) -> str:
+    """``content_hash({"before": before, "after": after})`` from the two canonical JSON texts.
+
+    Canonical JSON sorts keys and has no spaces, so the pair's text is the two texts spliced
+    into ``{"after":…,"before":…}``: each snapshot is encoded once, not twice.
+    """
+    return sha256_hex('{"after":' + ("null" if after_json is None else after_json)
+                      + ',"before":' + ("null" if before_json is None else before_json) + "}")
+
+
 def make_event(
     *, seq: int, ts: dt.datetime, prev_hash: str, tenant: str, op: str, type_name: str | None,
     entity_id: str | None, version_before: int | None, version_after: int | None,
@@ -51,7 +61,9 @@ def make_event(
     reason: str | None, trace_id: str | None, meta: dict[str, Any] | None = None,
 ) -> tuple[Any, ...]:
     """One events-table row, hashed and chained to ``prev_hash``."""
-    payload_hash = content_hash({"before": before, "after": after})
+    before_json = None if before is None else canonical_json(before)
+    after_json = None if after is None else canonical_json(after)
+    payload_hash = payload_hash_of(before_json, after_json)
     ts = to_naive_utc(ts)
     header = {
         "seq": seq, "ts": ts.isoformat(), "tenant": tenant, "actor": actor, "reason": reason,
@@ -62,8 +74,7 @@ def make_event(
     digest = event_hash(prev_hash, header)
     return (
         seq, ts, tenant, actor, reason, trace_id, op, type_name, entity_id, version_before,
-        version_after, None if before is None else canonical_json(before),
-        None if after is None else canonical_json(after),
+        version_after, before_json, after_json,
         None if meta is None else canonical_json(meta), payload_hash, prev_hash, digest, False,
     )
 

@@ -79,6 +79,10 @@ def check_id(value: Any, field: str = "id") -> str:
     return value
 
 
+#: A validated create: (id, model instance, data dict, text hash, data as JSON values).
+Prepared = tuple[str, BaseModel, dict[str, Any], str | None, dict[str, Any]]
+
+
 def jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
     """Data as plain JSON values (UTC ISO datetimes), as snapshots store it."""
     return dict(json.loads(canonical_json(dict(data))))
@@ -433,28 +437,31 @@ class Store:
 
     def _snapshot(self, etype: EntityType, eid: str, tenant: str, version: int,
                   data: Mapping[str, Any], created_at: dt.datetime, updated_at: dt.datetime,
-                  deleted_at: dt.datetime | None, text_hash: str | None) -> dict[str, Any]:
+                  deleted_at: dt.datetime | None, text_hash: str | None,
+                  plain: dict[str, Any] | None = None) -> dict[str, Any]:
+        """An entity's audit snapshot (``plain``: ``jsonable(data)`` when already at hand)."""
         return {
             "id": eid, "type": etype.name, "tenant": tenant, "version": version,
-            "data": jsonable(data), "created_at": to_naive_utc(created_at).isoformat(),
+            "data": jsonable(data) if plain is None else plain,
+            "created_at": to_naive_utc(created_at).isoformat(),
             "updated_at": to_naive_utc(updated_at).isoformat(),
             "deleted_at": None if deleted_at is None else to_naive_utc(deleted_at).isoformat(),
             "text_hash": text_hash,
         }
 
     def prepare_create(self, etype: EntityType, data: Any, given_id: Any = None,
-                       tenant: str = DEFAULT_TENANT
-                       ) -> tuple[str, BaseModel, dict[str, Any], str | None]:
-        """Validate one create: (id, model instance, data dict, text hash); writes nothing."""
+                       tenant: str = DEFAULT_TENANT) -> Prepared:
+        """Validate one create: (id, model instance, data dict, text hash, data as JSON values);
+        writes nothing."""
         instance = etype.validate_data(data)
         values = instance.model_dump()
         try:
-            jsonable(values)
+            plain = jsonable(values)
         except ValueError:
             raise ValidationError("data must not contain NaN or infinite numbers",
                                   field="data") from None
         fields = etype.typedef.identity or tuple(sorted(data))
-        eid = entity_id(etype.name, jsonable({f: values[f] for f in fields}), tenant)
+        eid = entity_id(etype.name, {f: plain[f] for f in fields}, tenant)
         if given_id is not None:
             given = check_id(given_id)
             if DERIVED_ID_RE.match(given) and given != eid and self._point_row(
@@ -466,7 +473,7 @@ class Store:
                     "derived from identity fields; leave id out or choose another", field="id")
             eid = given
         text = etype.embed_text(values)
-        return eid, instance, values, None if text is None else sha256_hex(text)
+        return eid, instance, values, None if text is None else sha256_hex(text), plain
 
     def create(self, tenant: str, type_name: str, data: Any, *, id: Any = None,
                actor: str | None = None, reason: str | None = None,
@@ -509,7 +516,7 @@ class Store:
         return results
 
     def _insert_batch(self, con: duckdb.DuckDBPyConnection, etype: EntityType, tenant: str,
-                      prepared: list[tuple[str, BaseModel, dict[str, Any], str | None]],
+                      prepared: list[Prepared],
                       actor: str | None, reason: str | None, trace_id: str | None
                       ) -> list[Entity]:
         wanted = sorted({p[0] for p in prepared})
@@ -531,7 +538,7 @@ class Store:
         events: list[tuple[Any, ...]] = []
         outbox: list[tuple[Any, ...]] = []
         seq, prev = self._seq, self._last_hash
-        for eid, instance, values, text_hash in prepared:
+        for eid, instance, values, text_hash, plain in prepared:
             if eid in seen:
                 results.append(seen[eid].model_copy(update={"created": False}))
                 continue
@@ -551,7 +558,8 @@ class Store:
                 results.append(current)
                 continue
             seq += 1
-            snap = self._snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash)
+            snap = self._snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash,
+                                  plain)
             row = audit.make_event(
                 seq=seq, ts=now, prev_hash=prev, tenant=tenant, op="create",
                 type_name=etype.name, entity_id=eid, version_before=None, version_after=1,

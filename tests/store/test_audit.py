@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from dmf_hybrid import AuditEvent, AuditReport, Memory, NotFound
-from dmf_hybrid.ids import content_hash
-from dmf_hybrid.store.audit import GENESIS_HASH, event_hash
+from dmf_hybrid.ids import canonical_json, content_hash
+from dmf_hybrid.store.audit import GENESIS_HASH, event_hash, payload_hash_of
 from tests.conftest import define_travel
 from tests.store import audit_seqs, dump_rows, open_memory
 
@@ -269,3 +271,18 @@ def test_verify_detects_a_truncated_tail_while_open(shared_log: Memory) -> None:
     report = _verify_tampered(shared_log, "DELETE FROM events WHERE seq >= 11")
     assert not report.ok and report.first_bad_seq == 11
     assert "removed" in (report.problem or "")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12)
+
+
+@given(before=st.none() | st.dictionaries(st.text(), _JSON, max_size=5),
+       after=st.none() | st.dictionaries(st.text(), _JSON, max_size=5))
+def test_the_spliced_payload_hash_is_the_hash_of_the_pair(before: Any, after: Any) -> None:
+    spliced = payload_hash_of(None if before is None else canonical_json(before),
+                              None if after is None else canonical_json(after))
+    assert spliced == content_hash({"before": before, "after": after})
