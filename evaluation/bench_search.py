@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -406,12 +406,46 @@ def ingest_with_model(rows: list[dict[str, Any]], path: Path) -> dict[str, Any]:
     shutil.rmtree(path, ignore_errors=True)  # a reused store would skip the work (same IDs)
     mem = Memory.open(path, embedder=model)
     mem.define(Product, identity=["name"], embed=EMBED_TEMPLATE)
-    t_mem, _ = timed(lambda: mem.create_many("Product", rows))
+    t_mem, entities = timed(lambda: mem.create_many("Product", rows))
     mem.close()
     t_raw = (before + raw()) / 2
+    t_chroma = chroma_write(path.with_name(path.name + "-chroma"), [e.id for e in entities],
+                            model.embed(texts))
+    # the best any pipeline that embeds and then writes Chroma one after the other can do
+    ceiling = t_raw / (t_raw + t_chroma)
     return {"rows": len(rows), "raw_embed_rows_per_s": round(len(rows) / t_raw, 1),
             "create_many_rows_per_s": round(len(rows) / t_mem, 1),
-            "ratio": round(t_raw / t_mem, 3)}
+            "raw_chroma_upsert_rows_per_s": round(len(rows) / t_chroma, 1),
+            "ratio": round(t_raw / t_mem, 3), "ceiling_ratio": round(ceiling, 3)}
+
+
+def chroma_write(path: Path, ids: list[str], vectors: np.ndarray) -> float:
+    """Seconds raw Chroma takes to upsert these vectors with the metadata the indexer writes.
+
+    Chroma's own write (HNSW insert plus its SQLite metadata rows) holds the GIL, so it
+    cannot overlap the model on this machine: embedding time plus this time bounds the
+    ingest ratio any embed-then-index pipeline can reach.
+    """
+    import chromadb
+    from chromadb.config import Settings as ChromaSettings
+
+    shutil.rmtree(path, ignore_errors=True)
+    client = chromadb.PersistentClient(path=str(path),
+                                       settings=ChromaSettings(anonymized_telemetry=False))
+    col = client.create_collection("ingest", configuration={"hnsw": {"space": "cosine"}},
+                                   embedding_function=None)
+    metadata = [{"type": "Product", "tenant": "default", "version": 1,
+                 "text_hash": f"{i:064x}"} for i in range(len(ids))]
+    step = 1000  # the indexer's UPSERT_CHUNK
+
+    def write() -> None:
+        for start in range(0, len(ids), step):
+            col.upsert(ids=ids[start:start + step], embeddings=vectors[start:start + step],
+                       metadatas=cast(Any, metadata[start:start + step]))
+
+    seconds, _ = timed(write)
+    shutil.rmtree(path, ignore_errors=True)
+    return seconds
 
 
 # ---------------------------------------------------------------- report
@@ -441,8 +475,9 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
     result["unfiltered_overhead"]["met"] = result["unfiltered_overhead"]["value"] <= 1.3
     if "ingest_model" in out:
         ratio = out["ingest_model"]["ratio"]
-        result["ingest_vs_raw_embedding"] = {"value": ratio, "target": ">= 0.9",
-                                             "met": ratio >= 0.9}
+        result["ingest_vs_raw_embedding"] = {
+            "value": ratio, "target": ">= 0.9", "met": ratio >= 0.9,
+            "ceiling_from_raw_chroma_write": out["ingest_model"].get("ceiling_ratio")}
     return result
 
 
@@ -482,7 +517,10 @@ def markdown(out: dict[str, Any]) -> str:
         im = out["ingest_model"]
         lines.append(f"- ingest with MiniLM on {im['rows']:,} rows: create_many "
                      f"{im['create_many_rows_per_s']:.1f} rows/s vs raw embed "
-                     f"{im['raw_embed_rows_per_s']:.1f} rows/s (ratio {im['ratio']:.2f})")
+                     f"{im['raw_embed_rows_per_s']:.1f} rows/s (ratio {im['ratio']:.2f}); "
+                     f"raw Chroma upserts the same vectors at "
+                     f"{im['raw_chroma_upsert_rows_per_s']:,.0f} rows/s, which caps any "
+                     f"embed-then-index pipeline at a ratio of {im['ceiling_ratio']:.2f}")
     if "reindex" in out:
         rx = out["reindex"]
         lines.append(f"- reindex: {rx['entities_per_s']:,.0f} entities/s ({rx['entities']:,} "
