@@ -183,6 +183,14 @@ class LocalVectors:
             rows = np.fromiter((r for r in map(get, vids) if r is not None), dtype=np.intp)
         return _distinct(rows)
 
+    def keys_of(self, tenant: str, ids: Sequence[str]) -> npt.NDArray[np.uint64]:
+        """The ``hash(tenant, id)`` of each of ``tenant``'s IDs here (0 for an absent one)."""
+        with self._lock.read():
+            get = self._row.get
+            rows = [get(vector_id(tenant, eid)) for eid in ids]
+            return np.fromiter((0 if r is None else self._keys[r] for r in rows),
+                               dtype=np.uint64, count=len(rows))
+
     def rows_of_keys(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp] | None:
         """Rows whose ``hash(tenant, id)`` is among ``keys``, ascending (None after a collision)."""
         with self._lock.write() if self._by_key is None else self._lock.read():
@@ -471,11 +479,13 @@ class Indexer:
             self._add_keyword(type_name, items)
 
     def _add_keyword(self, type_name: str, items: list[Item]) -> None:
-        by_tenant: dict[str, list[tuple[str, str]]] = {}
-        for eid, tenant, _version, _th, text, _key in items:
-            by_tenant.setdefault(tenant, []).append((eid, text))
-        for tenant, docs in sorted(by_tenant.items()):
-            self._keyword.setdefault((type_name, tenant), KeywordIndex()).upsert(docs)
+        by_tenant: dict[str, tuple[list[tuple[str, str]], list[int]]] = {}
+        for eid, tenant, _version, _th, text, key in items:
+            docs, keys = by_tenant.setdefault(tenant, ([], []))
+            docs.append((eid, text))
+            keys.append(key)
+        for tenant, (docs, keys) in sorted(by_tenant.items()):
+            self._keyword.setdefault((type_name, tenant), KeywordIndex()).upsert(docs, keys)
 
     def ensure_local(self, etype: EntityType, keyword: bool = True) -> None:
         """Load the exact mirror (and, with ``keyword``, the BM25 indexes) of a type, once.

@@ -164,6 +164,7 @@ class _Scope:
         self.seen_seq = at_seq
         self.columns = ", ".join(list(SYSTEM_COLUMNS) + [q(n) for n in etype.fields])
         self.by_key = False  # list candidates by DuckDB hash(tenant, id), not ID
+        self.list_large = False  # list the candidates even when the ANN plan is likely
         self._ids: list[str] | None = None
         self._keys: npt.NDArray[np.uint64] | None = None
         # the mirror rows of the candidate list, kept with a cached list (LocalVectors.top)
@@ -231,6 +232,25 @@ class _Scope:
             f"SELECT list({self._key_sql}) AS ids FROM {self.source} WHERE {self.filt}",
             self.params).fetch_arrow_table()
         self._keep_list(table.column("ids")[0])
+
+    def membership(self, local: LocalVectors) -> Callable[[list[str]], set[str]]:
+        """A test of which of some IDs are candidates, by the candidate list (fetched)."""
+        if self.by_key:
+            memo = self.row_memo if self.row_memo is not None else {}
+            ordered = memo.get("sorted_keys")
+            if ordered is None:
+                ordered = memo["sorted_keys"] = np.sort(self.candidate_keys())
+
+            def by_key(ids: list[str]) -> set[str]:
+                keys = local.keys_of(self.tenant, ids)
+                if not len(ordered):
+                    return set()
+                pos = np.minimum(np.searchsorted(ordered, keys), len(ordered) - 1)
+                hit = (ordered[pos] == keys) & (keys != 0)
+                return {eid for eid, ok in zip(ids, hit.tolist(), strict=True) if ok}
+            return by_key
+        listed = set(self.candidate_ids())
+        return lambda ids: {eid for eid in ids if eid in listed}
 
     def fingerprint(self) -> str:
         """A short hash of this candidate set's definition (not of its contents)."""
@@ -470,8 +490,14 @@ class SearchEngine:
                     scope = _Scope(db.reader(), self.store, etype, tenant, seq, at_seq, node,
                                    related)
                     local = self.indexer.local(etype.name)
-                    # vector-only searches list candidates by 64-bit hash, not as strings
-                    scope.by_key = mode == "vector" and local is not None and not local.collided
+                    kw = self.indexer.keyword_index(etype.name, tenant)
+                    # candidates are listed by 64-bit hash(tenant, id), not as strings, while
+                    # the legs can map hashes (no collision in the mirror or the BM25 index)
+                    scope.by_key = (mode == "keyword" or (
+                        local is not None and not local.collided)) and (
+                        mode == "vector" or kw is None or not kw.collided)
+                    # the keyword leg filters exactly by the list, so it wants one at any size
+                    scope.list_large = mode != "vector"
                     scope.count = self._count(scope, cacheable=seq is None
                                               and not db.in_transaction)
                     lap("candidates_ms")
@@ -528,12 +554,13 @@ class SearchEngine:
                 if listed is not None:
                     scope.adopt(listed, memo)
                     return count
-                if count > threshold:  # too many for the exact plan: the count is enough
+                if count > threshold and not scope.list_large:  # the count is enough for ANN
                     return count
-            count = scope.count_candidates(with_list=guess is None or guess <= threshold)
+            count = scope.count_candidates(
+                with_list=guess is None or guess <= threshold or scope.list_large)
             with self._cache_lock:  # only a planning hint: safe to keep whatever happens
                 _remember(self._guesses, shape, count)
-            found = scope.listed() if count <= threshold else None
+            found = scope.listed() if count <= threshold or scope.list_large else None
             if cacheable:
                 fresh: dict[str, Any] = {}
                 scope.row_memo = fresh
@@ -593,6 +620,8 @@ class SearchEngine:
         n = min(total, max(depth + 1, math.ceil(depth / selectivity * ANN_OVERFETCH)))
         keep: dict[str, float] = {}  # confirmed proposals and their similarity
         decided: set[str] = set()
+        # with the candidate list at hand, a proposal is confirmed by membership, not by DuckDB
+        member = scope.membership(local) if scope.listed() is not None else None
         while True:
             pending = [hit for hit in own_ids(self.vectors.query(name, qvec, n), scope.tenant)
                        if hit[0] not in decided]
@@ -608,7 +637,11 @@ class SearchEngine:
                 chunk = pending[at:at + math.ceil(need / selectivity * 1.25) + 2]
                 at += len(chunk)
                 decided.update(eid for eid, _ in chunk)
-                if scope.filtered:
+                if scope.filtered and member is not None:
+                    members = member([eid for eid, _ in chunk])
+                    scope.proven.update(members)
+                    keep.update(hit for hit in chunk if hit[0] in members)
+                elif scope.filtered:
                     passing = scope.fetch_rows([eid for eid, _ in chunk])
                     keep.update(hit for hit in chunk if hit[0] in passing)
                 else:
@@ -652,8 +685,11 @@ class SearchEngine:
             return []
         if not scope.filtered:
             return kw.search(text, depth)
-        if scope.count <= self.settings.exact_threshold:
-            found = kw.search(text, depth, candidates=scope.candidate_ids())
+        if scope.count <= self.settings.exact_threshold or scope.listed() is not None:
+            found = (kw.search_keys(text, depth, scope.candidate_keys(), scope.row_memo)
+                     if scope.by_key else None)
+            if found is None:  # listed by ID (or the keys collided)
+                found = kw.search(text, depth, candidates=scope.candidate_ids())
             scope.proven.update(eid for eid, _ in found)
             return found
         fetch = max(depth, math.ceil(depth * len(kw) / scope.count * ANN_OVERFETCH))

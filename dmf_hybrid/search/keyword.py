@@ -44,7 +44,8 @@ import itertools
 import math
 import threading
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -57,8 +58,11 @@ DEFAULT_B = 0.4
 
 _FloatArray = npt.NDArray[np.float64]
 _IntArray = npt.NDArray[np.int64]
+_KeyArray = npt.NDArray[np.uint64]
 _DocTerms = tuple[tuple[str, ...], tuple[int, ...]]
 _NO_TERMS: _DocTerms = ((), ())
+#: Index generations: unique across indexes, so a rebuilt index never matches an old memo.
+_GENERATIONS = itertools.count(1)
 
 
 class KeywordIndex:
@@ -92,26 +96,42 @@ class KeywordIndex:
         self._postings: dict[str, dict[int, int]] = {}
         # numpy copies of postings, made on first use by a query, dropped when the term changes
         self._posting_arrays: dict[str, tuple[_IntArray, _FloatArray]] = {}
+        # per slot: the caller's 64-bit key of the document (see upsert), and how many live
+        # documents have none; (sorted keys, their slots), built on first use by search_keys
+        self._key_of_slot: _KeyArray = np.zeros(64, dtype=np.uint64)
+        self._unkeyed = 0
+        self._by_key: tuple[_KeyArray, _IntArray] | None = None
+        self.collided = False
+        #: changes whenever a document comes, goes or changes slot (see search_keys)
+        self.generation = next(_GENERATIONS)
 
     # ------------------------------------------------------------------ writes
 
-    def upsert(self, items: Sequence[tuple[str, str]]) -> None:
-        """Index each ``(entity_id, text)``, replacing any earlier text of that ID (last wins)."""
-        analysed: list[tuple[str, _DocTerms, int]] = []
-        for item in items:
+    def upsert(self, items: Sequence[tuple[str, str]], keys: Sequence[int] | None = None
+               ) -> None:
+        """Index each ``(entity_id, text)``, replacing any earlier text of that ID (last wins).
+
+        ``keys``: a 64-bit key per item (the engine passes DuckDB's ``hash(tenant, id)``), by
+        which :meth:`search_keys` takes a candidate set without Python strings.
+        """
+        if keys is not None and len(keys) != len(items):
+            raise ValidationError("keys must be as long as items", field="keys")
+        analysed: list[tuple[str, _DocTerms, int, int | None]] = []
+        for i, item in enumerate(items):
             entity_id, text = _check_item(item)
             terms = self._analyzer.terms(text)
             counter = Counter(terms)
             counts = (tuple(counter), tuple(counter.values()))
-            analysed.append((entity_id, counts, len(terms)))
+            analysed.append((entity_id, counts, len(terms), None if keys is None else keys[i]))
         with self._lock:
-            for entity_id, counts, length in analysed:
+            for entity_id, counts, length, key in analysed:
                 slot = self._slot_of.get(entity_id)
                 if slot is not None:
-                    if self._terms_of_slot[slot] == counts:
+                    if self._terms_of_slot[slot] == counts and (
+                            key or 0) == int(self._key_of_slot[slot]):
                         continue  # same terms: nothing to do, keep the caches warm
                     self._remove_slot(slot)
-                self._add(entity_id, counts, length)
+                self._add(entity_id, counts, length, key)
 
     def delete(self, ids: Sequence[str]) -> None:
         """Remove these IDs from the index; unknown IDs are ignored."""
@@ -123,7 +143,7 @@ class KeywordIndex:
                 if slot is not None:
                     self._remove_slot(slot)
 
-    def _add(self, entity_id: str, counts: _DocTerms, length: int) -> None:
+    def _add(self, entity_id: str, counts: _DocTerms, length: int, key: int | None) -> None:
         if self._free_slots:
             slot = heapq.heappop(self._free_slots)
             self._id_of_slot[slot] = entity_id
@@ -136,8 +156,16 @@ class KeywordIndex:
                 grown = np.zeros(2 * len(self._doc_len), dtype=np.float64)
                 grown[: len(self._doc_len)] = self._doc_len
                 self._doc_len = grown
+                grown_keys = np.zeros(len(grown), dtype=np.uint64)
+                grown_keys[: len(self._key_of_slot)] = self._key_of_slot
+                self._key_of_slot = grown_keys
         self._slot_of[entity_id] = slot
         self._doc_len[slot] = float(length)
+        if not key:
+            self._unkeyed += 1
+        self._key_of_slot[slot] = key or 0
+        self._by_key = None
+        self.generation = next(_GENERATIONS)
         self._total_len += length
         postings = self._postings
         for term, tf in zip(*counts, strict=True):
@@ -163,6 +191,11 @@ class KeywordIndex:
             arrays.pop(term, None)
         self._total_len -= int(self._doc_len[slot])
         self._doc_len[slot] = 0.0
+        if self._key_of_slot[slot] == 0:
+            self._unkeyed -= 1  # (a key of 0 counts as none: DuckDB's hash is 0 in 2^-64)
+        self._key_of_slot[slot] = 0
+        self._by_key = None
+        self.generation = next(_GENERATIONS)
         self._id_of_slot[slot] = None
         self._terms_of_slot[slot] = _NO_TERMS
         del self._slot_of[entity_id]
@@ -191,11 +224,59 @@ class KeywordIndex:
         """
         if not isinstance(query, str):
             raise ValidationError("query must be a string", field="query")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValidationError(f"k must be a positive integer, got {k!r}", field="k")
         if isinstance(candidates, str):
             raise ValidationError("candidates must be a collection of IDs", field="candidates")
-        query_counts = Counter(self._analyzer.terms(query))  # first-occurrence order
+        found = self._search(query, k, None if candidates is None
+                             else lambda: self._slots_of_ids(candidates))
+        assert found is not None  # IDs always say which documents they are
+        return found
+
+    def _slots_of_ids(self, candidates: Collection[str]) -> _IntArray:
+        slots = np.fromiter(map(self._slot_of.get, candidates, itertools.repeat(-1)),
+                            dtype=np.int64, count=len(candidates))
+        return slots[slots >= 0]
+
+    def search_keys(self, query: str, k: int, keys: _KeyArray,
+                    memo: dict[str, Any] | None = None) -> list[tuple[str, float]] | None:
+        """:meth:`search` restricted to the documents whose key (see :meth:`upsert`) is in
+        ``keys``; None when keys cannot say (a document without a key, or two with one key).
+
+        ``memo`` belongs to one cached candidate list: while no document has come, gone or
+        moved, the same keys select the same slots, so a repeated filter skips the mapping.
+        """
+        return self._search(query, k, lambda: self._slots_for_keys(keys, memo))
+
+    def _slots_for_keys(self, keys: _KeyArray, memo: dict[str, Any] | None
+                        ) -> _IntArray | None:
+        known = memo.get("slots") if memo is not None else None
+        if known is not None and known[0] == self.generation:
+            return known[1]  # type: ignore[no-any-return]
+        if self._unkeyed or self.collided:
+            return None
+        if self._by_key is None:
+            live = np.fromiter(self._slot_of.values(), dtype=np.int64, count=len(self._slot_of))
+            order = np.argsort(self._key_of_slot[live], kind="stable")
+            sorted_keys = self._key_of_slot[live][order]
+            if len(sorted_keys) > 1 and bool((sorted_keys[1:] == sorted_keys[:-1]).any()):
+                self.collided = True  # two documents share a key: the caller uses IDs
+                return None
+            self._by_key = (sorted_keys, live[order])
+        sorted_keys, slots = self._by_key
+        if not len(sorted_keys) or not len(keys):
+            return np.zeros(0, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+        found = slots[pos[sorted_keys[pos] == keys]]
+        if memo is not None:
+            memo["slots"] = (self.generation, found)
+        return found
+
+    def _search(self, query: str, k: int,
+                allowed_slots: Callable[[], _IntArray | None] | None
+                ) -> list[tuple[str, float]] | None:
+        """Top ``k`` over every document, or over ``allowed_slots()`` (None: it cannot say)."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValidationError(f"k must be a positive integer, got {k!r}", field="k")
+        query_counts = Counter(self._analyzer.terms(query))
         if not query_counts:
             return []
         with self._lock:
@@ -203,13 +284,10 @@ class KeywordIndex:
             if n_docs == 0:
                 return []
             allowed: npt.NDArray[np.bool_] | None = None
-            if candidates is not None:
-                slots = np.fromiter(
-                    map(self._slot_of.get, candidates, itertools.repeat(-1)),
-                    dtype=np.int64,
-                    count=len(candidates),
-                )
-                slots = slots[slots >= 0]
+            if allowed_slots is not None:
+                slots = allowed_slots()
+                if slots is None:
+                    return None
                 if not len(slots):
                     return []
                 allowed = np.zeros(len(self._id_of_slot), dtype=np.bool_)

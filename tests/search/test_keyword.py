@@ -294,3 +294,58 @@ def test_bench_ndcg_at_10_matches_hand_computation() -> None:
     assert ndcg_at_10(["b", "x", "a"], rels) == pytest.approx(dcg / idcg)
     assert ndcg_at_10([], rels) == 0.0
     assert ndcg_at_10(["x"] * 10 + ["a"], rels) == 0.0  # rank 11 is past the cut
+
+
+def test_candidate_keys_select_exactly_what_candidate_ids_select() -> None:
+    import numpy as np
+
+    rng = random.Random(7)
+    index = KeywordIndex()
+    key_of = {f"d{i:03d}": 1000 + 7 * i for i in range(200)}
+    docs = {eid: random_text(rng) for eid in key_of}
+    items = sorted(docs.items())
+    index.upsert(items, [key_of[eid] for eid, _ in items])
+    memo: dict[str, object] = {}
+    for trial in range(30):
+        if trial % 10 == 9:  # writes move documents: a remembered mapping must not be reused
+            gone = rng.sample(sorted(docs), 5)
+            index.delete(gone)
+            for eid in gone:
+                docs.pop(eid)
+            back = rng.sample(sorted(set(key_of) - set(docs)), 3)
+            index.upsert([(eid, random_text(rng)) for eid in back], [key_of[e] for e in back])
+            docs.update({eid: "x" for eid in back})
+        chosen = rng.sample(sorted(key_of), 60)  # some of them are not indexed (deleted)
+        keys = np.array([key_of[eid] for eid in chosen] + [5], dtype=np.uint64)
+        query = rng.choice(QUERIES)
+        by_ids = index.search(query, 10, candidates=chosen)
+        assert index.search_keys(query, 10, keys) == by_ids
+        memo.clear()  # a new candidate list: mapped, then remembered
+        assert index.search_keys(query, 10, keys, memo) == by_ids
+        assert index.search_keys(query, 10, keys, memo) == by_ids
+    # a repeated list reuses the slots it mapped to (the keys are not even looked at)
+    chosen = sorted(docs)[:20]
+    keys = np.array([key_of[e] for e in chosen], dtype=np.uint64)
+    memo = {}
+    first = index.search_keys("apple", 10, keys, memo)
+    assert memo and index.search_keys("apple", 10, keys[:0], memo) == first
+    index.upsert([("d-new", "apple")], [99])
+    assert index.search_keys("apple", 10, keys[:0], memo) == []  # moved on: mapped afresh
+
+
+def test_candidate_keys_cannot_say_without_keys_or_with_a_collision() -> None:
+    import numpy as np
+
+    index = KeywordIndex()
+    index.upsert([("a", "apple pie"), ("b", "apple tart")], [11, 12])
+    assert index.search_keys("apple", 5, np.array([12], dtype=np.uint64)) == [
+        ("b", index.search("apple", 5, candidates=["b"])[0][1])]
+    index.upsert([("c", "apple")])  # no key
+    assert index.search_keys("apple", 5, np.array([12], dtype=np.uint64)) is None
+    index.delete(["c"])
+    assert index.search_keys("apple", 5, np.array([12], dtype=np.uint64)) is not None
+    index.upsert([("d", "apple crumble")], [12])  # the same key as "b"
+    assert index.search_keys("apple", 5, np.array([12], dtype=np.uint64)) is None
+    assert index.collided
+    with pytest.raises(ValidationError):
+        index.upsert([("e", "x")], [1, 2])

@@ -202,6 +202,35 @@ def test_filtered_recall_is_exact_at_every_selectivity(
         assert "ann" in plans  # the ANN path really ran
 
 
+@pytest.mark.parametrize("selectivity", list(SELECTIVITY))
+def test_keyword_and_hybrid_are_exact_under_filters_on_every_plan(
+        items: tuple[Memory, list[dict[str, Any]], list[str]], selectivity: str) -> None:
+    """Candidates listed by hash (or by ID) restrict both legs exactly, on the exact plan and
+    on the ANN plan (where the list confirms ANN proposals instead of per-ID lookups)."""
+    from dmf_hybrid.search.fusion import rrf
+    from dmf_hybrid.search.keyword import KeywordIndex
+
+    mem, rows, ids = items
+    where = SELECTIVITY[selectivity]
+    truth_index = KeywordIndex()  # BM25 statistics of every document, as the tenant's index
+    truth_index.upsert([(eid, f"{row['title']} {row['colour']}")
+                        for eid, row in zip(ids, rows, strict=True)])
+    candidates = [eid for eid, row in zip(ids, rows, strict=True) if evaluate(where, row)]
+    rng = random.Random(f"kw{selectivity}")
+    for _ in range(4):
+        text = " ".join(rng.sample(WORDS, 3))
+        keyword = truth_index.search(text, 100, candidates=candidates)
+        res = mem.search("Item", text, where=where, k=10, mode="keyword")
+        assert [(h.entity.id, h.score) for h in res.hits] == [
+            (eid, round(score, 6)) for eid, score in keyword[:10]]
+        vector = [(eid, 0.0) for eid in brute_force(rows, ids, text, where, k=100)]
+        fused = rrf({"vector": vector, "keyword": keyword}, k=mem.settings.rrf_k)
+        res = mem.search("Item", text, where=where, k=10, mode="hybrid")
+        assert [h.entity.id for h in res.hits] == [eid for eid, _ in fused[:10]]
+        assert res.receipt.candidates == len(candidates)
+        assert_current(mem, res)
+
+
 # ---------------------------------------------------------------- determinism
 
 
