@@ -282,30 +282,39 @@ def run(n: int, queries: int, seed: int, clusters: int, sample: int, workdir: Pa
                 mem.search("Product", qtext, where=where, k=K, mode="vector")
                 mem.search("Product", qtext, where=where, k=K, mode="hybrid")
                 col.query(query_embeddings=[qvec], n_results=K, where=cwhere)
-            wall, cpu, res = timed_cpu(partial(mem.search, "Product", qtext, where=where,
-                                               k=K, mode="vector"))
-            samples["ours"].append((wall, cpu))
-            recalls["ours"].append(recall([row_of[h.entity.id] for h in res.hits], truth))
-            plans[res.receipt.plan] = plans.get(res.receipt.plan, 0) + 1
-            for stage, ms in res.receipt.timings_ms.items():
-                stages.setdefault(stage, []).append(ms)
-            mem.engine.forget_candidates()  # as if this filter had never been seen
-            wall, cpu, res = timed_cpu(partial(mem.search, "Product", qtext, where=where,
-                                               k=K, mode="vector"))
-            samples["ours_fresh"].append((wall, cpu))
-            recalls["ours_fresh"].append(recall([row_of[h.entity.id] for h in res.hits], truth))
-            wall, cpu, got = timed_cpu(partial(col.query, query_embeddings=[qvec],
-                                               n_results=K, where=cwhere,
-                                               include=["distances"]))
-            samples["chroma_where"].append((wall, cpu))
-            recalls["chroma_where"].append(recall([row_of[i] for i in got["ids"][0]], truth))
-            wall, cpu, top = timed_cpu(partial(exact_top, vectors, subset, qvec, K))
-            samples["numpy_exact"].append((wall, cpu))
-            recalls["numpy_exact"].append(recall(top, truth))
-            # the default mode (vector + BM25, fused), repeated filter; no recall: no truth
-            wall, cpu, _ = timed_cpu(partial(mem.search, "Product", qtext, where=where, k=K,
-                                             mode="hybrid"))
-            samples["ours_hybrid"].append((wall, cpu))
+            search = partial(mem.search, "Product", qtext, where=where, k=K)
+
+            def fresh(search: Callable[..., Any] = search) -> Any:
+                mem.engine.forget_candidates()  # as if this filter had never been seen
+                return search(mode="vector")
+
+            steps: list[tuple[str, Callable[[], Any]]] = [
+                ("ours", partial(search, mode="vector")),
+                ("ours_fresh", fresh),
+                ("chroma_where", partial(col.query, query_embeddings=[qvec], n_results=K,
+                                         where=cwhere, include=["distances"])),
+                ("numpy_exact", partial(exact_top, vectors, subset, qvec, K)),
+                # the default mode (vector + BM25, fused), repeated filter; no recall: no truth
+                ("ours_hybrid", partial(search, mode="hybrid")),
+            ]
+            # the systems take turns, in an order rotated every query: whoever runs next
+            # after another system's threads and cache traffic is a different one each time
+            turn = qi % len(steps)
+            for label, step in steps[turn:] + steps[:turn]:
+                wall, cpu, got = timed_cpu(step)
+                samples[label].append((wall, cpu))
+                if label == "chroma_where":
+                    found = [row_of[i] for i in got["ids"][0]]
+                elif label == "numpy_exact":
+                    found = got
+                else:
+                    found = [row_of[h.entity.id] for h in got.hits]
+                if label in recalls:
+                    recalls[label].append(recall(found, truth))
+                if label == "ours":
+                    plans[got.receipt.plan] = plans.get(got.receipt.plan, 0) + 1
+                    for stage, ms in got.receipt.timings_ms.items():
+                        stages.setdefault(stage, []).append(ms)
         entry: dict[str, Any] = {"selectivity": name, "candidates": int(len(subset)),
                                  "plans": plans,
                                  "ours_stages_p50_ms": {k: round(statistics.median(v), 2)
@@ -341,6 +350,8 @@ def run(n: int, queries: int, seed: int, clusters: int, sample: int, workdir: Pa
     return out
 
 
+#: Rounds of the MiniLM ingest measurement (medians are compared).
+INGEST_REPS = 3
 SWEEP_FRACTIONS = (0.001, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 
 
@@ -393,11 +404,13 @@ def entity_ids(mem: Memory, rows: list[dict[str, Any]]) -> list[str]:
             return [by_name[r["name"]] for r in rows]
 
 
-def ingest_with_model(rows: list[dict[str, Any]], path: Path) -> dict[str, Any]:
+def ingest_with_model(rows: list[dict[str, Any]], path: Path, reps: int = INGEST_REPS
+                      ) -> dict[str, Any]:
     """create_many with the real MiniLM vs raw ``embed`` on the same texts (rows per second).
 
-    Raw embedding is timed before and after the ingest and averaged, so a change of machine
-    load during the run biases neither side.
+    ``reps`` rounds, each timing raw embedding, create_many into a fresh store and raw Chroma
+    writes of the same vectors back to back; the medians are compared, so a change of machine
+    load during the run biases no side.
     """
     from dmf_hybrid.embeddings import SentenceTransformerEmbedder
 
@@ -405,27 +418,31 @@ def ingest_with_model(rows: list[dict[str, Any]], path: Path) -> dict[str, Any]:
     texts = [text_of(r) for r in rows]
     model.embed(["warm up the model"] * 8)
     batch = Settings().embed_batch_size
-
-    def raw() -> float:
-        seconds, _ = timed(lambda: [model.embed(texts[i:i + batch])
-                                    for i in range(0, len(texts), batch)])
-        return seconds
-
-    before = raw()
-    shutil.rmtree(path, ignore_errors=True)  # a reused store would skip the work (same IDs)
-    mem = Memory.open(path, embedder=model)
-    mem.define(Product, identity=["name"], embed=EMBED_TEMPLATE)
-    t_mem, entities = timed(lambda: mem.create_many("Product", rows))
-    mem.close()
-    t_raw = (before + raw()) / 2
-    t_chroma = chroma_write(path.with_name(path.name + "-chroma"), [e.id for e in entities],
-                            model.embed(texts))
+    raws: list[float] = []
+    mems: list[float] = []
+    chromas: list[float] = []
+    for rep in range(reps):
+        seconds, vectors = timed(lambda: np.vstack([model.embed(texts[i:i + batch])
+                                                    for i in range(0, len(texts), batch)]))
+        raws.append(seconds)
+        shutil.rmtree(path, ignore_errors=True)  # a reused store would skip the work
+        mem = Memory.open(path, embedder=model)
+        mem.define(Product, identity=["name"], embed=EMBED_TEMPLATE)
+        seconds, entities = timed(partial(mem.create_many, "Product", rows))
+        mems.append(seconds)
+        mem.close()
+        # a new directory each round: Chroma keeps one client per path within a process
+        chromas.append(chroma_write(path.with_name(f"{path.name}-chroma-{rep}"),
+                                    [e.id for e in entities], vectors))
+    t_raw, t_mem, t_chroma = (statistics.median(t) for t in (raws, mems, chromas))
     # the best any pipeline that embeds and then writes Chroma one after the other can do
     ceiling = t_raw / (t_raw + t_chroma)
-    return {"rows": len(rows), "raw_embed_rows_per_s": round(len(rows) / t_raw, 1),
+    return {"rows": len(rows), "reps": reps,
+            "raw_embed_rows_per_s": round(len(rows) / t_raw, 1),
             "create_many_rows_per_s": round(len(rows) / t_mem, 1),
             "raw_chroma_upsert_rows_per_s": round(len(rows) / t_chroma, 1),
-            "ratio": round(t_raw / t_mem, 3), "ceiling_ratio": round(ceiling, 3)}
+            "ratio": round(t_raw / t_mem, 3), "ceiling_ratio": round(ceiling, 3),
+            "ratio_of_each_rep": [round(r / m, 3) for r, m in zip(raws, mems, strict=True)]}
 
 
 def chroma_write(path: Path, ids: list[str], vectors: np.ndarray) -> float:
@@ -527,7 +544,10 @@ def markdown(out: dict[str, Any]) -> str:
                      f"{ing['seconds']} s)")
     if "ingest_model" in out:
         im = out["ingest_model"]
-        lines.append(f"- ingest with MiniLM on {im['rows']:,} rows: create_many "
+        lines.append(f"- ingest with MiniLM on {im['rows']:,} rows (median of "
+                     f"{im.get('reps', 1)} rounds; each round's ratio "
+                     f"{', '.join(f'{r:.2f}' for r in im.get('ratio_of_each_rep', []))}): "
+                     f"create_many "
                      f"{im['create_many_rows_per_s']:.1f} rows/s vs raw embed "
                      f"{im['raw_embed_rows_per_s']:.1f} rows/s (ratio {im['ratio']:.2f}); "
                      f"raw Chroma upserts the same vectors at "
