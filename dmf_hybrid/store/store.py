@@ -925,11 +925,11 @@ class Store:
             return True
 
     def _relation_spec(self, con: duckdb.DuckDBPyConnection, tenant: str, from_id: Any,
-                       relation: Any) -> tuple[EntityType, Any]:
+                       relation: Any, verb: str = "link") -> tuple[EntityType, Any]:
         try:
             from_type, _ = self._current(con, from_id, tenant)
         except NotFound as exc:
-            raise RelationError(f"cannot link from {from_id}: {exc.message}",
+            raise RelationError(f"cannot {verb} from {from_id}: {exc.message}",
                                 field="from_id") from None
         if not isinstance(relation, str) or relation not in from_type.typedef.relations:
             known = ", ".join(sorted(from_type.typedef.relations)) or "none"
@@ -946,7 +946,7 @@ class Store:
                                    audit.check_text("trace_id", trace_id))
         check_id(to_id, "to_id")
         with self.db.write() as con:
-            from_type, _ = self._relation_spec(con, tenant, from_id, relation)
+            from_type, _ = self._relation_spec(con, tenant, from_id, relation, "unlink")
             row = con.execute(
                 "SELECT created_seq FROM relations WHERE tenant = ? AND from_id = ? AND "
                 "relation = ? AND to_id = ? AND deleted_seq IS NULL",

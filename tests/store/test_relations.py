@@ -83,6 +83,13 @@ def test_link_refusals_change_nothing(mem: Memory, graph: dict[str, str]) -> Non
     assert_unchanged(mem, lambda: mem.link(paris, "includes", louvre), RelationError,
                      match="deleted")
     assert_unchanged(mem, lambda: mem.link(paris, "includes", "not an id!"), ValidationError)
+    # a deleted entity keeps its links (a restore brings them back) and cannot lose them
+    linked = {r.entity.id for r in mem.related(rome, "next", direction="in")}
+    assert_unchanged(mem, lambda: mem.unlink(paris, "next", rome), RelationError,
+                     match=r"cannot unlink from .* deleted")
+    mem.restore(paris)
+    assert {r.entity.id for r in mem.related(rome, "next", direction="in")} == linked | {paris}
+    mem.unlink(paris, "next", rome)
 
 
 def test_one_relation_can_be_relinked_after_unlink(mem: Memory, graph: dict[str, str]) -> None:
