@@ -29,6 +29,7 @@ import numpy.typing as npt
 from .embeddings import Embedder
 from .ids import DEFAULT_TENANT, sha256_hex, split_vector_id, vector_id
 from .schema import EntityType
+from .search.keys import KeyIndex, distinct, key_index, positions_of
 from .search.keyword import KeywordIndex
 from .store import Store
 from .store.sql import q
@@ -90,7 +91,7 @@ class LocalVectors:
         self._ids: list[str] = []  # entity ID of each row
         self._text_hash: list[str] = []
         self._row: dict[str, int] = {}  # vector ID (tenant-qualified entity ID) -> row
-        self._by_key: tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp]] | None = None
+        self._by_key: KeyIndex | None = None
         self._lock = ReadWriteLock()
         self.collided = False
         self.size = 0
@@ -181,7 +182,7 @@ class LocalVectors:
             get = self._row.get
             vids = ids if tenant == DEFAULT_TENANT else (vector_id(tenant, e) for e in ids)
             rows = np.fromiter((r for r in map(get, vids) if r is not None), dtype=np.intp)
-        return _distinct(rows)
+        return distinct(rows)
 
     def keys_of(self, tenant: str, ids: Sequence[str]) -> npt.NDArray[np.uint64]:
         """The ``hash(tenant, id)`` of each of ``tenant``'s IDs here (0 for an absent one)."""
@@ -197,20 +198,14 @@ class LocalVectors:
             if self.collided:
                 return None
             if self._by_key is None:
-                order = np.argsort(self._keys[: self.size], kind="stable")
-                sorted_keys = self._keys[: self.size][order]
-                if len(sorted_keys) > 1 and bool((sorted_keys[1:] == sorted_keys[:-1]).any()):
+                self._by_key = key_index(self._keys[: self.size],
+                                         np.arange(self.size, dtype=np.intp))
+                if self._by_key is None:
                     self.collided = True  # two IDs share a 64-bit hash: map by ID instead
                     log.warning("hash(tenant, id) collision in the exact mirror; mapping by ID")
                     return None
-                self._by_key = (sorted_keys, order.astype(np.intp))
-            sorted_keys, rows = self._by_key
-            if not len(sorted_keys):
-                return np.zeros(0, dtype=np.intp)
-            wanted = _distinct(keys)  # sorted: the search walks the index in order
-            pos = np.minimum(np.searchsorted(sorted_keys, wanted), len(sorted_keys) - 1)
-            hit = sorted_keys[pos] == wanted
-            return np.sort(rows[pos[hit]])
+            # sorted: the search walks the index in order
+            return np.sort(positions_of(self._by_key, distinct(keys)))
 
     def top(self, query: npt.NDArray[np.float64], depth: int,
             find: Callable[[], npt.NDArray[np.intp] | None],
@@ -286,17 +281,6 @@ class LocalVectors:
             ids = [self._ids[r] for r in rows.tolist()]
         precise: npt.NDArray[np.float64] = (unit * query).sum(axis=1)
         return ids, precise
-
-
-def _distinct(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """The distinct values, ascending (a sort and one pass: ~10x faster than ``np.unique``)."""
-    ordered = np.sort(values)
-    if len(ordered) < 2:
-        return ordered
-    keep = np.empty(len(ordered), dtype=bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
 
 
 class Indexer:

@@ -5,11 +5,12 @@ Flow of one search (every DuckDB read at one audit seq, see :class:`_Scope`):
 1. validate the request against the schema; compile ``where`` / ``related_to`` to SQL;
 2. count the candidates in DuckDB (unfiltered counts are cached per audit seq; a filtered
    count brings the candidates' 64-bit ``hash(tenant, id)`` list along when the exact plan
-   is likely);
+   is likely, and always for a search with a keyword leg);
 3. vector leg: candidate sets up to ``exact_threshold`` are scored exactly against the
    in-memory mirror of the cached vectors (recall 1.0); larger ones ask the vector index (ANN)
-   for about ``2 k / selectivity`` proposals, keep those DuckDB confirms, and widen until
-   enough survive — or score every candidate exactly when the index cannot surface enough;
+   for about ``2 k / selectivity`` proposals, keep those in the candidate list (or, without
+   one, those DuckDB confirms), and widen until enough survive — or score every candidate
+   exactly when the index cannot surface enough;
    keyword leg: BM25 of the tenant's documents restricted to the same candidates;
 4. fuse (RRF) and resolve every proposed ID in DuckDB by primary key: a hit that is deleted,
    stale, in another tenant or failing the filter is dropped (fail closed); the returned
@@ -52,6 +53,7 @@ from ..store.tables import SYSTEM_COLUMNS, table_name
 from ..vector.base import VectorIndex, collection_name
 from ..vector.exact import ExactIndex, normalise_rows
 from .fusion import rrf
+from .keys import locate
 from .keyword import KeywordIndex
 from .results import Hit, LegScore, Receipt, SearchResult
 
@@ -242,12 +244,10 @@ class _Scope:
                 ordered = memo["sorted_keys"] = np.sort(self.candidate_keys())
 
             def by_key(ids: list[str]) -> set[str]:
-                keys = local.keys_of(self.tenant, ids)
-                if not len(ordered):
-                    return set()
-                pos = np.minimum(np.searchsorted(ordered, keys), len(ordered) - 1)
-                hit = (ordered[pos] == keys) & (keys != 0)
-                return {eid for eid, ok in zip(ids, hit.tolist(), strict=True) if ok}
+                keys = local.keys_of(self.tenant, ids)  # 0: not in the mirror
+                _, hit = locate(ordered, keys)
+                return {eid for eid, ok in zip(ids, (hit & (keys != 0)).tolist(), strict=True)
+                        if ok}
             return by_key
         listed = set(self.candidate_ids())
         return lambda ids: {eid for eid in ids if eid in listed}

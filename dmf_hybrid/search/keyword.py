@@ -51,6 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dmf_hybrid.errors import ValidationError
+from dmf_hybrid.search.keys import KeyIndex, key_index, positions_of
 from dmf_hybrid.search.text import Analyzer
 
 DEFAULT_K1 = 0.9
@@ -100,7 +101,7 @@ class KeywordIndex:
         # documents have none; (sorted keys, their slots), built on first use by search_keys
         self._key_of_slot: _KeyArray = np.zeros(64, dtype=np.uint64)
         self._unkeyed = 0
-        self._by_key: tuple[_KeyArray, _IntArray] | None = None
+        self._by_key: KeyIndex | None = None
         self.collided = False
         #: changes whenever a document comes, goes or changes slot (see search_keys)
         self.generation = next(_GENERATIONS)
@@ -255,17 +256,11 @@ class KeywordIndex:
             return None
         if self._by_key is None:
             live = np.fromiter(self._slot_of.values(), dtype=np.int64, count=len(self._slot_of))
-            order = np.argsort(self._key_of_slot[live], kind="stable")
-            sorted_keys = self._key_of_slot[live][order]
-            if len(sorted_keys) > 1 and bool((sorted_keys[1:] == sorted_keys[:-1]).any()):
+            self._by_key = key_index(self._key_of_slot[live], live)
+            if self._by_key is None:
                 self.collided = True  # two documents share a key: the caller uses IDs
                 return None
-            self._by_key = (sorted_keys, live[order])
-        sorted_keys, slots = self._by_key
-        if not len(sorted_keys) or not len(keys):
-            return np.zeros(0, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-        found = slots[pos[sorted_keys[pos] == keys]]
+        found: _IntArray = positions_of(self._by_key, keys)
         if memo is not None:
             memo["slots"] = (self.generation, found)
         return found
