@@ -204,16 +204,20 @@ def recall(found: Sequence[int], truth: Sequence[int]) -> float:
     return 1.0 if not truth else len(set(found) & set(truth)) / len(truth)
 
 
-def chroma_collection(path: Path, ids: list[str], vectors: np.ndarray,
-                      cols: dict[str, Any]) -> Any:
-    """A Chroma collection of the same vectors with the fields as metadata (built once)."""
+def chroma_client(path: Path) -> Any:
+    """Raw embedded Chroma under ``path``, telemetry off (the baseline the benchmark measures)."""
     import chromadb
     from chromadb.config import Settings as ChromaSettings
 
-    client = chromadb.PersistentClient(path=str(path),
-                                       settings=ChromaSettings(anonymized_telemetry=False))
-    col = client.get_or_create_collection("bench", configuration={"hnsw": {"space": "cosine"}},
-                                          embedding_function=None)
+    return chromadb.PersistentClient(path=str(path),
+                                     settings=ChromaSettings(anonymized_telemetry=False))
+
+
+def chroma_collection(path: Path, ids: list[str], vectors: np.ndarray,
+                      cols: dict[str, Any]) -> Any:
+    """A Chroma collection of the same vectors with the fields as metadata (built once)."""
+    col = chroma_client(path).get_or_create_collection(
+        "bench", configuration={"hnsw": {"space": "cosine"}}, embedding_function=None)
     if col.count() == len(ids):
         return col
     step = 5000
@@ -456,14 +460,9 @@ def chroma_write(path: Path, ids: list[str], vectors: np.ndarray) -> float:
     cannot overlap the model on this machine: embedding time plus this time bounds the
     ingest ratio any embed-then-index pipeline can reach.
     """
-    import chromadb
-    from chromadb.config import Settings as ChromaSettings
-
     shutil.rmtree(path, ignore_errors=True)
-    client = chromadb.PersistentClient(path=str(path),
-                                       settings=ChromaSettings(anonymized_telemetry=False))
-    col = client.create_collection("ingest", configuration={"hnsw": {"space": "cosine"}},
-                                   embedding_function=None)
+    col = chroma_client(path).create_collection(
+        "ingest", configuration={"hnsw": {"space": "cosine"}}, embedding_function=None)
     metadata = [{"type": "Product", "tenant": "default", "version": 1,
                  "text_hash": f"{i:064x}"} for i in range(len(ids))]
     step = 1000  # the indexer's UPSERT_CHUNK
