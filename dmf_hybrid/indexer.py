@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from .embeddings import Embedder
 from .ids import DEFAULT_TENANT, sha256_hex, split_vector_id, vector_id
+from .models import ReconcileCounts, ReindexCounts
 from .schema import EntityType
 from .search.keys import KeyIndex, distinct, key_index, positions_of
 from .search.keyword import KeywordIndex
@@ -584,11 +585,11 @@ class Indexer:
 
     # ------------------------------------------------------------------ repair
 
-    def reconcile(self) -> dict[str, int]:
+    def reconcile(self) -> ReconcileCounts:
         """Compare the vector index with DuckDB; repair missing, stale and orphan vectors."""
         with self._lock:
             self.drain()
-            counts = {"checked": 0, "missing": 0, "stale": 0, "orphan": 0}
+            counts: ReconcileCounts = {"checked": 0, "missing": 0, "stale": 0, "orphan": 0}
             for etype in self.store.types():
                 if etype.typedef.embed is None:
                     continue
@@ -616,11 +617,11 @@ class Indexer:
             self.store.reconciled()
             return counts
 
-    def reindex(self) -> dict[str, int]:
+    def reindex(self) -> ReindexCounts:
         """Rebuild every collection from DuckDB and the embedding cache."""
         with self._lock:
             self.drain()
-            counts = {"types": 0, "entities": 0}
+            counts: ReindexCounts = {"types": 0, "entities": 0}
             for etype in self.store.types():
                 if etype.typedef.embed is None:
                     continue

@@ -15,14 +15,12 @@ import difflib
 import logging
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
 from .plans import DIRECTIONS, OPS, ORDER_SYSTEM, SEARCH_MODES, Problems, execute_plan
 from .schema import EntityType
-
-if TYPE_CHECKING:
-    from .memory import Memory
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ GENERIC_TOOLS = ("get", "update", "append", "delete", "restore", "link", "unlink
                  "history", "execute_plan", "context")
 
 
-def tool_definitions(mem: Memory, format: str = "openai") -> list[dict[str, Any]]:
+def tool_definitions(mem: EmbeddedMemory, format: str = "openai") -> list[dict[str, Any]]:
     """Function-calling definitions of the memory operations for the defined types."""
     if format not in FORMATS:
         raise ValidationError(f"format must be one of {', '.join(FORMATS)}", field="format")
@@ -176,7 +174,7 @@ def _tool(name: str, description: str, properties: dict[str, Any],
     return {"name": name, "description": description, "parameters": params}
 
 
-def _type_tools(mem: Memory, etype: EntityType) -> list[dict[str, Any]]:
+def _type_tools(mem: EmbeddedMemory, etype: EntityType) -> list[dict[str, Any]]:
     td = etype.typedef
     about = f" {td.description}" if td.description else ""
     identity = ", ".join(td.identity) if td.identity else "all given fields"
@@ -275,7 +273,7 @@ def _generic_tools(types: list[EntityType]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- calls
 
 
-def call_tool(mem: Memory, name: Any, arguments: Any = None, *, actor: str | None = None,
+def call_tool(mem: EmbeddedMemory, name: Any, arguments: Any = None, *, actor: str | None = None,
               reason: str | None = None, trace_id: str | None = None) -> Any:
     """Validate and execute one tool call; returns its JSON-able result."""
     if arguments is None:
@@ -313,7 +311,7 @@ def call_tool(mem: Memory, name: Any, arguments: Any = None, *, actor: str | Non
     return outcome["results"][0]
 
 
-def tool_names(mem: Memory) -> list[str]:
+def tool_names(mem: EmbeddedMemory) -> list[str]:
     """The names of the tools ``tool_definitions`` lists (cheap: no schemas are built)."""
     names = []
     for etype in mem.types():
@@ -323,7 +321,7 @@ def tool_names(mem: Memory) -> list[str]:
     return [n for n in names if TOOL_NAME_RE.match(n)] + list(GENERIC_TOOLS)
 
 
-def _as_step(mem: Memory, name: Any, args: dict[str, Any]) -> dict[str, Any]:
+def _as_step(mem: EmbeddedMemory, name: Any, args: dict[str, Any]) -> dict[str, Any]:
     known = tool_names(mem)
     if not isinstance(name, str) or name not in known:
         problems = Problems()

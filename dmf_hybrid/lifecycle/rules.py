@@ -53,17 +53,16 @@ import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import duckdb
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field
 
 from ..clock import to_naive_utc, utcnow
 from ..errors import NotFound, SchemaError
 from ..ids import canonical_json
-from ..schema import EntityType, parse_filter, read_toml
+from ..models import RuleInfo
+from ..ruledefs import CONSTRAINT_TYPE, TRIGGER_OPS, RuleDef, rule_from_data
+from ..schema import EntityType, parse_filter
 from ..store import Store
 from ..store.sql import compile_filter, q
 from ..store.tables import table_name
@@ -71,11 +70,9 @@ from ..store.tables import table_name
 log = logging.getLogger(__name__)
 
 RULE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-TRIGGER_OPS = ("create", "update", "append", "delete", "restore", "erase", "link", "unlink")
 #: Mutations of an entity a ``via`` relation reaches that re-evaluate its trigger entities.
 DEPENDENCY_OPS = ("update", "append", "delete", "restore", "erase")
 AGGREGATES = ("sum", "avg", "min", "max", "count")
-CONSTRAINT_TYPE = "Constraint"
 CONSTRAINT_FIELDS = ("subject", "kind", "rule", "message", "status")
 MESSAGE_PLACEHOLDERS = ("value", "threshold", "subject", "rule")
 MAX_CONDITION_CHARS = 500
@@ -86,38 +83,6 @@ RULES_DDL = """CREATE TABLE IF NOT EXISTS dmf_rules (
 COMPARATORS = {">": ">", ">=": ">=", "<": "<", "<=": "<=", "==": "=", "!=": "<>"}
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d+)?)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|"
                     r"(?P<op>>=|<=|==|!=|[<>()+\-*/.,=]))")
-
-
-class RuleTrigger(BaseModel):
-    """When a rule is evaluated: a type, its operations and an optional filter."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    type: str
-    ops: tuple[str, ...] = TRIGGER_OPS
-    where: dict[str, Any] | None = None
-
-
-class RuleAction(BaseModel):
-    """What a rule does while its condition holds: keep one Constraint open on the entity."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: str = "other"
-    link: str | None = Field(None, description="Relation of the trigger type to Constraint.")
-    message: str = "{rule}: {value} against {threshold}"
-
-
-class RuleDef(BaseModel):
-    """A rule as data: the ``[rules.<name>]`` table of a TOML file."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    description: str | None = None
-    trigger: RuleTrigger
-    condition: str
-    action: RuleAction = RuleAction()
 
 
 class _Slot:
@@ -396,32 +361,6 @@ def _reached(etype: EntityType) -> str:
 # ---------------------------------------------------------------- definition
 
 
-def rule_from_data(data: RuleDef | Mapping[str, Any], name: str | None = None) -> RuleDef:
-    """A RuleDef from its data form, or a SchemaError naming the bad part."""
-    if isinstance(data, RuleDef):
-        return data
-    if not isinstance(data, Mapping):
-        raise SchemaError("a rule must be an object", field="rule")
-    body = dict(data)
-    if name is not None:
-        body["name"] = name
-    try:
-        return RuleDef.model_validate(body)
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise SchemaError(f"rule {body.get('name', '?')}: {loc}: {first['msg']}",
-                          field=loc or "rule") from None
-
-
-def load_rules_toml(path: str | Path) -> list[RuleDef]:
-    """The rules declared in a TOML file (``[rules.<name>]`` tables), in file order."""
-    rules = read_toml(path).get("rules", {})
-    if not isinstance(rules, Mapping):
-        raise SchemaError(f"{path}: [rules] must be a table of rules", field="rules")
-    return [rule_from_data(body, name) for name, body in rules.items()]
-
-
 def compile_rule(store: Store, rule: RuleDef, version: int) -> CompiledRule:
     """The checked, compiled form of a rule; SchemaError if anything in it is unknown."""
     if not RULE_NAME_RE.match(rule.name):
@@ -675,11 +614,12 @@ class RuleEngine:
         return outcome
 
 
-def rule_json(rule: CompiledRule) -> dict[str, Any]:
+def rule_json(rule: CompiledRule) -> RuleInfo:
     """A rule as JSON: its definition, version and dependencies."""
-    return json.loads(canonical_json({**rule.definition.model_dump(mode="json"),
-                                      "version": rule.version,
-                                      "dependencies": [list(d) for d in rule.dependencies]}))
+    info: RuleInfo = json.loads(canonical_json({
+        **rule.definition.model_dump(mode="json"), "version": rule.version,
+        "dependencies": [list(d) for d in rule.dependencies]}))
+    return info
 
 
 def define_rules(engine: RuleEngine, rules: Sequence[RuleDef], *, tenant: str,

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..embedded import EmbeddedMemory
 from ..errors import DMFError, LimitExceeded, NotFound, VersionConflict
-from ..models import AuditEvent
+from ..models import AuditEvent, PlanOutcome
 from .ops import result_json
 from .problems import Problems, similar_ids
 from .refs import RefError, resolve
 from .validation import Validator
-
-if TYPE_CHECKING:
-    from ..memory import Memory
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +27,7 @@ class _DryRun(Exception):
     """Raised inside the transaction to roll a dry run back."""
 
 
-def validate_plan(mem: Memory, ops: Any) -> list[dict[str, Any]]:
+def validate_plan(mem: EmbeddedMemory, ops: Any) -> list[dict[str, Any]]:
     """The problems of a plan (an empty list when it validates statically); writes nothing."""
     problems = _check_shape(mem, ops)
     if not problems:
@@ -37,7 +35,7 @@ def validate_plan(mem: Memory, ops: Any) -> list[dict[str, Any]]:
     return problems.items
 
 
-def _check_shape(mem: Memory, ops: Any) -> Problems:
+def _check_shape(mem: EmbeddedMemory, ops: Any) -> Problems:
     problems = Problems()
     if isinstance(ops, (str, bytes, Mapping)) or not isinstance(ops, Sequence):
         problems.add(None, "ops", "a plan must be a list of steps",
@@ -51,8 +49,9 @@ def _check_shape(mem: Memory, ops: Any) -> Problems:
     return problems
 
 
-def execute_plan(mem: Memory, ops: Any, *, dry_run: bool = False, actor: str | None = None,
-                 reason: str | None = None, trace_id: str | None = None) -> dict[str, Any]:
+def execute_plan(mem: EmbeddedMemory, ops: Any, *, dry_run: bool = False,
+                 actor: str | None = None, reason: str | None = None,
+                 trace_id: str | None = None) -> PlanOutcome:
     """Validate a plan, then run it in one transaction (committed unless ``dry_run``).
 
     Returns ``{"results": [...], "diff": [...], "committed": bool, "seq_range": [a, b] | None}``;
@@ -64,9 +63,9 @@ def execute_plan(mem: Memory, ops: Any, *, dry_run: bool = False, actor: str | N
     if problems:
         raise problems.error()
     for step in ops:  # load search mirrors outside the transaction (they must not see it)
-        if step["op"] == "search" and mem.engine is not None:
-            mem.engine.indexer.ensure_local(mem.get_type(step["type"]))
-    outcome: dict[str, Any] = {}
+        if step["op"] == "search":
+            mem.engine.ensure_loaded(mem.get_type(step["type"]))
+    outcome: PlanOutcome | None = None
     failure = Problems()
     seq0 = mem.last_seq
     try:
@@ -91,10 +90,11 @@ def execute_plan(mem: Memory, ops: Any, *, dry_run: bool = False, actor: str | N
             raise failure.error() from None
         if mem.last_seq != seq0:  # the rollback hooks must have restored the counter
             log.error("dry run left the audit seq at %s (was %s)", mem.last_seq, seq0)
+    assert outcome is not None  # every way out without an outcome raises
     return outcome
 
 
-def _run_step(mem: Memory, i: int, step: Mapping[str, Any], results: Sequence[Any],
+def _run_step(mem: EmbeddedMemory, i: int, step: Mapping[str, Any], results: Sequence[Any],
               actor: str | None, reason: str | None, trace_id: str | None) -> Any:
     args = {k: resolve(v, results) for k, v in step.items() if k != "op"}
     op = step["op"]
@@ -135,7 +135,7 @@ def _run_step(mem: Memory, i: int, step: Mapping[str, Any], results: Sequence[An
     return result_json(op, value)
 
 
-def _runtime_problem(mem: Memory, i: int, step: Mapping[str, Any], exc: Exception
+def _runtime_problem(mem: EmbeddedMemory, i: int, step: Mapping[str, Any], exc: Exception
                      ) -> tuple[int, str | None, str, str | None]:
     if isinstance(exc, RefError):
         return i, None, str(exc), "an earlier result was shorter than the plan assumed"

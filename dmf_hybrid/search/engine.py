@@ -34,7 +34,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -42,20 +41,19 @@ import numpy as np
 import numpy.typing as npt
 
 from ..config import Settings
-from ..embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
+from ..embeddings import Embedder
 from ..errors import FilterError, NotFound, SchemaError, ValidationError
 from ..indexer import SCORE_EPS, Indexer, LocalVectors, key_sql, own_ids
-from ..models import Entity
+from ..models import Entity, Hit, LegScore, Receipt, ReconcileCounts, ReindexCounts, SearchResult
 from ..schema import EntityType, FilterNode, parse_filter
 from ..store import Store
 from ..store.sql import compile_filter, q
 from ..store.tables import SYSTEM_COLUMNS, table_name
 from ..vector.base import VectorIndex, collection_name
-from ..vector.exact import ExactIndex, normalise_rows
+from ..vector.exact import normalise_rows
 from .fusion import rrf
 from .keys import locate
 from .keyword import KeywordIndex
-from .results import Hit, LegScore, Receipt, SearchResult
 
 log = logging.getLogger(__name__)
 
@@ -83,33 +81,6 @@ _DELETED = SYSTEM_COLUMNS.index("deleted_at")
 
 Ranking = list[tuple[str, float]]
 Row = tuple[Any, ...]
-
-
-def make_embedder(settings: Settings) -> Embedder:
-    """The embedder a Settings names: the bundled model, the hash embedder or a model path."""
-    if settings.embedder == "hash":
-        return HashEmbedder()
-    threads = settings.torch_threads or None
-    if settings.embedder == "minilm":
-        return SentenceTransformerEmbedder(settings.model_path, num_threads=threads)
-    return SentenceTransformerEmbedder(settings.embedder, num_threads=threads)
-
-
-def make_vector_index(settings: Settings, directory: Path | None) -> VectorIndex:
-    """Chroma on disk under the memory directory, a Chroma server, or in-memory exact."""
-    from ..vector.chroma import ChromaIndex
-
-    if settings.chroma_url:
-        from urllib.parse import urlparse
-
-        url = urlparse(settings.chroma_url)
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValidationError("chroma_url must look like http://host:port",
-                                  field="chroma_url")
-        return ChromaIndex.http(url.hostname, url.port or 8000, ssl=url.scheme == "https")
-    if directory is None:
-        return ExactIndex()
-    return ChromaIndex.persistent(str(directory / "chroma"))
 
 
 def precise_scores(unit_rows: npt.NDArray[np.float32], query: npt.NDArray[np.float64]
@@ -310,17 +281,15 @@ class SearchEngine:
         self._previous_model: str | None = None  # a model change not yet caught up with
 
     @classmethod
-    def open(cls, store: Store, settings: Settings, directory: Path | None, *,
-             embedder: Embedder | None = None, vector_index: VectorIndex | None = None,
-             replay: bool = True) -> SearchEngine:
+    def open(cls, store: Store, settings: Settings, embedder: Embedder, vectors: VectorIndex,
+             *, replay: bool = True) -> SearchEngine:
         """An engine over ``store``; ``replay``: also :meth:`catch_up` now (else call it later).
 
         A model other than the one recorded in the store is an audited reindex: an event
         with op "reindex" is appended at once; catching up drops the old model's collections
         and embeds every entity with the new model (from the cache where it has vectors).
         """
-        engine = cls(store, settings, embedder or make_embedder(settings),
-                     vector_index or make_vector_index(settings, directory))
+        engine = cls(store, settings, embedder, vectors)
         store.listeners.append(engine.indexer.on_commit)
         engine._previous_model = engine._record_model(settings.tenant)
         if replay:
@@ -369,11 +338,15 @@ class SearchEngine:
         """Apply pending outbox rows now."""
         return self.indexer.drain()
 
-    def reconcile(self) -> dict[str, int]:
+    def reconcile(self) -> ReconcileCounts:
         """Repair drift between DuckDB and the vector index."""
         return self.indexer.reconcile()
 
-    def reindex(self) -> dict[str, int]:
+    def ensure_loaded(self, etype: EntityType) -> None:
+        """Load a type's in-memory mirrors now (outside a write transaction, before a plan)."""
+        self.indexer.ensure_local(etype)
+
+    def reindex(self) -> ReindexCounts:
         """Rebuild the vector index from the cache."""
         return self.indexer.reindex()
 

@@ -17,6 +17,14 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel
 
+from ..checks import (
+    AsOf,
+    check_as_of,
+    check_audit,
+    check_expected_version,
+    check_id,
+    check_seq_bounds,
+)
 from ..clock import to_aware_utc, to_naive_utc, utcnow
 from ..errors import (
     Conflict,
@@ -32,6 +40,7 @@ from ..models import AuditEvent, AuditReport, Entity, Page, Related
 from ..schema import EntityType, TypeDef, build_model, check_compatible, parse_filter, parse_order
 from . import audit
 from .db import Database
+from .reads import EVENTS_ALL
 from .sql import (
     bind_value,
     compile_filter,
@@ -53,30 +62,18 @@ from .tables import (
 )
 from .timetravel import as_of_table_sql
 
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 #: The shape of the IDs derived from identity fields (``ids.entity_id``).
 DERIVED_ID_RE = re.compile(rf"^[A-Za-z][A-Za-z0-9]*_[0-9a-f]{{{ID_HASH_HEX}}}$")
 MAX_DEPTH = 5
-AsOf = int | dt.datetime | None
 #: Called inside the write transaction after each entity mutation, link and unlink with
 #: (con, tenant, op, type name, entity id); writes a hook makes do not call hooks again.
 WriteHook = Callable[[duckdb.DuckDBPyConnection, str, str, str, str], None]
 #: Every reader of the audit log reads this view: the hot ``events`` table plus the archived
 #: Parquet files listed in ``event_archive`` (see dmf_hybrid.lifecycle.archive).
-EVENTS_ALL = "events_all"
 EVENT_ARCHIVE_DDL = """CREATE TABLE IF NOT EXISTS event_archive (
     file VARCHAR PRIMARY KEY, first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,
     last_hash VARCHAR NOT NULL, events BIGINT NOT NULL, sha256 VARCHAR NOT NULL,
     archived_seq BIGINT NOT NULL)"""
-
-
-def check_id(value: Any, field: str = "id") -> str:
-    """An entity ID, or a ValidationError if it is not a well-formed ID string."""
-    if not isinstance(value, str) or not ID_RE.match(value):
-        raise ValidationError(
-            f"{field} must be an ID string matching {ID_RE.pattern}", field=field
-        )
-    return value
 
 
 #: A validated create: (id, model instance, data dict, text hash, data as JSON values).
@@ -390,14 +387,10 @@ class Store:
 
     def resolve_as_of(self, as_of: AsOf) -> int | None:
         """The audit seq an ``as_of`` (seq or datetime) stands for; None means now."""
+        as_of = check_as_of(as_of)
         if as_of is None:
             return None
-        if isinstance(as_of, bool) or not isinstance(as_of, (int, dt.datetime)):
-            raise ValidationError("as_of must be an audit seq (int) or a datetime",
-                                  field="as_of")
         if isinstance(as_of, int):
-            if as_of < 0:
-                raise ValidationError("as_of seq must be >= 0", field="as_of")
             return min(as_of, self.committed_seq)
         row = self.db.fetchone(f"SELECT coalesce(max(seq), 0) FROM {EVENTS_ALL} WHERE ts <= ?",
                                [to_naive_utc(as_of)])
@@ -489,9 +482,7 @@ class Store:
                     progress: Callable[[int], None] | None = None) -> list[Entity]:
         """Create many entities of one type: all validated first, then written in chunks."""
         etype = self.type_of(type_name)
-        actor, reason, trace_id = (audit.check_text("actor", actor),
-                                   audit.check_text("reason", reason),
-                                   audit.check_text("trace_id", trace_id))
+        actor, reason, trace_id = check_audit(actor, reason, trace_id)
         if ids is not None and len(ids) != len(rows):
             raise ValidationError("ids must be as long as rows", field="ids")
         prepared = []
@@ -667,13 +658,8 @@ class Store:
     def _update(self, tenant: str, eid: Any, op: str, expected_version: Any,
                 compute: Callable[[EntityType, Entity], dict[str, Any]],
                 actor: str | None, reason: str | None, trace_id: str | None) -> Entity:
-        actor, reason, trace_id = (audit.check_text("actor", actor),
-                                   audit.check_text("reason", reason),
-                                   audit.check_text("trace_id", trace_id))
-        if expected_version is not None and (isinstance(expected_version, bool)
-                                             or not isinstance(expected_version, int)):
-            raise ValidationError("expected_version must be an integer",
-                                  field="expected_version")
+        actor, reason, trace_id = check_audit(actor, reason, trace_id)
+        check_expected_version(expected_version)
         with self.db.write() as con:
             etype, current = self._current(con, eid, tenant, allow_deleted=op == "restore")
             if expected_version is not None and expected_version != current.version:
@@ -783,9 +769,7 @@ class Store:
     def erase(self, tenant: str, eid: Any, *, actor: str | None = None,
               reason: str | None = None, trace_id: str | None = None) -> int:
         """Remove an entity's content everywhere (row, snapshots, links); returns the event seq."""
-        actor, reason, trace_id = (audit.check_text("actor", actor),
-                                   audit.check_text("reason", reason),
-                                   audit.check_text("trace_id", trace_id))
+        actor, reason, trace_id = check_audit(actor, reason, trace_id)
         with self.db.write() as con:
             etype, erased_seq = self._lookup(con, eid, tenant)
             if erased_seq is not None:
@@ -887,9 +871,7 @@ class Store:
              actor: str | None = None, reason: str | None = None,
              trace_id: str | None = None) -> bool:
         """Link two entities; False if already linked (idempotent)."""
-        actor, reason, trace_id = (audit.check_text("actor", actor),
-                                   audit.check_text("reason", reason),
-                                   audit.check_text("trace_id", trace_id))
+        actor, reason, trace_id = check_audit(actor, reason, trace_id)
         with self.db.write() as con:
             from_type, spec = self._relation_spec(con, tenant, from_id, relation)
             try:
@@ -941,9 +923,7 @@ class Store:
                actor: str | None = None, reason: str | None = None,
                trace_id: str | None = None) -> int:
         """Remove a link; returns the event seq; NotFound if the link does not exist."""
-        actor, reason, trace_id = (audit.check_text("actor", actor),
-                                   audit.check_text("reason", reason),
-                                   audit.check_text("trace_id", trace_id))
+        actor, reason, trace_id = check_audit(actor, reason, trace_id)
         check_id(to_id, "to_id")
         with self.db.write() as con:
             from_type, _ = self._relation_spec(con, tenant, from_id, relation, "unlink")
@@ -1048,11 +1028,7 @@ class Store:
     def events(self, tenant: str | None, since_seq: int = 0, until_seq: int | None = None,
                limit: int = 1000) -> list[AuditEvent]:
         """Events with since_seq < seq <= until_seq, oldest first (one tenant, or all)."""
-        for name, value in (("since_seq", since_seq), ("until_seq", until_seq),
-                            ("limit", limit)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 0):
-                raise ValidationError(f"{name} must be a non-negative integer", field=name)
+        check_seq_bounds(since_seq=since_seq, until_seq=until_seq, limit=limit)
         params: list[Any] = [since_seq]
         sql = f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE seq > ?"
         if until_seq is not None:

@@ -30,7 +30,7 @@ from dmf_hybrid import (
     ValidationError,
 )
 from dmf_hybrid.config import Settings
-from dmf_hybrid.search.results import SearchResult
+from dmf_hybrid.models import SearchResult
 from dmf_hybrid.vector.exact import ExactIndex, normalise_rows
 from tests.conftest import define_travel
 from tests.store import assert_unchanged, evaluate
