@@ -43,7 +43,10 @@ import numpy.typing as npt
 from ..config import Settings
 from ..embeddings import Embedder
 from ..errors import FilterError, NotFound, SchemaError, ValidationError
-from ..indexer import SCORE_EPS, Indexer, LocalVectors, key_sql, own_ids
+from ..indexer import Indexer, own_ids
+from ..mirrors.keys import locate
+from ..mirrors.keyword import KeywordIndex
+from ..mirrors.vectors import SCORE_EPS, LocalVectors, key_sql
 from ..models import Entity, Hit, LegScore, Receipt, ReconcileCounts, ReindexCounts, SearchResult
 from ..schema import EntityType, FilterNode, parse_filter
 from ..store import Store
@@ -52,8 +55,6 @@ from ..store.tables import SYSTEM_COLUMNS, table_name
 from ..vector.base import VectorIndex, collection_name
 from ..vector.exact import normalise_rows
 from .fusion import rrf
-from .keys import locate
-from .keyword import KeywordIndex
 
 log = logging.getLogger(__name__)
 
