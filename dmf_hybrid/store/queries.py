@@ -55,7 +55,7 @@ class Queries(TimeTravel):
         sql = (f"SELECT {self._select_cols(etype)} FROM {source} WHERE "
                + " AND ".join(clauses) + f" {order_sql(order)} LIMIT {limit + 1}")
         rows = self.db.fetchall(sql, params)
-        items = [self._row_to_entity(etype, r) for r in rows[:limit]]
+        items = [self.row_to_entity(etype, r) for r in rows[:limit]]
         next_cursor = None
         if len(rows) > limit:
             last = items[-1]

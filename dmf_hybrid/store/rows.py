@@ -60,7 +60,7 @@ class RowReader(AuditChain):
     def _select_cols(self, etype: EntityType) -> str:
         return ", ".join(list(SYSTEM_COLUMNS) + [q(n) for n in etype.fields])
 
-    def _row_to_entity(self, etype: EntityType, row: Sequence[Any], created: bool = False
+    def row_to_entity(self, etype: EntityType, row: Sequence[Any], created: bool = False
                        ) -> Entity:
         sys_vals = dict(zip(SYSTEM_COLUMNS, row[: len(SYSTEM_COLUMNS)], strict=True))
         data = aware_datetimes(etype, dict(zip(etype.fields, row[len(SYSTEM_COLUMNS):],
@@ -104,7 +104,7 @@ class RowReader(AuditChain):
                    tenant: str) -> Entity | None:
         row = self._point_row(con, table_name(etype.name), self._select_cols(etype), eid,
                               tenant)
-        return None if row is None else self._row_to_entity(etype, row)
+        return None if row is None else self.row_to_entity(etype, row)
 
     def _lookup(self, con: duckdb.DuckDBPyConnection, eid: Any, tenant: str) -> tuple[
             EntityType, int | None]:
@@ -145,6 +145,6 @@ class RowReader(AuditChain):
                 f"WHERE tenant = ? AND deleted_at IS NULL AND id IN ({marks})",
                 [tenant, *part],
             ).fetchall():
-                entity = self._row_to_entity(etype, row)
+                entity = self.row_to_entity(etype, row)
                 found[entity.id] = entity
         return found
