@@ -15,7 +15,7 @@ from typing import Any
 from ..embedded import EmbeddedMemory
 from ..errors import DMFError, LimitExceeded, NotFound, VersionConflict
 from ..models import AuditEvent, PlanOutcome
-from .ops import result_json
+from .ops import OPERATIONS, result_json
 from .problems import Problems, similar_ids
 from .refs import RefError, resolve
 from .validation import Validator
@@ -97,42 +97,18 @@ def execute_plan(mem: EmbeddedMemory, ops: Any, *, dry_run: bool = False,
 def _run_step(mem: EmbeddedMemory, i: int, step: Mapping[str, Any], results: Sequence[Any],
               actor: str | None, reason: str | None, trace_id: str | None) -> Any:
     args = {k: resolve(v, results) for k, v in step.items() if k != "op"}
-    op = step["op"]
-    audit = {"actor": actor, "reason": args.pop("reason", None) or reason,
-             "trace_id": trace_id}
-    value: Any
-    if op == "create":
-        value = mem.create(args["type"], args["data"], id=args.get("id"), **audit)
-    elif op == "update":
-        value = mem.update(args["id"], args["changes"],
-                           expected_version=args.get("expected_version"), **audit)
-    elif op == "append":
-        value = mem.append(args["id"], args["field"], args["values"],
-                           expected_version=args.get("expected_version"), **audit)
-    elif op in ("delete", "restore"):
-        value = getattr(mem, op)(args["id"], expected_version=args.get("expected_version"),
-                                 **audit)
-    elif op == "link":
-        linked = mem.link(args["from_id"], args["relation"], args["to_id"], **audit)
-        value = {"linked": linked, "from_id": args["from_id"], "relation": args["relation"],
+    op = OPERATIONS[step["op"]]
+    audit_reason = args.pop("reason", None) or reason
+    call = {a.parameter: args.get(a.name, a.default) for a in op.args}
+    if op.writes:
+        call.update(actor=actor, reason=audit_reason, trace_id=trace_id)
+    value = getattr(mem, op.method)(**call)
+    if op.name == "link":
+        value = {"linked": value, "from_id": args["from_id"], "relation": args["relation"],
                  "to_id": args["to_id"]}
-    elif op == "unlink":
-        seq = mem.unlink(args["from_id"], args["relation"], args["to_id"], **audit)
-        value = {"unlinked": True, "seq": seq}
-    elif op == "get":
-        value = mem.get(args["id"], as_of=args.get("as_of"))
-    elif op == "query":
-        value = mem.query(args["type"], args.get("where"), args.get("order_by"),
-                          args.get("limit", 50), args.get("cursor"))
-    elif op == "search":
-        value = mem.search(args["type"], args["text"], where=args.get("where"),
-                           k=args.get("k", 10), mode=args.get("mode", "hybrid"))
-    elif op == "related":
-        value = mem.related(args["id"], args.get("relation"), args.get("direction", "out"),
-                            args.get("depth", 1))
-    else:
-        value = mem.history(args["id"])
-    return result_json(op, value)
+    elif op.name == "unlink":
+        value = {"unlinked": True, "seq": value}
+    return result_json(op.name, value)
 
 
 def _runtime_problem(mem: EmbeddedMemory, i: int, step: Mapping[str, Any], exc: Exception

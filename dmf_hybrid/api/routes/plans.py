@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from ...memory import Memory
-from ...plans import MUTATING_OPS, validate_plan
+from ...plans import OPERATIONS, validate_plan
 from ...wire import PlanProblem, PlanRequest, PlanResult, PlanSteps, PlanValidation
 from ..auth import Role
 from ..deps import Audit, Caller, State
@@ -16,9 +16,13 @@ from ..deps import Audit, Caller, State
 router = APIRouter(prefix="/plans", tags=["plans"])
 
 def plan_role(ops: Sequence[Any]) -> Role:
-    """The role a plan needs: writer if any step writes, reader otherwise."""
-    writes = any(not isinstance(s, dict) or s.get("op") in MUTATING_OPS for s in ops)
-    return Role.WRITER if writes else Role.READER
+    """The role a plan needs: writer if any step writes (or is unknown), reader otherwise."""
+    def reads_only(step: Any) -> bool:
+        name = step.get("op") if isinstance(step, dict) else None
+        op = OPERATIONS.get(name) if isinstance(name, str) else None
+        return op is not None and not op.writes
+
+    return Role.READER if all(reads_only(s) for s in ops) else Role.WRITER
 
 
 def _memory(state: State, caller: Caller, role: Role) -> Memory:
