@@ -121,7 +121,7 @@ class Indexer:
     def _cache(self, items: list[tuple[str, np.ndarray]]) -> None:
         if not items:
             return
-        import pyarrow as pa
+        import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
 
         matrix = np.ascontiguousarray(np.stack([v for _, v in items]), dtype=np.float32)
         n, dim = matrix.shape
@@ -270,7 +270,7 @@ class Indexer:
 
     def _load_mirror(self, etype: EntityType) -> None:
         """Fill the exact mirror of a type from DuckDB: its live rows joined to the cache."""
-        import pyarrow as pa
+        import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
 
         table = self.store.db.reader().execute(
             f"SELECT t.id, {key_sql('t.')} AS key, "

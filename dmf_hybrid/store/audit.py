@@ -86,7 +86,7 @@ def insert_events(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -
     if len(rows) == 1:
         con.execute(f"INSERT INTO events VALUES ({marks})", rows[0])
         return
-    import pyarrow as pa
+    import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
 
     table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(EVENT_COLUMNS)})
     con.register("_events_batch", table)

@@ -153,7 +153,7 @@ class BulkLoad(Writes):
 
     def _arrow_insert(self, con: duckdb.DuckDBPyConnection, target: str, columns: list[str],
                       rows: list[tuple[Any, ...]]) -> None:
-        import pyarrow as pa
+        import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
 
         table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)})
         con.register("_batch", table)
@@ -170,7 +170,7 @@ class BulkLoad(Writes):
             con.executemany(f"INSERT INTO {table_name(etype.name)} VALUES ({marks})", rows)
             con.executemany("INSERT INTO entity_index VALUES (?, ?, ?, ?)", index_rows)
             return
-        import pyarrow as pa
+        import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
 
         columns = list(SYSTEM_COLUMNS) + list(etype.fields)
         arrays = {}
