@@ -20,8 +20,8 @@ from ..errors import (
 )
 from ..models import AuditEvent, AuditReport
 from . import audit
-from .reads import EVENTS_ALL
 from .state import StoreState
+from .tables import EVENTS_ALL
 
 
 class AuditChain(StoreState):

@@ -10,16 +10,14 @@ bound parameters; the caller filters by :attr:`tenant`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..models import Entity
 from ..schema import EntityType
+from .store import Store
+from .tables import EVENTS_ALL
 
-if TYPE_CHECKING:  # the store composes this view; the view only reads it
-    from .store import Store
-
-#: The view of the whole audit log (hot events plus archived Parquet files).
-EVENTS_ALL = "events_all"
+__all__ = ["EVENTS_ALL", "Reads"]
 
 
 class Reads:

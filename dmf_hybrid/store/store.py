@@ -14,10 +14,10 @@ from pydantic import BaseModel
 from ..schema import EntityType
 from . import audit
 from .db import Database
-from .reads import EVENTS_ALL
 from .relations import Relations
 from .state import Listener, WriteHook
 from .tables import (
+    EVENTS_ALL,
     RECONCILE_PENDING,
     create_fixed,
 )

@@ -21,7 +21,6 @@ from ..errors import (
 )
 from ..models import Entity
 from ..schema import EntityType
-from .reads import EVENTS_ALL
 from .registry import TypeRegistry
 from .rows import aware_datetimes
 from .sql import (
@@ -32,6 +31,7 @@ from .sql import (
 )
 from .tables import (
     ENTITY_OPS,
+    EVENTS_ALL,
 )
 
 ENTITY_OPS_SQL = "('create', 'update', 'append', 'delete', 'restore', 'erase')"
