@@ -8,11 +8,12 @@ client fails before sending anything). Imports only the standard library and ``e
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import ValidationError
+from .errors import FilterError, ValidationError
 
 #: The shape of every entity ID (derived or caller-chosen) and tenant name.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
@@ -21,6 +22,10 @@ ID_RE = re.compile(ID_PATTERN)
 MAX_AUDIT_TEXT = 10_000
 #: Largest audit seq (DuckDB BIGINT).
 MAX_SEQ = 2**63 - 1
+
+#: How many links ``related`` may follow.
+MAX_DEPTH = 5
+DIRECTIONS = ("out", "in", "both")
 
 #: ``as_of``: an audit seq, a datetime, or None for "now".
 AsOf = int | dt.datetime | None
@@ -103,3 +108,65 @@ def check_before_seq(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValidationError("before_seq must be a positive integer", field="before_seq")
     return value
+
+
+def check_data(data: Any, where: str = "data") -> Any:
+    """Entity data: an object of fields."""
+    if not isinstance(data, Mapping):
+        raise ValidationError(f"{where} must be an object", field=where)
+    return data
+
+
+def check_changes(changes: Any) -> Mapping[str, Any]:
+    """The ``changes`` of an update: a non-empty object of fields."""
+    if not isinstance(changes, Mapping) or not changes:
+        raise ValidationError("changes must be a non-empty object of fields", field="changes")
+    return changes
+
+
+def check_filter(where: Any, field: str = "where") -> Mapping[str, Any] | None:
+    """A filter's shape: None, {} or a non-empty object (its fields are the schema's answer)."""
+    if where is None or where == {}:
+        return None
+    if not isinstance(where, Mapping):
+        raise FilterError("a filter must be a non-empty object", field=field)
+    return where
+
+
+def check_page(limit: Any, cursor: Any, max_limit: int | None = None) -> None:
+    """A page's ``limit`` (an integer, at most ``max_limit`` when known) and ``cursor``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or (
+            max_limit is not None and limit > max_limit):
+        upper = f" to {max_limit}" if max_limit is not None else " of at least 1"
+        raise ValidationError(f"limit must be an integer from 1{upper}"
+                              if max_limit is not None else
+                              f"limit must be an integer{upper}", field="limit")
+    if cursor is not None and not isinstance(cursor, str):
+        raise FilterError("cursor must be a string", field="cursor")
+
+
+def check_related(relation: Any, direction: Any, depth: Any) -> None:
+    """The walk of ``related``: a relation name or None, a direction, a depth."""
+    if direction not in DIRECTIONS:
+        raise ValidationError("direction must be 'out', 'in' or 'both'", field="direction")
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
+        raise ValidationError(f"depth must be an integer from 1 to {MAX_DEPTH}", field="depth")
+    if relation is not None and not isinstance(relation, str):
+        raise ValidationError("relation must be a relation name", field="relation")
+
+
+def first_non_finite(value: Any, path: str = "") -> str | None:
+    """The path of the first NaN or infinite number in a JSON-like value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = first_non_finite(item, f"{path}.{key}" if path else str(key))
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = first_non_finite(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None

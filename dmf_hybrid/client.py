@@ -14,7 +14,6 @@ and ``archive_events`` take a name (the server puts the files under its data dir
 
 from __future__ import annotations
 
-import functools
 import json as json_module
 import logging
 import threading
@@ -26,19 +25,37 @@ from urllib.parse import quote
 import httpx
 import pydantic
 from pydantic import BaseModel
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .checks import (
     AsOf,
-    check_as_of,
     check_audit,
     check_before_seq,
+    check_changes,
+    check_data,
     check_expected_version,
     check_id,
+    check_page,
+    check_related,
     check_rows,
-    check_type_name,
+    check_seq_bounds,
+    check_where,
 )
-from .errors import DMFError, SchemaError, ServiceUnavailable, ValidationError, error_from_payload
+from .encoding import (
+    as_of_value,
+    field_adapter,
+    id_segment,
+    jsonable,
+    row_json,
+    type_segment,
+    where_json,
+)
+from .errors import (
+    DMFError,
+    SchemaError,
+    ServiceUnavailable,
+    ValidationError,
+    error_from_payload,
+)
 from .models import (
     ArchiveResult,
     AuditEvent,
@@ -69,38 +86,6 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 60.0  # the first search after a cold start waits for the model (~11 s)
 
 Result = TypeVar("Result", bound=BaseModel)
-
-
-def _type_segment(value: Any) -> str:
-    """A type name as one URL path segment."""
-    return quote(check_type_name(value), safe="")
-
-
-def _id_segment(value: Any, field: str = "entity_id") -> str:
-    """An entity ID as one URL path segment (checked as Memory checks it)."""
-    return quote(check_id(value, field), safe="")
-
-
-def _jsonable(value: Any, field: str) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    try:
-        return to_jsonable_python(value)
-    except PydanticSerializationError as exc:
-        raise ValidationError(f"{field} is not JSON-serialisable: {exc}", field=field) from None
-
-
-def _as_of_value(as_of: Any) -> int | str | None:
-    as_of = check_as_of(as_of)
-    return as_of.isoformat() if as_of is not None and not isinstance(as_of, int) else as_of
-
-
-@functools.lru_cache(maxsize=1024)  # building an adapter costs far more than using it
-def _field_adapter(model: type[BaseModel], name: str) -> pydantic.TypeAdapter[Any] | None:
-    info = model.model_fields.get(name)
-    if info is None or info.annotation is None:
-        return None
-    return pydantic.TypeAdapter(info.annotation)
 
 
 class _Decoder:
@@ -240,7 +225,7 @@ class MemoryClient(MemoryAPI):
             return dict(fields)
         out: dict[str, Any] = {}
         for name, value in fields.items():
-            adapter = _field_adapter(model, name)
+            adapter = field_adapter(model, name)
             try:
                 out[name] = value if adapter is None else adapter.validate_python(value)
             except pydantic.ValidationError:
@@ -259,7 +244,7 @@ class MemoryClient(MemoryAPI):
         etype = None if refresh else self._types.get(type_name)
         if etype is None:
             etype = self._type_from(self._get(TypePublic, "GET",
-                                              f"/types/{_type_segment(type_name)}"))
+                                              f"/types/{type_segment(type_name)}"))
         return etype.model
 
     # ---------------------------------------------------------------- schema
@@ -286,7 +271,7 @@ class MemoryClient(MemoryAPI):
         if isinstance(typedef, TypeDef):
             body: Any = typedef.model_dump(mode="json")
         elif isinstance(typedef, Mapping):
-            body = _jsonable(dict(typedef), "typedef")
+            body = jsonable(dict(typedef), "typedef")
         else:
             raise SchemaError(f"invalid type definition: expected an object, not "
                               f"{type(typedef).__name__}")
@@ -309,7 +294,7 @@ class MemoryClient(MemoryAPI):
         if isinstance(rule, RuleDef):
             body: Any = rule.model_dump(mode="json")
         elif isinstance(rule, Mapping):
-            body = _jsonable(dict(rule), "rule")
+            body = jsonable(dict(rule), "rule")
         else:
             raise SchemaError("a rule must be an object", field="rule")
         info: RuleInfo = self._call("POST", "/rules", json=body,
@@ -324,78 +309,81 @@ class MemoryClient(MemoryAPI):
         return [self._type_from(t) for t in self._list(TypePublic, "GET", "/types")]
 
     def get_type(self, name: str) -> EntityType:
-        return self._type_from(self._get(TypePublic, "GET", f"/types/{_type_segment(name)}"))
+        return self._type_from(self._get(TypePublic, "GET", f"/types/{type_segment(name)}"))
 
     # ---------------------------------------------------------------- entities
 
     def create(self, type_name: str, data: Mapping[str, Any] | BaseModel, *,
                id: str | None = None, actor: str | None = None, reason: str | None = None,
                trace_id: str | None = None) -> Entity:
-        body = {"data": _jsonable(data, "data"), "id": id}
-        return self._get(Entity, "POST", f"/entities/{_type_segment(type_name)}", json=body,
+        body = {"data": check_data(jsonable(data, "data")),
+                "id": None if id is None else check_id(id)}
+        return self._get(Entity, "POST", f"/entities/{type_segment(type_name)}", json=body,
                          headers=self._audit(actor, reason, trace_id))
 
     def create_many(self, type_name: str, rows: Sequence[Mapping[str, Any] | BaseModel], *,
                     progress: Callable[[int], None] | bool | None = None,
                     actor: str | None = None, reason: str | None = None,
                     trace_id: str | None = None) -> list[Entity]:
-        body = {"rows": [_jsonable(r, "rows") for r in check_rows(rows)]}
-        entities = self._list(Entity, "POST", f"/entities/{_type_segment(type_name)}/batch",
+        body = {"rows": [row_json(i, r) for i, r in enumerate(check_rows(rows))]}
+        entities = self._list(Entity, "POST", f"/entities/{type_segment(type_name)}/batch",
                               json=body, headers=self._audit(actor, reason, trace_id))
         if callable(progress):
             progress(len(entities))
         return entities
 
     def get(self, entity_id: str, *, as_of: AsOf = None) -> Entity:
-        return self._get(Entity, "GET", f"/entities/{_id_segment(entity_id)}",
-                         params={"as_of": _as_of_value(as_of)})
+        return self._get(Entity, "GET", f"/entities/{id_segment(entity_id)}",
+                         params={"as_of": as_of_value(as_of)})
 
     def query(self, type_name: str, where: Mapping[str, Any] | None = None,
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
-        body = {"where": _jsonable(where, "where"), "order_by": _jsonable(order_by, "order_by"),
-                "limit": limit, "cursor": cursor, "as_of": _as_of_value(as_of)}
-        return self._get(Page, "POST", f"/entities/{_type_segment(type_name)}/query",
+        check_page(limit, cursor)
+        body = {"where": where_json(where), "order_by": jsonable(order_by, "order_by"),
+                "limit": limit, "cursor": cursor, "as_of": as_of_value(as_of)}
+        return self._get(Page, "POST", f"/entities/{type_segment(type_name)}/query",
                          json=body)
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
-        body = {"where": _jsonable(where, "where"), "as_of": _as_of_value(as_of)}
-        return self._get(CountPublic, "POST", f"/entities/{_type_segment(type_name)}/count",
+        body = {"where": where_json(where), "as_of": as_of_value(as_of)}
+        return self._get(CountPublic, "POST", f"/entities/{type_segment(type_name)}/count",
                          json=body).count
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
         headers = self._audit(actor, reason, trace_id, expected_version)
-        return self._get(Entity, "PATCH", f"/entities/{_id_segment(entity_id)}",
-                         json={"data": _jsonable(changes, "changes")}, headers=headers)
+        return self._get(Entity, "PATCH", f"/entities/{id_segment(entity_id)}",
+                         json={"data": check_changes(jsonable(changes, "changes"))},
+                         headers=headers)
 
     def append(self, entity_id: str, field: str, values: list[Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
         headers = self._audit(actor, reason, trace_id, expected_version)
-        body = {"field": field, "values": _jsonable(values, "values")}
-        return self._get(Entity, "POST", f"/entities/{_id_segment(entity_id)}/append",
+        body = {"field": field, "values": jsonable(values, "values")}
+        return self._get(Entity, "POST", f"/entities/{id_segment(entity_id)}/append",
                          json=body, headers=headers)
 
     def delete(self, entity_id: str, *, expected_version: int | None = None,
                actor: str | None = None, reason: str | None = None,
                trace_id: str | None = None) -> Entity:
         headers = self._audit(actor, reason, trace_id, expected_version)
-        return self._get(Entity, "DELETE", f"/entities/{_id_segment(entity_id)}",
+        return self._get(Entity, "DELETE", f"/entities/{id_segment(entity_id)}",
                          headers=headers)
 
     def restore(self, entity_id: str, *, expected_version: int | None = None,
                 actor: str | None = None, reason: str | None = None,
                 trace_id: str | None = None) -> Entity:
         headers = self._audit(actor, reason, trace_id, expected_version)
-        return self._get(Entity, "POST", f"/entities/{_id_segment(entity_id)}/restore",
+        return self._get(Entity, "POST", f"/entities/{id_segment(entity_id)}/restore",
                          headers=headers)
 
     def erase(self, entity_id: str, *, actor: str | None = None, reason: str | None = None,
               trace_id: str | None = None) -> int:
-        return self._get(SeqPublic, "POST", f"/entities/{_id_segment(entity_id)}/erase",
+        return self._get(SeqPublic, "POST", f"/entities/{id_segment(entity_id)}/erase",
                          headers=self._audit(actor, reason, trace_id)).seq
 
     # ---------------------------------------------------------------- relations
@@ -414,18 +402,20 @@ class MemoryClient(MemoryAPI):
 
     def related(self, entity_id: str, relation: str | None = None, direction: str = "out",
                 depth: int = 1, as_of: AsOf = None) -> list[Related]:
+        check_related(relation, direction, depth)
         params = {"relation": relation, "direction": direction, "depth": depth,
-                  "as_of": _as_of_value(as_of)}
-        return self._list(Related, "GET", f"/entities/{_id_segment(entity_id)}/related",
+                  "as_of": as_of_value(as_of)}
+        return self._list(Related, "GET", f"/entities/{id_segment(entity_id)}/related",
                           params=params)
 
     # ---------------------------------------------------------------- audit
 
     def history(self, entity_id: str) -> list[AuditEvent]:
-        return self._list(AuditEvent, "GET", f"/entities/{_id_segment(entity_id)}/history")
+        return self._list(AuditEvent, "GET", f"/entities/{id_segment(entity_id)}/history")
 
     def events(self, since_seq: int = 0, until_seq: int | None = None,
                limit: int = 1000) -> list[AuditEvent]:
+        check_seq_bounds(since_seq=since_seq, until_seq=until_seq, limit=limit)
         params = {"since_seq": since_seq, "until_seq": until_seq, "limit": limit}
         return self._list(AuditEvent, "GET", "/audit/events", params=params)
 
@@ -438,9 +428,9 @@ class MemoryClient(MemoryAPI):
                where: Mapping[str, Any] | None = None, k: int = 10, mode: str = "hybrid",
                related_to: Mapping[str, Any] | None = None, as_of: AsOf = None
                ) -> SearchResult:
-        body = {"type": type_name, "text": text, "where": _jsonable(where, "where"), "k": k,
-                "mode": mode, "related_to": _jsonable(related_to, "related_to"),
-                "as_of": _as_of_value(as_of)}
+        body = {"type": type_name, "text": text, "where": where_json(where), "k": k,
+                "mode": mode, "related_to": jsonable(related_to, "related_to"),
+                "as_of": as_of_value(as_of)}
         return self._get(SearchResult, "POST", "/search", json=body)
 
     def reconcile(self) -> ReconcileCounts:
@@ -463,8 +453,8 @@ class MemoryClient(MemoryAPI):
 
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
                 budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5) -> MemoryContext:
-        body = {"focus_ids": _jsonable(focus_ids, "focus_ids"), "query": query,
-                "budget_tokens": budget_tokens, "as_of": _as_of_value(as_of), "k": k}
+        body = {"focus_ids": jsonable(focus_ids, "focus_ids"), "query": query,
+                "budget_tokens": budget_tokens, "as_of": as_of_value(as_of), "k": k}
         return self._get(MemoryContext, "POST", "/context", json=body)
 
     def summarize(self, scope: str | None = None, since_seq: int | None = None,
@@ -491,8 +481,10 @@ class MemoryClient(MemoryAPI):
 
     def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
-        body = {"where": _jsonable(where, "where"), "limit": limit, "cursor": cursor,
-                "as_of": _as_of_value(as_of)}
+        check_where(where)
+        check_page(limit, cursor)
+        body = {"where": where_json(where), "limit": limit, "cursor": cursor,
+                "as_of": as_of_value(as_of)}
         return self._get(Page, "POST", "/constraints/query", json=body)
 
     # ---------------------------------------------------------------- agent tools
@@ -507,7 +499,7 @@ class MemoryClient(MemoryAPI):
         if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
             raise ValidationError("name must be a tool name", field="name")
         result: JSONValue = self._call("POST", f"/tools/{quote(name, safe='')}",
-                                       json=_jsonable(dict(arguments or {}), "arguments"),
+                                       json=jsonable(dict(arguments or {}), "arguments"),
                                        headers=self._audit(actor, reason, trace_id))
         return result
 
@@ -515,7 +507,7 @@ class MemoryClient(MemoryAPI):
                      actor: str | None = None, reason: str | None = None,
                      trace_id: str | None = None) -> PlanOutcome:
         outcome: PlanOutcome = self._call(
-            "POST", "/plans/execute", json={"ops": _jsonable(ops, "ops"), "dry_run": dry_run},
+            "POST", "/plans/execute", json={"ops": jsonable(ops, "ops"), "dry_run": dry_run},
             headers=self._audit(actor, reason, trace_id))
         return outcome
 

@@ -7,10 +7,7 @@ from typing import Any
 
 from ..checks import (
     AsOf,
-)
-from ..errors import (
-    FilterError,
-    ValidationError,
+    check_page,
 )
 from ..models import Page
 from ..schema import EntityType, parse_filter, parse_order
@@ -39,11 +36,7 @@ class Queries(TimeTravel):
         etype = self.type_of(type_name)
         node = parse_filter(etype, where)
         order = parse_order(etype, order_by)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= max_limit:
-            raise ValidationError(f"limit must be an integer from 1 to {max_limit}",
-                                  field="limit")
-        if cursor is not None and not isinstance(cursor, str):
-            raise FilterError("cursor must be a string", field="cursor")
+        check_page(limit, cursor, max_limit)
         seq = self.resolve_as_of(as_of)
         fingerprint = query_fingerprint(etype.name, where, order, seq)
         params: list[Any] = []

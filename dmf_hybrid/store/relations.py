@@ -12,17 +12,15 @@ from ..checks import (
     AsOf,
     check_audit,
     check_id,
+    check_related,
 )
 from ..errors import (
     NotFound,
     RelationError,
-    ValidationError,
 )
 from ..models import Related
 from ..schema import EntityType
 from .bulk import BulkLoad
-
-MAX_DEPTH = 5
 
 
 class Relations(BulkLoad):
@@ -136,13 +134,7 @@ class Relations(BulkLoad):
     def related(self, tenant: str, eid: Any, relation: Any = None, direction: Any = "out",
                 depth: Any = 1, as_of: AsOf = None) -> list[Related]:
         """Entities reachable from ``eid`` by up to ``depth`` links, nearest first."""
-        if direction not in ("out", "in", "both"):
-            raise ValidationError("direction must be 'out', 'in' or 'both'", field="direction")
-        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
-            raise ValidationError(f"depth must be an integer from 1 to {MAX_DEPTH}",
-                                  field="depth")
-        if relation is not None and not isinstance(relation, str):
-            raise ValidationError("relation must be a relation name", field="relation")
+        check_related(relation, direction, depth)
         seq = self.resolve_as_of(as_of)
         self.get(tenant, eid, as_of=seq)
         seen = {eid}

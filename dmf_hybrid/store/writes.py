@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from ..checks import (
     check_audit,
+    check_changes,
     check_expected_version,
     check_id,
 )
@@ -153,9 +154,7 @@ class Writes(Queries):
                actor: str | None = None, reason: str | None = None,
                trace_id: str | None = None) -> Entity:
         """Apply field changes; bumps the version (a no-op change returns the entity as is)."""
-        if not isinstance(changes, Mapping) or not changes:
-            raise ValidationError("changes must be a non-empty object of fields",
-                                  field="changes")
+        check_changes(changes)
 
         def compute(etype: EntityType, current: Entity) -> dict[str, Any]:
             merged = {**current.fields(), **changes}
