@@ -43,22 +43,24 @@ def define_travel(mem: MemoryAPI) -> None:
                                                                   "cardinality": "one"}})
 
 
-@pytest.fixture
-def mem(tmp_path: Path) -> Iterator[Memory]:
-    """A memory in a temp directory: DuckDB file, in-memory exact vectors, hash embedder."""
-    m = Memory.open(tmp_path / "mem", embedder=HashEmbedder(), vector_index=ExactIndex())
+def travel_memory(path: Path) -> Iterator[Memory]:
+    """A memory in ``path``: DuckDB file, in-memory exact vectors, hash embedder, travel types."""
+    m = Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex())
     define_travel(m)
     yield m
     m.close()
+
+
+@pytest.fixture
+def mem(tmp_path: Path) -> Iterator[Memory]:
+    """A memory in a temp directory: DuckDB file, in-memory exact vectors, hash embedder."""
+    yield from travel_memory(tmp_path / "mem")
 
 
 @pytest.fixture
 def memory(tmp_path: Path) -> Iterator[Memory]:
     """Like ``mem``, always embedded (for modules whose ``mem`` goes through both doors)."""
-    m = Memory.open(tmp_path / "memory", embedder=HashEmbedder(), vector_index=ExactIndex())
-    define_travel(m)
-    yield m
-    m.close()
+    yield from travel_memory(tmp_path / "memory")
 
 
 @pytest.fixture
