@@ -2,10 +2,19 @@
 
 DuckDB is the truth; a vector index (ChromaDB) is derived and rebuildable; every change is
 audited in a hash-chained log.
+
+``pip install dmf-hybrid`` is the HTTP client (``MemoryClient``, pydantic and httpx); the
+embedded ``Memory``, its embedders and the server come with ``pip install 'dmf-hybrid[server]'``.
+Those names are imported on first use, so ``from dmf_hybrid import MemoryClient`` needs only
+the client's dependencies.
 """
 
-from .config import Settings
-from .embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .client import MemoryClient
 from .errors import (
     AuditIntegrityError,
     Conflict,
@@ -23,21 +32,87 @@ from .errors import (
     ValidationError,
     VersionConflict,
 )
-from .memory import Memory
-from .models import AuditEvent, AuditReport, Entity, Page, Related
+from .models import (
+    ArchiveFile,
+    ArchiveResult,
+    AuditEvent,
+    AuditReport,
+    ContextChange,
+    ContextEntity,
+    ContextHit,
+    ContextLink,
+    Entity,
+    EntityDecoder,
+    Hit,
+    LegScore,
+    MemoryContext,
+    Page,
+    PlanOutcome,
+    Receipt,
+    ReconcileCounts,
+    ReindexCounts,
+    Related,
+    RuleInfo,
+    SearchResult,
+    SnapshotManifest,
+    SummaryResult,
+)
+from .protocol import MemoryAPI
+from .ruledefs import RuleDef
 from .schema import EntityType, FieldSpec, RelationSpec, TypeDef
-from .search.results import Hit, LegScore, Receipt, SearchResult
+from .version import __version__ as __version__
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from .config import Settings
+    from .embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
+    from .memory import Memory
+
+#: Names that need the ``server`` extra (DuckDB, Chroma, numpy, pydantic-settings; torch for
+#: the real model),
+#: and the module each lives in: imported on first use (see :func:`__getattr__`).
+_SERVER_NAMES = {
+    "Embedder": "embeddings",
+    "HashEmbedder": "embeddings",
+    "Memory": "memory",
+    "SentenceTransformerEmbedder": "embeddings",
+    "Settings": "config",
+}
+SERVER_EXTRA_HINT = "pip install 'dmf-hybrid[server]'"
+
+
+def __getattr__(name: str) -> Any:
+    """The embedded names, imported lazily (an optional extra), with a hint when missing."""
+    module_name = _SERVER_NAMES.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        module = importlib.import_module(f".{module_name}", __name__)
+    except ImportError as exc:
+        if (exc.name or "").startswith(__name__):
+            raise  # a bug of ours, not a missing extra
+        raise ImportError(
+            f"dmf_hybrid.{name} is part of the embedded memory and server, which need "
+            f"packages this installation lacks ({exc.name or exc}): {SERVER_EXTRA_HINT}",
+            name=exc.name) from exc
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
 
 __all__ = [
+    "ArchiveFile",
+    "ArchiveResult",
     "AuditEvent",
     "AuditIntegrityError",
     "AuditReport",
     "Conflict",
+    "ContextChange",
+    "ContextEntity",
+    "ContextHit",
+    "ContextLink",
     "DMFError",
     "Embedder",
     "Entity",
+    "EntityDecoder",
     "EntityType",
     "FieldSpec",
     "FilterError",
@@ -47,19 +122,29 @@ __all__ = [
     "LegScore",
     "LimitExceeded",
     "Memory",
+    "MemoryAPI",
+    "MemoryClient",
+    "MemoryContext",
     "NotFound",
     "Page",
     "PlanError",
+    "PlanOutcome",
     "Receipt",
+    "ReconcileCounts",
+    "ReindexCounts",
     "Related",
     "RelationError",
     "RelationSpec",
+    "RuleDef",
+    "RuleInfo",
     "SchemaError",
     "SearchResult",
     "SentenceTransformerEmbedder",
     "ServiceUnavailable",
     "Settings",
+    "SnapshotManifest",
     "StoreLocked",
+    "SummaryResult",
     "TypeDef",
     "Unauthorized",
     "ValidationError",

@@ -12,7 +12,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,8 +20,11 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel
 
+from .client import MemoryClient
 from .config import Settings
 from .errors import DMFError, PlanError, StoreLocked, ValidationError
+from .protocol import MemoryAPI
+from .schema import load_toml
 
 app = typer.Typer(help="dmf-hybrid: a deterministic memory for AI agents.",
                   no_args_is_help=True, add_completion=False)
@@ -54,12 +57,10 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 @contextmanager
 def target(data: Path | None, url: str | None, api_key: str | None,
-           settings: Settings | None = None) -> Iterator[Any]:
+           settings: Settings | None = None) -> Iterator[MemoryAPI]:
     """A Memory on ``data`` or a MemoryClient on ``url``; errors become a message and exit code."""
     try:
         if url:
-            from .client import MemoryClient
-
             client = MemoryClient(url, api_key=api_key)
             try:
                 yield client
@@ -68,7 +69,7 @@ def target(data: Path | None, url: str | None, api_key: str | None,
                 if callable(close):
                     close()
             return
-        from .memory import Memory
+        from .memory import Memory  # start-up cost: DuckDB and Chroma, not needed with --url
 
         settings = settings or settings_from(data_dir=data)
         try:
@@ -159,7 +160,7 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (default 8000).")] = None,
 ) -> None:
     """Run the HTTP service (OpenAPI docs at /docs) on a memory directory."""
-    from .api.server import run
+    from .api.server import run  # start-up cost: FastAPI and uvicorn, only to serve
 
     try:
         run(settings_from(data_dir=data, host=host, port=port))
@@ -173,7 +174,7 @@ def serve(
 @app.command()
 def mcp(data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None) -> None:
     """Run an MCP server on stdio exposing the memory tools (for agent hosts)."""
-    from .mcp_server import serve_stdio
+    from .mcp_server import serve_stdio  # the mcp package, only for this command
 
     with target(data, url, api_key) as mem:
         serve_stdio(mem)
@@ -228,10 +229,10 @@ def read_rows(path: Path, fmt: str | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def ingest_rows(mem: Any, type_name: str, rows: list[dict[str, Any]], batch: int,
+def ingest_rows(mem: MemoryAPI, type_name: str, rows: list[dict[str, Any]], batch: int,
                 progress: bool = True) -> dict[str, Any]:
     """Create rows in batches; bad rows are counted and skipped. {created, existing, errors}."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # start-up cost: only ingest draws a progress bar
 
     created = existing = 0
     errors: list[tuple[int, str]] = []
@@ -293,8 +294,6 @@ def define(
     data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Register the entity types of a TOML definition file (like indexes/travel.toml)."""
-    from .schema import load_toml
-
     with target(data, url, api_key) as mem:
         if url:
             types = [mem.define_type(t.model_dump(mode="json")) for t in load_toml(file)]
@@ -322,10 +321,9 @@ def get(
     if as_json:
         print_json(entity)
         return
-    print_table(["field", "value"], [["id", entity.id], ["type", entity.type],
-                                     ["version", entity.version],
-                                     ["updated_at", entity.updated_at]]
-                + [[k, v] for k, v in _data(entity).items()])
+    rows: list[list[Any]] = [["id", entity.id], ["type", entity.type],
+                             ["version", entity.version], ["updated_at", entity.updated_at]]
+    print_table(["field", "value"], rows + [[k, v] for k, v in _data(entity).items()])
 
 
 @app.command()
@@ -412,7 +410,7 @@ def verify(data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None,
         raise typer.Exit(1)
 
 
-def _counts(name: str, counts: dict[str, Any], as_json: bool) -> None:
+def _counts(name: str, counts: Mapping[str, object], as_json: bool) -> None:
     if as_json:
         print_json(counts)
     else:
@@ -458,7 +456,7 @@ def restore(
     as_json: JsonOpt = False,
 ) -> None:
     """Make a new memory directory from a snapshot and rebuild its vector index."""
-    from .memory import Memory
+    from .memory import Memory  # start-up cost: DuckDB and Chroma
 
     settings = settings_from(data_dir=dest)
     try:

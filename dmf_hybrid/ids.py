@@ -12,7 +12,7 @@ from typing import Any
 DEFAULT_TENANT = "default"  # the tenant of an embedded Memory unless told otherwise
 ID_HASH_HEX = 20  # 80 bits of SHA-256: collisions are negligible below ~10^11 entities.
 #: Joins the tenant to the entity ID in the vector ID of an entity outside the default tenant.
-#: Entity IDs never contain it (they match ``store.ID_RE``), so the last one splits a vector ID
+#: Entity IDs never contain it (they match ``checks.ID_RE``), so the last one splits a vector ID
 #: back unambiguously, whatever the tenant's name holds.
 VECTOR_ID_SEPARATOR = "\x1f"
 

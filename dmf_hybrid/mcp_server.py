@@ -5,8 +5,8 @@ Also ``python -m dmf_hybrid.mcp_server --data DIR``.
 It lists ``mem.tools("json_schema")`` as MCP tools and runs a call with ``mem.call_tool``; a
 call that fails (an invalid plan, an unknown ID, ...) comes back as a tool result with
 ``is_error`` set and the error's JSON body, so the model can read the problems and retry.
-Works with a local :class:`Memory` or a :class:`MemoryClient` (anything with ``tools`` and
-``call_tool``).
+Works with any :class:`~dmf_hybrid.protocol.MemoryAPI`: a local ``Memory`` or a
+``MemoryClient``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+import mcp.types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
 from .config import Settings
-from .errors import DMFError, ServiceUnavailable, StoreLocked
+from .errors import DMFError, StoreLocked
+from .memory import Memory
+from .protocol import MemoryAPI
+from .version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -32,21 +40,8 @@ INSTRUCTIONS = (
 )
 
 
-def _import_mcp() -> tuple[Any, Any]:
-    try:
-        import mcp.types as mcp_types
-        from mcp.server.lowlevel import Server
-    except ImportError as exc:  # pragma: no cover - mcp is a declared dependency
-        raise ServiceUnavailable(f"the MCP server needs the 'mcp' package: {exc}") from None
-    return mcp_types, Server
-
-
-def build_server(mem: Any) -> Any:
+def build_server(mem: MemoryAPI) -> Server[Any]:
     """An ``mcp`` low-level Server whose tools are the memory's tools."""
-    import anyio
-
-    types, Server = _import_mcp()
-    from . import __version__
 
     async def list_tools(_ctx: Any, _params: Any) -> Any:
         defs = await anyio.to_thread.run_sync(mem.tools, "json_schema")
@@ -74,19 +69,15 @@ def build_server(mem: Any) -> Any:
                   on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def run_stdio(mem: Any) -> None:
+async def run_stdio(mem: MemoryAPI) -> None:
     """Serve the memory's tools over this process's stdin/stdout until the client leaves."""
-    from mcp.server.stdio import stdio_server
-
     server = build_server(mem)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def serve_stdio(mem: Any) -> None:
+def serve_stdio(mem: MemoryAPI) -> None:
     """Blocking: serve over stdio (logs go to stderr; stdout carries the protocol)."""
-    import anyio
-
     anyio.run(run_stdio, mem)
 
 
@@ -98,8 +89,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", help="Memory directory (default: DMF_DATA_DIR).")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    from .memory import Memory
-
     settings = Settings(data_dir=args.data) if args.data else Settings()
     try:
         mem = Memory.open(settings.data_dir, settings=settings)

@@ -1,4 +1,9 @@
-"""Memory: the facade where the store, the indexer and search meet (in-process)."""
+"""Memory: the facade where the store, the indexer and search meet (in-process).
+
+Every public method is a :class:`~dmf_hybrid.protocol.MemoryAPI` method (its docstring lives
+there); the embedded-only extras are ``open``, ``for_tenant``, ``transaction``,
+``restore_snapshot``, ``engine`` and ``reads``.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,44 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import duckdb
 from pydantic import BaseModel
 
+from . import plans, tools
+from .checks import AsOf, check_rows, check_where
 from .config import Settings
+from .embeddings import Embedder
 from .errors import Conflict, SchemaError, ValidationError
-from .models import AuditEvent, AuditReport, Entity, Page, Related
+from .factories import make_embedder, make_vector_index
+from .lifecycle import archive, context, install, summaries
+from .lifecycle.rules import rule_json
+from .models import (
+    ArchiveResult,
+    AuditEvent,
+    AuditReport,
+    Entity,
+    JSONObject,
+    JSONValue,
+    MemoryContext,
+    Page,
+    PlanOutcome,
+    ReconcileCounts,
+    ReindexCounts,
+    Related,
+    RuleInfo,
+    SearchResult,
+    SnapshotManifest,
+    SummaryResult,
+)
+from .protocol import MemoryAPI
+from .ruledefs import CONSTRAINT_TYPE, RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, load_toml, typedef_from_model
+from .search.engine import SearchEngine
 from .store import Store
-from .store.store import AsOf
-
-if TYPE_CHECKING:
-    from .lifecycle import ArchiveResult, MemoryContext, SummaryResult
+from .store.reads import Reads
+from .vector.base import VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +59,7 @@ DB_FILE = "memory.duckdb"
 SNAPSHOT_MANIFEST = "dmf-snapshot.json"
 
 
-class Memory:
+class Memory(MemoryAPI):
     """A deterministic agent memory: typed entities, relations, audit log, search.
 
     Open one per data directory and process (DuckDB allows one process per file); share it
@@ -37,19 +67,20 @@ class Memory:
     """
 
     def __init__(self, store: Store, settings: Settings, tenant: str,
-                 path: Path | None, engine: Any = None) -> None:
+                 path: Path | None, engine: SearchEngine) -> None:
         self._store = store
         self.settings = settings
         self.tenant = tenant
         self.path = path
         self._engine = engine
+        self._reads = Reads(store, tenant)
 
     # ---------------------------------------------------------------- lifecycle
 
     @classmethod
-    def open(cls, path: str | Path | None, *, embedder: Any = None,
+    def open(cls, path: str | Path | None, *, embedder: Embedder | None = None,
              settings: Settings | None = None, tenant: str | None = None,
-             vector_index: Any = None, replay: bool = True) -> Memory:
+             vector_index: VectorIndex | None = None, replay: bool = True) -> Memory:
         """Open (creating if needed) the memory in directory ``path``; None = in memory only.
 
         Opening replays outbox rows a crash left pending and repairs index drift, which may
@@ -63,13 +94,11 @@ class Memory:
                 raise ValidationError(f"{directory} is not a directory", field="path")
             directory.mkdir(parents=True, exist_ok=True)
         store = Store(None if directory is None else directory / DB_FILE)
-        from .lifecycle import install
-        from .search.engine import SearchEngine
-
         try:
             install(store)
-            engine = SearchEngine.open(store, settings, directory, embedder=embedder,
-                                       vector_index=vector_index, replay=replay)
+            engine = SearchEngine.open(
+                store, settings, embedder or make_embedder(settings),
+                vector_index or make_vector_index(settings, directory), replay=replay)
         except BaseException:
             store.close()
             raise
@@ -82,9 +111,7 @@ class Memory:
         return Memory(self._store, self.settings, tenant, self.path, self._engine)
 
     def close(self) -> None:
-        """Flush pending index work and close everything."""
-        if self._engine is not None:
-            self._engine.close()
+        self._engine.close()
         self._store.close()
 
     def __enter__(self) -> Memory:
@@ -100,12 +127,12 @@ class Memory:
             yield self
 
     @property
-    def last_seq(self) -> int:
-        """The audit seq of the newest committed event (in a write transaction: its newest).
+    def reads(self) -> Reads:
+        """The read-only view of this tenant's part of the store (for lifecycle and plans)."""
+        return self._reads
 
-        Another thread's open transaction does not count until it commits, so a seq read
-        here is always a stable ``as_of`` for every reader.
-        """
+    @property
+    def last_seq(self) -> int:
         return self._store.committed_seq
 
     # ---------------------------------------------------------------- schema
@@ -114,14 +141,12 @@ class Memory:
                relations: Mapping[str, RelationSpec | Mapping[str, Any]] | None = None,
                embed: str | None = None, name: str | None = None,
                actor: str | None = None, reason: str | None = None) -> EntityType:
-        """Register a pydantic model as an entity type (or a compatible new version)."""
         typedef = typedef_from_model(model, name=name, identity=identity, relations=relations,
                                      embed=embed)
         return self._store.define(typedef, model, tenant=self.tenant, actor=actor, reason=reason)
 
     def define_type(self, typedef: TypeDef | Mapping[str, Any], *, actor: str | None = None,
                     reason: str | None = None) -> EntityType:
-        """Register a type given as data (the TOML / JSON form)."""
         if not isinstance(typedef, TypeDef):
             try:
                 typedef = TypeDef.model_validate(typedef)
@@ -129,10 +154,8 @@ class Memory:
                 raise SchemaError(f"invalid type definition: {exc}") from None
         return self._store.define(typedef, tenant=self.tenant, actor=actor, reason=reason)
 
-    def load_definitions(self, path: str | Path, *, actor: str | None = None) -> list[EntityType]:
-        """Register every type (and rule) of an ``indexes/*.toml`` file, in one transaction."""
-        from .lifecycle.rules import load_rules_toml
-
+    def load_definitions(self, path: str | Path, *, actor: str | None = None
+                         ) -> list[EntityType]:
         typedefs = load_toml(path)
         rules = load_rules_toml(path)
         with self.transaction():
@@ -142,37 +165,26 @@ class Memory:
                 self.define_rule(rule, actor=actor, reason=f"load {Path(path).name}")
             return types
 
-    def define_rule(self, rule: Any, *, actor: str | None = None,
-                    reason: str | None = None) -> dict[str, Any]:
-        """Register a rule (a RuleDef or its TOML / JSON form); its definition and version."""
-        from .lifecycle import install
-        from .lifecycle.rules import rule_json
-
+    def define_rule(self, rule: RuleDef | Mapping[str, Any], *, actor: str | None = None,
+                    reason: str | None = None) -> RuleInfo:
         compiled = install(self._store).define(rule, tenant=self.tenant, actor=actor,
                                                reason=reason)
         return rule_json(compiled)
 
-    def rules(self) -> list[dict[str, Any]]:
-        """Every active rule: definition, version and the relations it depends on."""
-        from .lifecycle import install
-        from .lifecycle.rules import rule_json
-
+    def rules(self) -> list[RuleInfo]:
         return [rule_json(r) for r in install(self._store).rules()]
 
     def types(self) -> list[EntityType]:
-        """Every registered entity type."""
         return self._store.types()
 
     def get_type(self, name: str) -> EntityType:
-        """One registered entity type."""
         return self._store.type_of(name)
 
     # ---------------------------------------------------------------- entities
 
-    def create(self, type_name: str, data: Mapping[str, Any] | BaseModel, *, id: str | None = None,
-               actor: str | None = None, reason: str | None = None,
+    def create(self, type_name: str, data: Mapping[str, Any] | BaseModel, *,
+               id: str | None = None, actor: str | None = None, reason: str | None = None,
                trace_id: str | None = None) -> Entity:
-        """Create an entity; the same identity again returns the existing one (created=False)."""
         return self._store.create(self.tenant, type_name, _as_data(data), id=id, actor=actor,
                                   reason=reason, trace_id=trace_id)
 
@@ -180,13 +192,11 @@ class Memory:
                     progress: Callable[[int], None] | bool | None = None,
                     actor: str | None = None, reason: str | None = None,
                     trace_id: str | None = None) -> list[Entity]:
-        """Create many entities: validated first, written and embedded in batches."""
-        if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):
-            raise ValidationError("rows must be a list of objects", field="rows")
+        check_rows(rows)
         callback = progress if callable(progress) else None
         bar = None
         if progress is True:
-            from tqdm import tqdm
+            from tqdm import tqdm  # start-up cost: only a progress bar needs it
 
             bar = tqdm(total=len(rows), desc=f"create {type_name}", unit="row")
             callback = bar.update
@@ -197,30 +207,25 @@ class Memory:
         finally:
             if bar is not None:
                 bar.close()
-        if self._engine is not None:
-            self._engine.drain()
+        self._engine.drain()
         return entities
 
     def get(self, entity_id: str, *, as_of: AsOf = None) -> Entity:
-        """The entity now or at ``as_of`` (seq or datetime); NotFound if absent or deleted."""
         return self._store.get(self.tenant, entity_id, as_of)
 
     def query(self, type_name: str, where: Mapping[str, Any] | None = None,
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
-        """One page of entities matching ``where`` in a deterministic order."""
         return self._store.query(self.tenant, type_name, where, order_by, limit, cursor, as_of,
                                  max_limit=self.settings.max_page_size)
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
-        """How many entities of a type match ``where``."""
         return self._store.count(self.tenant, type_name, where, as_of)
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
-        """Change fields; VersionConflict if ``expected_version`` is stale."""
         return self._store.update(self.tenant, entity_id, changes,
                                   expected_version=expected_version, actor=actor, reason=reason,
                                   trace_id=trace_id)
@@ -228,7 +233,6 @@ class Memory:
     def append(self, entity_id: str, field: str, values: list[Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
-        """Append to a list field atomically."""
         return self._store.append(self.tenant, entity_id, field, values,
                                   expected_version=expected_version, actor=actor, reason=reason,
                                   trace_id=trace_id)
@@ -236,20 +240,17 @@ class Memory:
     def delete(self, entity_id: str, *, expected_version: int | None = None,
                actor: str | None = None, reason: str | None = None,
                trace_id: str | None = None) -> Entity:
-        """Soft-delete (restorable; still visible to ``as_of`` reads before it)."""
         return self._store.delete(self.tenant, entity_id, expected_version=expected_version,
                                   actor=actor, reason=reason, trace_id=trace_id)
 
     def restore(self, entity_id: str, *, expected_version: int | None = None,
                 actor: str | None = None, reason: str | None = None,
                 trace_id: str | None = None) -> Entity:
-        """Undo a soft delete."""
         return self._store.restore(self.tenant, entity_id, expected_version=expected_version,
                                    actor=actor, reason=reason, trace_id=trace_id)
 
     def erase(self, entity_id: str, *, actor: str | None = None, reason: str | None = None,
               trace_id: str | None = None) -> int:
-        """Remove an entity's content everywhere, keeping the audit chain verifiable."""
         return self._store.erase(self.tenant, entity_id, actor=actor, reason=reason,
                                  trace_id=trace_id)
 
@@ -257,55 +258,47 @@ class Memory:
 
     def link(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
              reason: str | None = None, trace_id: str | None = None) -> bool:
-        """Link two entities; False when the link already existed."""
         return self._store.link(self.tenant, from_id, relation, to_id, actor=actor,
                                 reason=reason, trace_id=trace_id)
 
     def unlink(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> int:
-        """Remove a link; NotFound if it does not exist."""
         return self._store.unlink(self.tenant, from_id, relation, to_id, actor=actor,
                                   reason=reason, trace_id=trace_id)
 
     def related(self, entity_id: str, relation: str | None = None, direction: str = "out",
                 depth: int = 1, as_of: AsOf = None) -> list[Related]:
-        """Entities linked to ``entity_id`` (nearest first, then relation, then ID)."""
         return self._store.related(self.tenant, entity_id, relation, direction, depth, as_of)
 
     # ---------------------------------------------------------------- audit
 
     def history(self, entity_id: str) -> list[AuditEvent]:
-        """Every audit event of an entity, oldest first."""
         return self._store.history(self.tenant, entity_id)
 
     def events(self, since_seq: int = 0, until_seq: int | None = None,
                limit: int = 1000) -> list[AuditEvent]:
-        """This tenant's audit events with since_seq < seq <= until_seq."""
         return self._store.events(self.tenant, since_seq, until_seq, limit)
 
     def verify_audit(self) -> AuditReport:
-        """Verify the audit log's hash chain."""
         return self._store.verify_audit()
 
     # ---------------------------------------------------------------- snapshots
 
-    def snapshot(self, dest_dir: str | Path) -> dict[str, Any]:
-        """Export the whole database (DuckDB EXPORT, Parquet) into a new directory."""
-        dest = Path(dest_dir)
-        if dest.exists() and any(dest.iterdir()):
-            raise Conflict(f"snapshot directory {dest} exists and is not empty", field="dest")
-        dest.mkdir(parents=True, exist_ok=True)
-        from .lifecycle.archive import exporting
-
+    def snapshot(self, dest: str | Path) -> SnapshotManifest:
+        directory = Path(dest)
+        if directory.exists() and any(directory.iterdir()):
+            raise Conflict(f"snapshot directory {directory} exists and is not empty",
+                           field="dest")
+        directory.mkdir(parents=True, exist_ok=True)
         with self._store.db.write() as con:
-            with exporting(self._store, con, dest):
-                con.execute(f"EXPORT DATABASE '{_sql_path(dest)}' (FORMAT parquet)")
-            manifest = {"format": 1, "last_seq": self._store.last_seq,
-                        "last_hash": self.verify_audit().last_hash}
+            with archive.exporting(self._store, con, directory):
+                con.execute(f"EXPORT DATABASE '{_sql_path(directory)}' (FORMAT parquet)")
+            manifest: SnapshotManifest = {"format": 1, "last_seq": self._store.last_seq,
+                                          "last_hash": self.verify_audit().last_hash}
         # written last and atomically: a snapshot with a manifest is a complete snapshot
-        partial = dest / f"{SNAPSHOT_MANIFEST}.partial"
+        partial = directory / f"{SNAPSHOT_MANIFEST}.partial"
         partial.write_text(json.dumps(manifest, indent=2))
-        os.replace(partial, dest / SNAPSHOT_MANIFEST)
+        os.replace(partial, directory / SNAPSHOT_MANIFEST)
         return manifest
 
     @classmethod
@@ -326,15 +319,11 @@ class Memory:
         if dest.exists() and any(dest.iterdir()):
             raise Conflict(f"restore target {dest} exists and is not empty", field="path")
         dest.mkdir(parents=True, exist_ok=True)
-        import duckdb
-
         try:
             con = duckdb.connect(str(dest / DB_FILE))
             try:
                 con.execute(f"IMPORT DATABASE '{_sql_path(src)}'")
-                from .lifecycle.archive import restore_files
-
-                restore_files(con, src, dest)
+                archive.restore_files(con, src, dest)
             finally:
                 con.close()
         except Exception:
@@ -352,90 +341,66 @@ class Memory:
     # ---------------------------------------------------------------- search & index
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> SearchEngine:
         """The search engine (indexer, vector and keyword legs)."""
         return self._engine
 
     def search(self, type_name: str, text: str | None = None, *,
                where: Mapping[str, Any] | None = None, k: int = 10, mode: str = "hybrid",
-               related_to: Mapping[str, Any] | None = None, as_of: AsOf = None) -> Any:
-        """Similarity search; hits are resolved from DuckDB (see SearchResult)."""
+               related_to: Mapping[str, Any] | None = None, as_of: AsOf = None
+               ) -> SearchResult:
         return self._engine.search(self.tenant, type_name, text, where=where, k=k, mode=mode,
                                    related_to=related_to, as_of=as_of)
 
-    def reconcile(self) -> dict[str, int]:
-        """Compare the vector index with DuckDB and repair drift; returns counts."""
-        return dict(self._engine.reconcile())
+    def reconcile(self) -> ReconcileCounts:
+        return self._engine.reconcile()
 
-    def reindex(self) -> dict[str, int]:
-        """Rebuild the vector index from DuckDB and the embedding cache."""
-        return dict(self._engine.reindex())
+    def reindex(self) -> ReindexCounts:
+        return self._engine.reindex()
 
     def flush(self) -> int:
-        """Process pending outbox rows now; returns how many were applied."""
         return int(self._engine.drain())
 
     # ---------------------------------------------------------------- lifecycle
 
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
                 budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5) -> MemoryContext:
-        """A compact, deterministic prompt context (MemoryContext: text + data) within budget."""
-        from .lifecycle.context import build_context
-
-        return build_context(self, focus_ids, query, budget_tokens, as_of, k=k)
+        return context.build_context(self, focus_ids, query, budget_tokens, as_of, k=k)
 
     def summarize(self, scope: str | None = None, since_seq: int | None = None,
                   until_seq: int | None = None, *,
                   summariser: Callable[[str, Mapping[str, Any]], str] | None = None,
                   actor: str | None = None, reason: str | None = None) -> SummaryResult:
-        """A MemorySummary of a scope's audit events in a window (SummaryResult; empty ok)."""
-        from .lifecycle.summaries import summarize
-
-        return summarize(self, scope, since_seq, until_seq, summariser=summariser, actor=actor,
-                         reason=reason)
+        return summaries.summarize(self, scope, since_seq, until_seq, summariser=summariser,
+                                   actor=actor, reason=reason)
 
     def archive_events(self, before_seq: int, dest: str | Path, *, actor: str | None = None,
                        reason: str | None = None) -> ArchiveResult:
-        """Move audit events with seq < before_seq to Parquet under dest (ArchiveResult)."""
-        from .lifecycle.archive import archive_events
-
-        return archive_events(self._store, before_seq, dest, tenant=self.tenant, actor=actor,
-                              reason=reason)
+        return archive.archive_events(self._store, before_seq, dest, tenant=self.tenant,
+                                      actor=actor, reason=reason)
 
     def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
-        """The work queue: open Constraint entities (oldest first), optionally filtered."""
-        from .lifecycle.rules import CONSTRAINT_TYPE
-
-        if where is not None and not isinstance(where, Mapping):
-            raise ValidationError("where must be an object of field conditions", field="where")
+        check_where(where)
         return self.query(CONSTRAINT_TYPE, {**(where or {}), "status": "open"},
                           order_by=["created_at"], limit=limit, cursor=cursor, as_of=as_of)
 
     # ---------------------------------------------------------------- agent tools & plans
 
-    def tools(self, format: str = "openai") -> list[dict[str, Any]]:
-        """Function-calling definitions of the memory operations ("openai" or "json_schema")."""
-        from .tools import tool_definitions
-
-        return tool_definitions(self, format)
+    def tools(self, format: str = "openai") -> list[JSONObject]:
+        return tools.tool_definitions(self, format)
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,
                   actor: str | None = None, reason: str | None = None,
-                  trace_id: str | None = None) -> Any:
-        """Validate and execute one tool call; its JSON-able result (PlanError if invalid)."""
-        from .tools import call_tool
-
-        return call_tool(self, name, arguments, actor=actor, reason=reason, trace_id=trace_id)
+                  trace_id: str | None = None) -> JSONValue:
+        return tools.call_tool(self, name, arguments, actor=actor, reason=reason,
+                               trace_id=trace_id)
 
     def execute_plan(self, ops: Sequence[Mapping[str, Any]], dry_run: bool = False, *,
                      actor: str | None = None, reason: str | None = None,
-                     trace_id: str | None = None) -> dict[str, Any]:
-        """Validate a plan and run it in one transaction: {results, diff, committed, seq_range}."""
-        from .plans import execute_plan
-
-        return execute_plan(self, ops, dry_run=dry_run, actor=actor, reason=reason,
-                            trace_id=trace_id)
+                     trace_id: str | None = None) -> PlanOutcome:
+        return plans.execute_plan(self, ops, dry_run=dry_run, actor=actor, reason=reason,
+                                  trace_id=trace_id)
 
 
 def _as_data(data: Any) -> Any:
@@ -449,3 +414,7 @@ def _sql_path(path: Path) -> str:
     if "'" in text:
         raise ValidationError("paths with quotes are not supported", field="path")
     return text
+
+
+#: mypy checks that Memory is a complete MemoryAPI (no member missing or mistyped).
+_CONTRACT: type[MemoryAPI] = Memory

@@ -1,11 +1,55 @@
-"""The public result types: Entity, Page, AuditEvent, AuditReport, Related."""
+"""The public result types both front doors return, and the JSON value types.
+
+``Entity``, ``Page``, ``Related``, ``AuditEvent``, ``AuditReport``, the search results (``Hit``,
+``LegScore``, ``Receipt``, ``SearchResult``), the lifecycle results (``MemoryContext``,
+``SummaryResult``, ``ArchiveResult``) and the typed dicts of the JSON-shaped answers
+(``RuleInfo``, ``PlanOutcome``, ...). They are also the wire format of the HTTP API: the server
+encodes them with ``model_dump(mode="json")`` and the client decodes them with
+``model_validate(payload, context=decoding(decoder))``, where the decoder turns each entity's
+JSON ``data`` back into its type's model (see :class:`EntityDecoder`). Imports only pydantic.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Annotated, Any, Protocol, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_serializer,
+    field_validator,
+)
+
+#: A JSON value (what a tool call or a plan step returns).
+JSONValue = dict[str, "JSONValue"] | list["JSONValue"] | str | int | float | bool | None
+JSONObject = dict[str, JSONValue]
+
+#: The validation-context key under which a decoder travels (see :func:`decoding`).
+DECODER = "dmf_entity_decoder"
+
+
+class EntityDecoder(Protocol):
+    """Turns the JSON form of an entity's data back into Python values (the HTTP client)."""
+
+    def data(self, type_name: str, data: dict[str, Any]) -> Any:
+        """The entity data as its type's model instance (or the dict, if it does not fit)."""
+
+    def fields(self, type_name: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """Some of a type's fields as Python values (dates, datetimes, ...)."""
+
+
+def decoding(decoder: EntityDecoder) -> dict[str, Any]:
+    """The ``context`` of a ``model_validate`` call that decodes entities with ``decoder``."""
+    return {DECODER: decoder}
+
+
+def _decoder(info: ValidationInfo) -> EntityDecoder | None:
+    context = info.context
+    return context.get(DECODER) if isinstance(context, dict) else None
 
 
 class Entity(BaseModel):
@@ -17,11 +61,20 @@ class Entity(BaseModel):
     type: str
     tenant: str
     version: int
-    data: Any = Field(description="The validated model instance of the entity's type.")
+    data: Annotated[Any, WithJsonSchema({"type": "object"})] = Field(
+        description="The validated model instance of the entity's type (JSON: an object).")
     created_at: dt.datetime
     updated_at: dt.datetime
     deleted_at: dt.datetime | None = None
     created: bool = Field(False, description="True when this call created the entity.")
+
+    @field_validator("data")
+    @classmethod
+    def _decode_data(cls, data: Any, info: ValidationInfo) -> Any:
+        decoder = _decoder(info)
+        if decoder is None or not isinstance(data, dict) or "type" not in info.data:
+            return data
+        return decoder.data(info.data["type"], data)
 
     @field_serializer("data")
     def _dump_data(self, data: Any) -> Any:
@@ -84,3 +137,200 @@ class Related(BaseModel):
     depth: int
     from_id: str
     entity: Entity
+
+
+# ---------------------------------------------------------------- search
+
+
+class LegScore(BaseModel):
+    """Where one leg ranked a hit (1-based) and the score it gave."""
+
+    rank: int
+    score: float
+
+
+class Hit(BaseModel):
+    """One search hit: the entity as resolved from DuckDB, its fused score and leg scores."""
+
+    entity: Entity
+    score: float
+    legs: dict[str, LegScore] = Field(default_factory=dict)
+
+
+class Receipt(BaseModel):
+    """How an answer was produced; replay it with ``as_of=resolved_at_seq``."""
+
+    resolved_at_seq: int
+    mode: str
+    plan: str = Field(description='"exact" (all candidates scored) or "ann" (vector index).')
+    candidates: int = Field(description="Entities that passed the filters in DuckDB.")
+    model_id: str
+    k: int
+    rrf_k: int | None = None
+    dropped: int = Field(0, description="Proposed hits that failed resolution (fail closed).")
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+class SearchResult(BaseModel):
+    """Hits in a deterministic order (score desc, entity ID asc) and the receipt."""
+
+    hits: list[Hit]
+    receipt: Receipt
+
+
+# ---------------------------------------------------------------- prompt context
+
+
+class ContextEntity(BaseModel):
+    """An entity as the context shows it."""
+
+    id: str
+    type: str
+    version: int
+    label: str | None = None
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("fields")
+    @classmethod
+    def _decode_fields(cls, fields: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        decoder = _decoder(info)
+        if decoder is None or "type" not in info.data:
+            return fields
+        return decoder.fields(info.data["type"], fields)
+
+
+class ContextLink(BaseModel):
+    """A direct link of a focus entity."""
+
+    from_id: str
+    relation: str
+    to_id: str
+    other_type: str
+    other_label: str | None = None
+
+
+class ContextHit(BaseModel):
+    """A search hit for the context's query."""
+
+    id: str
+    type: str
+    score: float
+    label: str | None = None
+
+
+class ContextChange(BaseModel):
+    """A recent audit event, described without its time."""
+
+    seq: int
+    op: str
+    type: str | None = None
+    entity_id: str | None = None
+    text: str
+
+
+class MemoryContext(BaseModel):
+    """Prompt context: ``text`` and the structured data it shows (only what fitted)."""
+
+    text: str
+    tokens: int
+    budget_tokens: int
+    token_counter: str
+    as_of_seq: int
+    truncated: bool = False
+    omitted: int = Field(0, description="Items left out for the token budget.")
+    focus: list[ContextEntity] = Field(default_factory=list)
+    constraints: list[ContextEntity] = Field(default_factory=list)
+    relations: list[ContextLink] = Field(default_factory=list)
+    hits: list[ContextHit] = Field(default_factory=list)
+    changes: list[ContextChange] = Field(default_factory=list)
+    types: dict[str, int] = Field(default_factory=dict)
+    ids: list[str] = Field(default_factory=list, description="Every entity ID in the text.")
+
+
+# ---------------------------------------------------------------- summaries & archive
+
+
+class SummaryResult(BaseModel):
+    """A summary: the ``MemorySummary`` entity (None when the window is empty) and its parts."""
+
+    empty: bool
+    scope: str
+    since_seq: int
+    until_seq: int
+    event_count: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    events_hash: str | None = None
+    text: str = ""
+    entity_ids: list[str] = Field(default_factory=list)
+    summary: Entity | None = None
+
+
+class ArchiveFile(BaseModel):
+    """One archive file and its checkpoint: seq range, last chain hash, count, file hash."""
+
+    file: str
+    first_seq: int
+    last_seq: int
+    last_hash: str
+    events: int
+    sha256: str
+    archived_seq: int
+
+
+class ArchiveResult(BaseModel):
+    """What ``archive_events`` moved (``moved == 0``: nothing to archive, nothing written)."""
+
+    moved: int
+    file: ArchiveFile | None = None
+    seq: int | None = None
+
+
+# ---------------------------------------------------------------- JSON-shaped answers
+
+
+class RuleInfo(TypedDict):
+    """A rule as JSON: its definition (``RuleDef`` fields), version and dependencies."""
+
+    name: str
+    description: str | None
+    trigger: JSONObject
+    condition: str
+    action: JSONObject
+    version: int
+    dependencies: list[list[str]]
+
+
+class PlanOutcome(TypedDict):
+    """What ``execute_plan`` did: per-step results, the diff, commit flag and seq range."""
+
+    results: list[JSONValue]
+    diff: list[JSONObject]
+    committed: bool
+    seq_range: list[int] | None
+
+
+class SnapshotManifest(TypedDict, total=False):
+    """A snapshot's manifest (the HTTP API adds the snapshot's ``name`` and ``path``)."""
+
+    format: int
+    last_seq: int
+    last_hash: str | None
+    name: str
+    path: str
+
+
+class ReconcileCounts(TypedDict):
+    """What ``reconcile`` found and repaired."""
+
+    checked: int
+    missing: int
+    stale: int
+    orphan: int
+
+
+class ReindexCounts(TypedDict):
+    """What ``reindex`` rebuilt."""
+
+    types: int
+    entities: int

@@ -21,6 +21,7 @@ from typing import Any, Literal, Union
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from .checks import check_data, check_filter
 from .errors import FilterError, SchemaError, ValidationError
 
 TYPE_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
@@ -267,8 +268,7 @@ class EntityType:
 
     def validate_data(self, data: Mapping[str, Any], where: str = "data") -> BaseModel:
         """The validated model instance for ``data``, or a ValidationError naming the field."""
-        if not isinstance(data, Mapping):
-            raise ValidationError(f"{where} must be an object", field=where)
+        check_data(data, where)
         unknown = sorted(set(data) - set(self.typedef.fields))
         if unknown:
             raise ValidationError(
@@ -419,7 +419,7 @@ FilterNode = Union[Cmp, BoolOp]  # noqa: UP007 - a runtime alias used before 3.1
 
 def parse_filter(etype: EntityType, where: Any) -> FilterNode | None:
     """The validated filter tree of a ``where`` mapping (None: no filter)."""
-    if where is None or where == {}:
+    if check_filter(where) is None:
         return None
     counter = [0]
     return _parse(etype, where, 0, counter, "where")

@@ -15,21 +15,29 @@ import difflib
 import logging
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .checks import ID_PATTERN
+from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
-from .plans import DIRECTIONS, OPS, ORDER_SYSTEM, SEARCH_MODES, Problems, execute_plan
+from .lifecycle.context import call_context_tool, context_tool_definition
+from .plans import (
+    DIRECTIONS,
+    OPERATIONS,
+    OPS,
+    ORDER_SYSTEM,
+    SEARCH_MODES,
+    Problems,
+    execute_plan,
+)
 from .schema import EntityType
-
-if TYPE_CHECKING:
-    from .memory import Memory
 
 log = logging.getLogger(__name__)
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 FORMATS = ("openai", "json_schema")
 ID_SCHEMA: dict[str, Any] = {
-    "type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$",
+    "type": "string", "pattern": ID_PATTERN,
     "description": "An entity ID, as returned by create/query/search.",
 }
 VERSION_SCHEMA: dict[str, Any] = {
@@ -41,7 +49,7 @@ GENERIC_TOOLS = ("get", "update", "append", "delete", "restore", "link", "unlink
                  "history", "execute_plan", "context")
 
 
-def tool_definitions(mem: Memory, format: str = "openai") -> list[dict[str, Any]]:
+def tool_definitions(mem: EmbeddedMemory, format: str = "openai") -> list[dict[str, Any]]:
     """Function-calling definitions of the memory operations for the defined types."""
     if format not in FORMATS:
         raise ValidationError(f"format must be one of {', '.join(FORMATS)}", field="format")
@@ -50,8 +58,6 @@ def tool_definitions(mem: Memory, format: str = "openai") -> list[dict[str, Any]
     for etype in types:
         tools.extend(_type_tools(mem, etype))
     tools.extend(_generic_tools(types))
-    from .lifecycle.context import context_tool_definition
-
     tools.append(context_tool_definition())
     tools = [t for t in tools if _valid_name(t["name"])]
     if format == "openai":
@@ -176,7 +182,26 @@ def _tool(name: str, description: str, properties: dict[str, Any],
     return {"name": name, "description": description, "parameters": params}
 
 
-def _type_tools(mem: Memory, etype: EntityType) -> list[dict[str, Any]]:
+def _op_tool(name: str, op_name: str, description: str, properties: dict[str, Any]
+             ) -> dict[str, Any]:
+    """A tool for an operation: required arguments and defaults from the operation table."""
+    op = OPERATIONS[op_name]
+    for arg in op.args:
+        if arg.default is not None and arg.name in properties:
+            properties[arg.name] = {**properties[arg.name], "default": arg.default}
+    required = [a.name for a in op.args if a.required and a.name in properties]
+    return _tool(name, description, properties, required)
+
+
+def tool_operation(name: str) -> str | None:
+    """The plan operation a tool call runs (None: ``execute_plan``, ``context``, unknown)."""
+    for prefix in ("create_", "query_", "search_"):
+        if name.startswith(prefix):
+            return prefix[:-1]
+    return name if name in OPERATIONS else None
+
+
+def _type_tools(mem: EmbeddedMemory, etype: EntityType) -> list[dict[str, Any]]:
     td = etype.typedef
     about = f" {td.description}" if td.description else ""
     identity = ", ".join(td.identity) if td.identity else "all given fields"
@@ -188,26 +213,25 @@ def _type_tools(mem: Memory, etype: EntityType) -> list[dict[str, Any]]:
                        f"{ENTITY_RESULT}",
         "parameters": data,
     }]
-    tools.append(_tool(
-        f"query_{td.name}",
+    tools.append(_op_tool(
+        f"query_{td.name}", "query",
         f"List {td.name} entities matching exact filters, in a stable order, one page at a "
         "time. Returns {items: [entity], next_cursor}.",
         {"where": where_schema(etype), "order_by": order_schema(etype),
          "limit": {"type": "integer", "minimum": 1, "maximum": mem.settings.max_page_size,
-                   "default": 50, "description": "Page size."},
+                   "description": "Page size."},
          "cursor": {"type": "string", "description": "next_cursor of the previous page."}}))
     if td.embed is not None:
-        tools.append(_tool(
-            f"search_{td.name}",
+        tools.append(_op_tool(
+            f"search_{td.name}", "search",
             f"Find {td.name} entities by meaning and keywords (text: {td.embed}), optionally "
             "under exact filters. Returns {hits: [{entity, score}], receipt}.",
             {"text": {"type": "string", "minLength": 1, "description": "What to look for."},
              "where": where_schema(etype),
              "k": {"type": "integer", "minimum": 1, "maximum": mem.settings.max_k,
-                   "default": 10, "description": "How many hits."},
-             "mode": {"type": "string", "enum": list(SEARCH_MODES), "default": "hybrid",
-                      "description": "hybrid (vectors + keywords), vector or keyword."}},
-            ["text"]))
+                   "description": "How many hits."},
+             "mode": {"type": "string", "enum": list(SEARCH_MODES),
+                      "description": "hybrid (vectors + keywords), vector or keyword."}}))
     return tools
 
 
@@ -233,36 +257,35 @@ def _generic_tools(types: list[EntityType]) -> list[dict[str, Any]]:
                        "result: \"$0.id\", \"$2.hits[0].entity.id\", \"$1.items[0].data.x\".",
     }
     return [
-        _tool("get", f"Get one entity by ID (any type: {type_names}). {ENTITY_RESULT}",
-              {**id_only, "as_of": {"type": "integer", "minimum": 0,
-                                    "description": "Read it as of this audit seq."}}, ["id"]),
-        _tool("update", "Change some fields of an entity (the fields of its type, see "
+        _op_tool("get", "get", f"Get one entity by ID (any type: {type_names}). {ENTITY_RESULT}",
+                 {**id_only, "as_of": {"type": "integer", "minimum": 0,
+                                       "description": "Read it as of this audit seq."}}),
+        _op_tool("update", "update", "Change some fields of an entity (the fields of its type, see "
               f"create_<Type>); bumps its version. {ENTITY_RESULT}",
-              {**id_only, "changes": {"type": "object", "minProperties": 1,
-                                      "description": "{field: new value}"},
-               "expected_version": VERSION_SCHEMA}, ["id", "changes"]),
-        _tool("append", f"Append values to a list field of an entity. {ENTITY_RESULT}",
-              {**id_only, "field": {"type": "string", "description": "A list field."},
-               "values": {"type": "array", "minItems": 1},
-               "expected_version": VERSION_SCHEMA}, ["id", "field", "values"]),
-        _tool("delete", f"Soft-delete an entity (restorable). {ENTITY_RESULT}",
-              {**id_only, "expected_version": VERSION_SCHEMA}, ["id"]),
-        _tool("restore", f"Undo the soft delete of an entity. {ENTITY_RESULT}",
-              {**id_only, "expected_version": VERSION_SCHEMA}, ["id"]),
-        _tool("link", "Link two entities by a relation of the first one's type. Returns "
-              "{linked: false} when the link already existed.",
-              {"from_id": ID_SCHEMA, "relation": relation, "to_id": ID_SCHEMA},
-              ["from_id", "relation", "to_id"]),
-        _tool("unlink", "Remove a link between two entities.",
-              {"from_id": ID_SCHEMA, "relation": relation, "to_id": ID_SCHEMA},
-              ["from_id", "relation", "to_id"]),
-        _tool("related", "Entities linked to an entity, nearest first. Returns "
-              "[{relation, direction, depth, from_id, entity}].",
-              {**id_only, "relation": relation,
-               "direction": {"type": "string", "enum": list(DIRECTIONS), "default": "out"},
-               "depth": {"type": "integer", "minimum": 1, "maximum": 5, "default": 1}},
-              ["id"]),
-        _tool("history", "Every audit event of an entity, oldest first.", id_only, ["id"]),
+                 {**id_only, "changes": {"type": "object", "minProperties": 1,
+                                         "description": "{field: new value}"},
+                  "expected_version": VERSION_SCHEMA}),
+        _op_tool("append", "append",
+                 f"Append values to a list field of an entity. {ENTITY_RESULT}",
+                 {**id_only, "field": {"type": "string", "description": "A list field."},
+                  "values": {"type": "array", "minItems": 1},
+                  "expected_version": VERSION_SCHEMA}),
+        _op_tool("delete", "delete", f"Soft-delete an entity (restorable). {ENTITY_RESULT}",
+                 {**id_only, "expected_version": VERSION_SCHEMA}),
+        _op_tool("restore", "restore", f"Undo the soft delete of an entity. {ENTITY_RESULT}",
+                 {**id_only, "expected_version": VERSION_SCHEMA}),
+        _op_tool("link", "link", "Link two entities by a relation of the first one's type. "
+                 "Returns {linked: false} when the link already existed.",
+                 {"from_id": ID_SCHEMA, "relation": relation, "to_id": ID_SCHEMA}),
+        _op_tool("unlink", "unlink", "Remove a link between two entities.",
+                 {"from_id": ID_SCHEMA, "relation": relation, "to_id": ID_SCHEMA}),
+        _op_tool("related", "related", "Entities linked to an entity, nearest first. Returns "
+                 "[{relation, direction, depth, from_id, entity}].",
+                 {**id_only, "relation": relation,
+                  "direction": {"type": "string", "enum": list(DIRECTIONS)},
+                  "depth": {"type": "integer", "minimum": 1, "maximum": 5}}),
+        _op_tool("history", "history", "Every audit event of an entity, oldest first.",
+                 id_only),
         _tool("execute_plan", "Run several operations as one atomic plan: all of it is "
               "validated first (an invalid plan returns every problem and changes nothing), "
               "then committed in one transaction. dry_run=true shows the diff only. Returns "
@@ -275,7 +298,7 @@ def _generic_tools(types: list[EntityType]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- calls
 
 
-def call_tool(mem: Memory, name: Any, arguments: Any = None, *, actor: str | None = None,
+def call_tool(mem: EmbeddedMemory, name: Any, arguments: Any = None, *, actor: str | None = None,
               reason: str | None = None, trace_id: str | None = None) -> Any:
     """Validate and execute one tool call; returns its JSON-able result."""
     if arguments is None:
@@ -286,8 +309,6 @@ def call_tool(mem: Memory, name: Any, arguments: Any = None, *, actor: str | Non
         raise problems.error()
     args = dict(arguments)
     if name == "context":  # a read that is no plan step: see dmf_hybrid.lifecycle.context
-        from .lifecycle.context import call_context_tool
-
         return call_context_tool(mem, args)
     if name == "execute_plan":
         unknown = sorted(set(args) - {"ops", "dry_run"})
@@ -313,7 +334,7 @@ def call_tool(mem: Memory, name: Any, arguments: Any = None, *, actor: str | Non
     return outcome["results"][0]
 
 
-def tool_names(mem: Memory) -> list[str]:
+def tool_names(mem: EmbeddedMemory) -> list[str]:
     """The names of the tools ``tool_definitions`` lists (cheap: no schemas are built)."""
     names = []
     for etype in mem.types():
@@ -323,7 +344,7 @@ def tool_names(mem: Memory) -> list[str]:
     return [n for n in names if TOOL_NAME_RE.match(n)] + list(GENERIC_TOOLS)
 
 
-def _as_step(mem: Memory, name: Any, args: dict[str, Any]) -> dict[str, Any]:
+def _as_step(mem: EmbeddedMemory, name: Any, args: dict[str, Any]) -> dict[str, Any]:
     known = tool_names(mem)
     if not isinstance(name, str) or name not in known:
         problems = Problems()
@@ -336,10 +357,10 @@ def _as_step(mem: Memory, name: Any, args: dict[str, Any]) -> dict[str, Any]:
         problems = Problems()
         problems.add(0, "op", f"{name} takes no argument 'op'")
         raise problems.error()
-    for prefix in ("create_", "query_", "search_"):
-        if name.startswith(prefix):
-            op, type_name = prefix[:-1], name[len(prefix):]
-            if op == "create":
-                return {"op": "create", "type": type_name, "data": args}
-            return {"op": op, "type": type_name, **args}
+    op = tool_operation(name)
+    if op in ("create", "query", "search") and name != op:
+        type_name = name[len(op) + 1:]
+        if op == "create":
+            return {"op": "create", "type": type_name, "data": args}
+        return {"op": op, "type": type_name, **args}
     return {"op": name, **args}

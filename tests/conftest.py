@@ -10,7 +10,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from dmf_hybrid import HashEmbedder, Memory
+from dmf_hybrid import HashEmbedder, Memory, MemoryAPI
 from dmf_hybrid.vector.exact import ExactIndex
 
 INDEXES = Path(__file__).resolve().parent.parent / "indexes"
@@ -35,7 +35,7 @@ class Poi(BaseModel):
     rating: int | None = None
 
 
-def define_travel(mem: Memory) -> None:
+def define_travel(mem: MemoryAPI) -> None:
     """Register the small travel types the tests use."""
     mem.define(Poi, identity=["name", "city"], embed="{name} in {city}")
     mem.define(Trip, identity=["destination"], embed="Trip to {destination} {tags}",
@@ -43,13 +43,24 @@ def define_travel(mem: Memory) -> None:
                                                                   "cardinality": "one"}})
 
 
-@pytest.fixture
-def mem(tmp_path: Path) -> Iterator[Memory]:
-    """A memory in a temp directory: DuckDB file, in-memory exact vectors, hash embedder."""
-    m = Memory.open(tmp_path / "mem", embedder=HashEmbedder(), vector_index=ExactIndex())
+def travel_memory(path: Path) -> Iterator[Memory]:
+    """A memory in ``path``: DuckDB file, in-memory exact vectors, hash embedder, travel types."""
+    m = Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex())
     define_travel(m)
     yield m
     m.close()
+
+
+@pytest.fixture
+def mem(tmp_path: Path) -> Iterator[Memory]:
+    """A memory in a temp directory: DuckDB file, in-memory exact vectors, hash embedder."""
+    yield from travel_memory(tmp_path / "mem")
+
+
+@pytest.fixture
+def memory(tmp_path: Path) -> Iterator[Memory]:
+    """Like ``mem``, always embedded (for modules whose ``mem`` goes through both doors)."""
+    yield from travel_memory(tmp_path / "memory")
 
 
 @pytest.fixture

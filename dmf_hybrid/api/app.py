@@ -12,9 +12,10 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
-from .. import __version__
 from ..config import Settings
 from ..memory import Memory
+from ..version import __version__
+from ..wire import ErrorBody
 from .auth import KeyRing
 from .deps import ServiceState, StartupTask
 from .errors import GuardMiddleware, install_error_handlers
@@ -30,7 +31,6 @@ from .routes import (
     tools,
     types,
 )
-from .schemas import ErrorBody
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..checks import ID_RE
 from ..config import Settings
 from ..errors import Forbidden, Unauthorized, ValidationError
 
 HASH_RE = re.compile(r"^[0-9a-f]{64}$")
-TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+#: Tenant names have the shape of entity IDs.
+TENANT_RE = ID_RE
 
 
 class Role(enum.IntEnum):

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import uvicorn
+
 from ..config import Settings
+from ..errors import DMFError
+from ..examples import seed_examples
 from ..memory import Memory
 from .app import create_app
 from .auth import KeyRing, check_bind
@@ -25,8 +30,6 @@ log = logging.getLogger(__name__)
 
 
 def _seed(memory: Memory) -> None:
-    from ..examples import seed_examples
-
     counts = seed_examples(memory)
     if counts is not None:
         log.info("seeded the empty store with %s", counts)
@@ -39,8 +42,6 @@ def create_server(settings: Settings, memory: Memory | None = None, **uvicorn_op
     Refuses (ValidationError) an open service on a non-loopback address before opening
     anything. ``memory`` defaults to ``settings.data_dir``, closed when the server stops.
     """
-    import uvicorn
-
     keys = KeyRing.from_settings(settings)
     check_bind(settings.host, keys)
     tasks: list[StartupTask] = [_seed] if settings.load_examples else []
@@ -63,20 +64,6 @@ def run(settings: Settings) -> None:
         server.config.app.state.dmf.close()
 
 
-if __name__ == "__main__":  # python -m dmf_hybrid.api.server (settings from DMF_* variables)
-    import sys
-
-    from ..errors import DMFError
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
-                        "%(message)s")
-    try:
-        run(Settings())
-    except DMFError as exc:
-        log.error("%s", exc)
-        sys.exit(2)
-
-
 @contextmanager
 def serve_in_thread(app: Any, *, timeout: float = 30.0, **uvicorn_options: Any) -> Iterator[str]:
     """Run ``app`` under uvicorn on a free 127.0.0.1 port in a thread; yields its base URL.
@@ -84,8 +71,6 @@ def serve_in_thread(app: Any, *, timeout: float = 30.0, **uvicorn_options: Any) 
     For tests and benchmarks. RuntimeError if the server does not start, or does not stop
     within ``timeout`` seconds once the block ends.
     """
-    import uvicorn
-
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -107,3 +92,13 @@ def serve_in_thread(app: Any, *, timeout: float = 30.0, **uvicorn_options: Any) 
         sock.close()
     if thread.is_alive():
         raise RuntimeError("uvicorn did not stop")
+
+
+if __name__ == "__main__":  # python -m dmf_hybrid.api.server (settings from DMF_* variables)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    try:
+        run(Settings())
+    except DMFError as exc:
+        log.error("%s", exc)
+        sys.exit(2)

@@ -4,6 +4,7 @@
 write hooks that run inside every write transaction: erasure reaching the event archive
 (:mod:`.archive`) and rule evaluation (:mod:`.rules`). The ``Memory`` methods ``context``,
 ``summarize``, ``archive_events``, ``open_constraints`` and ``define_rule`` delegate here.
+Their result types live in :mod:`dmf_hybrid.models` (the HTTP client returns them too).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import weakref
 
 import duckdb
 
+from ..models import ArchiveFile, ArchiveResult, MemoryContext, SummaryResult
+from ..ruledefs import RuleDef
 from ..store import Store
-from .archive import ArchiveFile, ArchiveResult, redact_archived
-from .context import MemoryContext
-from .rules import CompiledRule, RuleDef, RuleEngine
-from .summaries import SummaryResult
+from .archive import redact_archived
+from .rules import CompiledRule, RuleEngine
 
 __all__ = [
     "ArchiveFile",

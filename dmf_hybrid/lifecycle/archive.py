@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from pydantic import BaseModel
 
+from ..checks import check_before_seq
 from ..errors import Conflict, ValidationError
+from ..models import ArchiveFile, ArchiveResult
 from ..store import Store
 from ..store.audit import EVENT_COLUMNS
-from ..store.store import EVENTS_ALL
+from ..store.reads import EVENTS_ALL
 from ..store.tables import ENTITY_OPS
 
 log = logging.getLogger(__name__)
@@ -42,26 +43,6 @@ log = logging.getLogger(__name__)
 SNAPSHOT_DIR = "archived_events"
 FILE_PATTERN = "events-{first:012d}-{last:012d}.parquet"
 _COLS = ", ".join(EVENT_COLUMNS)
-
-
-class ArchiveFile(BaseModel):
-    """One archive file and its checkpoint: seq range, last chain hash, count, file hash."""
-
-    file: str
-    first_seq: int
-    last_seq: int
-    last_hash: str
-    events: int
-    sha256: str
-    archived_seq: int
-
-
-class ArchiveResult(BaseModel):
-    """What ``archive_events`` moved (``moved == 0``: nothing to archive, nothing written)."""
-
-    moved: int
-    file: ArchiveFile | None = None
-    seq: int | None = None
 
 
 def file_sha256(path: Path) -> str:
@@ -92,8 +73,7 @@ def archive_files(store: Store) -> list[ArchiveFile]:
 def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: str,
                    actor: str | None = None, reason: str | None = None) -> ArchiveResult:
     """Move the hot events with ``seq < before_seq`` into a Parquet file under ``dest``."""
-    if isinstance(before_seq, bool) or not isinstance(before_seq, int) or before_seq < 1:
-        raise ValidationError("before_seq must be a positive integer", field="before_seq")
+    before_seq = check_before_seq(before_seq)
     if not isinstance(dest, (str, Path)) or not str(dest):
         raise ValidationError("dest must be a directory path", field="dest")
     directory = Path(dest)

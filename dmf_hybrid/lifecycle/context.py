@@ -33,23 +33,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel, Field
-
+from ..checks import check_id
+from ..embedded import EmbeddedMemory
 from ..errors import NotFound, ValidationError
-from ..models import AuditEvent, Entity
+from ..models import (
+    AuditEvent,
+    ContextChange,
+    ContextEntity,
+    ContextHit,
+    ContextLink,
+    Entity,
+    MemoryContext,
+)
+from ..ruledefs import CONSTRAINT_TYPE
 from ..store import audit
-from ..store.store import EVENTS_ALL, check_id
-from .rules import CONSTRAINT_TYPE
+from ..store.reads import EVENTS_ALL
+from ..wire import (
+    CONTEXT_MAX_BUDGET,
+    CONTEXT_MAX_FOCUS,
+    CONTEXT_MAX_QUERY_CHARS,
+    CONTEXT_MIN_BUDGET,
+)
 from .summaries import SUMMARY_TYPE, _value, describe_event
 
-if TYPE_CHECKING:
-    from ..memory import Memory
-
-MAX_FOCUS = 50
-MAX_QUERY_CHARS = 2000
-MIN_BUDGET, MAX_BUDGET = 32, 100_000
+MAX_FOCUS = CONTEXT_MAX_FOCUS
+MAX_QUERY_CHARS = CONTEXT_MAX_QUERY_CHARS
+MIN_BUDGET, MAX_BUDGET = CONTEXT_MIN_BUDGET, CONTEXT_MAX_BUDGET
 MAX_RELATIONS = 20
 MAX_CONSTRAINTS = 20
 MAX_CHANGES = 12
@@ -59,70 +70,12 @@ LABEL_FIELDS = ("name", "title", "label", "handle", "destination", "message", "t
 APPROX = "ceil(chars/4)"
 
 
-class ContextEntity(BaseModel):
-    """An entity as the context shows it."""
-
-    id: str
-    type: str
-    version: int
-    label: str | None = None
-    fields: dict[str, Any] = Field(default_factory=dict)
-
-
-class ContextLink(BaseModel):
-    """A direct link of a focus entity."""
-
-    from_id: str
-    relation: str
-    to_id: str
-    other_type: str
-    other_label: str | None = None
-
-
-class ContextHit(BaseModel):
-    """A search hit for the context's query."""
-
-    id: str
-    type: str
-    score: float
-    label: str | None = None
-
-
-class ContextChange(BaseModel):
-    """A recent audit event, described without its time."""
-
-    seq: int
-    op: str
-    type: str | None = None
-    entity_id: str | None = None
-    text: str
-
-
-class MemoryContext(BaseModel):
-    """Prompt context: ``text`` and the structured data it shows (only what fitted)."""
-
-    text: str
-    tokens: int
-    budget_tokens: int
-    token_counter: str
-    as_of_seq: int
-    truncated: bool = False
-    omitted: int = Field(0, description="Items left out for the token budget.")
-    focus: list[ContextEntity] = Field(default_factory=list)
-    constraints: list[ContextEntity] = Field(default_factory=list)
-    relations: list[ContextLink] = Field(default_factory=list)
-    hits: list[ContextHit] = Field(default_factory=list)
-    changes: list[ContextChange] = Field(default_factory=list)
-    types: dict[str, int] = Field(default_factory=dict)
-    ids: list[str] = Field(default_factory=list, description="Every entity ID in the text.")
-
-
 def approx_tokens(text: str) -> int:
     """The documented approximation: one token per 4 characters, rounded up."""
     return math.ceil(len(text) / 4)
 
 
-def token_counter(mem: Memory) -> tuple[Callable[[str], int], str]:
+def token_counter(mem: EmbeddedMemory) -> tuple[Callable[[str], int], str]:
     """The embedder's tokenizer count when it has one, else the approximation; and its name."""
     embedder = getattr(mem.engine, "embedder", None)
     count = getattr(embedder, "count_tokens", None)
@@ -142,7 +95,7 @@ def label(entity: Entity) -> str | None:
     return None
 
 
-def _entity_item(mem: Memory, entity: Entity) -> ContextEntity:
+def _entity_item(mem: EmbeddedMemory, entity: Entity) -> ContextEntity:
     etype = mem.get_type(entity.type)
     identity = tuple(etype.typedef.identity or ())
     data = entity.fields()
@@ -218,7 +171,7 @@ def _check_args(focus_ids: Any, query: Any, budget_tokens: Any, k: Any) -> list[
     return focus
 
 
-def _recent_events(mem: Memory, focus: list[str], seq: int) -> list[AuditEvent]:
+def _recent_events(mem: EmbeddedMemory, focus: list[str], seq: int) -> list[AuditEvent]:
     cols = ", ".join(audit.EVENT_COLUMNS)
     params: list[Any] = [mem.tenant, seq]
     where = "tenant = ? AND seq <= ? AND op IN ('create', 'update', 'append', 'delete', " \
@@ -227,17 +180,17 @@ def _recent_events(mem: Memory, focus: list[str], seq: int) -> list[AuditEvent]:
         marks = ",".join("?" * len(focus))
         where += f" AND (entity_id IN ({marks}) OR json_extract_string(meta, '$.to') IN ({marks}))"
         params += focus + focus
-    rows = mem._store.db.fetchall(
+    rows = mem.reads.fetchall(
         f"SELECT {cols} FROM {EVENTS_ALL} WHERE {where} ORDER BY seq DESC LIMIT {MAX_CHANGES}",
         params)
     return [audit.row_to_event(r) for r in rows]
 
 
-def build_context(mem: Memory, focus_ids: Any = None, query: Any = None,
+def build_context(mem: EmbeddedMemory, focus_ids: Any = None, query: Any = None,
                   budget_tokens: Any = 800, as_of: Any = None, *, k: Any = 5) -> MemoryContext:
     """The prompt context for the focus entities and query at ``as_of`` (see the module doc)."""
     focus = _check_args(focus_ids, query, budget_tokens, k)
-    resolved = mem._store.resolve_as_of(as_of)
+    resolved = mem.reads.resolve_as_of(as_of)
     seq = mem.last_seq if resolved is None else resolved
     count, counter_name = token_counter(mem)
     b = _Builder(count, budget_tokens)
@@ -274,7 +227,7 @@ def build_context(mem: Memory, focus_ids: Any = None, query: Any = None,
                           f"{' ' + link.other_label if link.other_label else ''})", link))
     out.relations = b.section("Relations", links)
 
-    if query is not None and mem.engine is not None:
+    if query is not None:
         pool: list[ContextHit] = []
         for tname in sorted(types):
             if types[tname].typedef.embed is None or tname == SUMMARY_TYPE and focus:
@@ -314,9 +267,9 @@ def build_context(mem: Memory, focus_ids: Any = None, query: Any = None,
                                   "omitted": b.omitted, "ids": mentioned_ids(mem, text)})
 
 
-def _direct_links(mem: Memory, entity_id: str, as_of: int | None) -> list[ContextLink]:
+def _direct_links(mem: EmbeddedMemory, entity_id: str, as_of: int | None) -> list[ContextLink]:
     """Up to MAX_RELATIONS live links of an entity, by (relation, direction, other ID)."""
-    found = mem._store.links(mem.tenant, [entity_id], None, "both", as_of)
+    found = mem.reads.links([entity_id], None, "both", as_of)
     ordered = sorted(found, key=lambda x: (x[1], x[3], x[2] if x[3] == "out" else x[0]))
     out: list[ContextLink] = []
     for a, relation, b, tag in ordered:
@@ -334,22 +287,23 @@ def _direct_links(mem: Memory, entity_id: str, as_of: int | None) -> list[Contex
     return out
 
 
-def _recently_changed(mem: Memory, type_name: str, seq: int, as_of: int | None) -> list[str]:
+def _recently_changed(mem: EmbeddedMemory, type_name: str, seq: int, as_of: int | None
+                      ) -> list[str]:
     """IDs of a type's live entities whose last change is newest (by audit seq, then ID)."""
-    rows = mem._store.db.fetchall(
+    rows = mem.reads.fetchall(
         f"SELECT entity_id, max(seq) AS last FROM {EVENTS_ALL} WHERE tenant = ? AND type = ? "
         "AND seq <= ? AND entity_id IS NOT NULL AND op IN ('create', 'update', 'append', "
         "'restore') GROUP BY entity_id ORDER BY last DESC, entity_id LIMIT ?",
         [mem.tenant, type_name, seq, MAX_OVERVIEW_IDS * 4])
     ids = [r[0] for r in rows]
     if as_of is None:
-        live = set(mem._store.get_many(mem.tenant, type_name, ids))
+        live = set(mem.reads.get_many(type_name, ids))
     else:
         live = {i for i in ids if _exists(mem, i, as_of)}
     return [i for i in ids if i in live][:MAX_OVERVIEW_IDS]
 
 
-def _exists(mem: Memory, entity_id: str, as_of: int) -> bool:
+def _exists(mem: EmbeddedMemory, entity_id: str, as_of: int) -> bool:
     try:
         mem.get(entity_id, as_of=as_of)
     except NotFound:
@@ -357,18 +311,11 @@ def _exists(mem: Memory, entity_id: str, as_of: int) -> bool:
     return True
 
 
-def mentioned_ids(mem: Memory, text: str) -> list[str]:
+def mentioned_ids(mem: EmbeddedMemory, text: str) -> list[str]:
     """The entity IDs of this tenant that a text mentions, sorted."""
     words = {w.strip("(),;:") for w in text.split()}
     candidates = sorted(w for w in words if w and _looks_like_id(w))
-    found: list[str] = []
-    for i in range(0, len(candidates), 1000):
-        part = candidates[i:i + 1000]
-        marks = ",".join("?" * len(part))
-        found += [r[0] for r in mem._store.db.fetchall(
-            f"SELECT id FROM entity_index WHERE tenant = ? AND id IN ({marks})",
-            [mem.tenant, *part])]
-    return sorted(found)
+    return sorted(mem.reads.types_of_ids(candidates))
 
 
 def _looks_like_id(word: str) -> bool:
@@ -404,7 +351,7 @@ def context_tool_definition() -> dict[str, Any]:
     }
 
 
-def call_context_tool(mem: Memory, arguments: dict[str, Any]) -> dict[str, Any]:
+def call_context_tool(mem: EmbeddedMemory, arguments: dict[str, Any]) -> dict[str, Any]:
     """Run the ``context`` tool: ``{text, ids, as_of_seq, tokens, truncated}``."""
     unknown = sorted(set(arguments) - {"focus_ids", "query", "budget_tokens", "as_of"})
     if unknown:

@@ -23,20 +23,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel, Field
-
+from ..checks import check_seq_bounds
+from ..embedded import EmbeddedMemory
 from ..errors import NotFound, ValidationError
 from ..ids import content_hash
-from ..models import AuditEvent, Entity
+from ..models import AuditEvent, SummaryResult
 from ..schema import TypeDef
 from ..store.audit import EVENT_COLUMNS, row_to_event
-from ..store.store import EVENTS_ALL
+from ..store.reads import EVENTS_ALL
 from ..store.tables import ENTITY_OPS
-
-if TYPE_CHECKING:
-    from ..memory import Memory
 
 SUMMARY_TYPE = "MemorySummary"
 SUMMARY_TYPEDEF = TypeDef.model_validate({
@@ -68,23 +65,7 @@ MAX_CREATE_FIELDS = 6
 Summariser = Callable[[str, Mapping[str, Any]], str]
 
 
-class SummaryResult(BaseModel):
-    """A summary: the ``MemorySummary`` entity (None when the window is empty) and its parts."""
-
-    empty: bool
-    scope: str
-    since_seq: int
-    until_seq: int
-    event_count: int = 0
-    first_seq: int | None = None
-    last_seq: int | None = None
-    events_hash: str | None = None
-    text: str = ""
-    entity_ids: list[str] = Field(default_factory=list)
-    summary: Entity | None = None
-
-
-def ensure_summary_type(mem: Memory) -> None:
+def ensure_summary_type(mem: EmbeddedMemory) -> None:
     """Define the MemorySummary type if it is not registered yet."""
     try:
         mem.get_type(SUMMARY_TYPE)
@@ -140,20 +121,12 @@ def describe_event(event: AuditEvent, identity: tuple[str, ...] = ()) -> str:
     return event.op
 
 
-def _entity_types(mem: Memory, ids: list[str]) -> dict[str, str]:
+def _entity_types(mem: EmbeddedMemory, ids: list[str]) -> dict[str, str]:
     """The type of each known ID (from the entity index)."""
-    out: dict[str, str] = {}
-    for i in range(0, len(ids), 1000):
-        part = ids[i:i + 1000]
-        marks = ",".join("?" * len(part))
-        for eid, tname in mem._store.db.fetchall(
-                f"SELECT id, type FROM entity_index WHERE tenant = ? AND id IN ({marks})",
-                [mem.tenant, *part]):
-            out[eid] = tname
-    return out
+    return mem.reads.types_of_ids(ids)
 
 
-def render(mem: Memory, events: list[AuditEvent]) -> tuple[str, list[str]]:
+def render(mem: EmbeddedMemory, events: list[AuditEvent]) -> tuple[str, list[str]]:
     """The templated text of events (one line per entity, by first seq) and the IDs covered."""
     groups: dict[str, list[AuditEvent]] = {}
     for event in events:
@@ -194,7 +167,7 @@ def render(mem: Memory, events: list[AuditEvent]) -> tuple[str, list[str]]:
     return "\n".join(lines), covered
 
 
-def _scope_sql(mem: Memory, scope: Any) -> tuple[str, str, list[Any]]:
+def _scope_sql(mem: EmbeddedMemory, scope: Any) -> tuple[str, str, list[Any]]:
     """The scope's name and its SQL condition on the events (with bound values)."""
     if scope is None or scope == "*":
         return "*", "TRUE", []
@@ -202,29 +175,25 @@ def _scope_sql(mem: Memory, scope: Any) -> tuple[str, str, list[Any]]:
         raise ValidationError("scope must be \"*\", a type name or an entity ID", field="scope")
     if any(t.name == scope for t in mem.types()):
         return scope, "type = ?", [scope]
-    if not mem._store.db.fetchone("SELECT 1 FROM entity_index WHERE id = ? AND tenant = ?",
-                                  [scope, mem.tenant]):
+    if mem.reads.type_of_id(scope) is None:
         raise NotFound(f"scope {scope!r} is neither a type nor an entity ID", field="scope")
     return scope, "(entity_id = ? OR json_extract_string(meta, '$.to') = ?)", [scope, scope]
 
 
-def window_events(mem: Memory, scope: Any, since_seq: int, until_seq: int
+def window_events(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int
                   ) -> tuple[str, list[AuditEvent]]:
     """The scope's name and its summarised events with since_seq < seq <= until_seq."""
     name, condition, params = _scope_sql(mem, scope)
     ops = ", ".join("?" * len(SUMMARY_OPS))
-    rows = mem._store.db.fetchall(
+    rows = mem.reads.fetchall(
         f"SELECT {', '.join(EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE tenant = ? AND seq > ? "
         f"AND seq <= ? AND op IN ({ops}) AND type IS DISTINCT FROM ? AND {condition} "
         "ORDER BY seq", [mem.tenant, since_seq, until_seq, *SUMMARY_OPS, SUMMARY_TYPE, *params])
     return name, [row_to_event(r) for r in rows]
 
 
-def _window(mem: Memory, since_seq: Any, until_seq: Any) -> tuple[int, int]:
-    for fname, value in (("since_seq", since_seq), ("until_seq", until_seq)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 0):
-            raise ValidationError(f"{fname} must be a non-negative integer", field=fname)
+def _window(mem: EmbeddedMemory, since_seq: Any, until_seq: Any) -> tuple[int, int]:
+    check_seq_bounds(since_seq=since_seq, until_seq=until_seq)
     since = since_seq or 0
     until = mem.last_seq if until_seq is None else min(until_seq, mem.last_seq)
     if until < since:
@@ -232,7 +201,7 @@ def _window(mem: Memory, since_seq: Any, until_seq: Any) -> tuple[int, int]:
     return since, until
 
 
-def summarize(mem: Memory, scope: Any = None, since_seq: Any = None, until_seq: Any = None,
+def summarize(mem: EmbeddedMemory, scope: Any = None, since_seq: Any = None, until_seq: Any = None,
               *, summariser: Summariser | None = None, actor: str | None = None,
               reason: str | None = None) -> SummaryResult:
     """Summarise a scope's events in a window into a ``MemorySummary`` entity."""
@@ -266,13 +235,13 @@ def summarize(mem: Memory, scope: Any = None, since_seq: Any = None, until_seq: 
                 by_type.setdefault(tname, []).append(eid)
             live: set[str] = set()
             for tname, ids in sorted(by_type.items()):
-                live |= set(mem._store.get_many(mem.tenant, tname, ids))
+                live |= set(mem.reads.get_many(tname, ids))
             for eid in sorted(live):
                 mem.link(entity.id, "covers", eid, actor=actor, reason=reason)
     return result.model_copy(update={"summary": entity})
 
 
-def check_summary(mem: Memory, summary_id: str) -> dict[str, Any]:
+def check_summary(mem: EmbeddedMemory, summary_id: str) -> dict[str, Any]:
     """Re-derive a summary from the log: ``{ok, events_hash_ok, text_ok, event_count}``."""
     fields = mem.get(summary_id).fields()
     _, events = window_events(mem, fields["scope"], fields["since_seq"], fields["until_seq"])

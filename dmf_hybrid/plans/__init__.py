@@ -28,10 +28,13 @@ from .ops import (
     DIRECTIONS,
     MUTATING_OPS,
     OP_ARGS,
+    OPERATIONS,
     OPS,
     ORDER_SYSTEM,
     READ_OPS,
     SEARCH_MODES,
+    Arg,
+    Operation,
     entity_json,
     result_json,
 )
@@ -40,10 +43,13 @@ from .refs import Ref, RefError, lookup, parse_ref, resolve
 from .validation import Validator
 
 __all__ = [
+    "Arg",
     "DIRECTIONS",
     "MUTATING_OPS",
+    "OPERATIONS",
     "OPS",
     "OP_ARGS",
+    "Operation",
     "ORDER_SYSTEM",
     "READ_OPS",
     "SEARCH_MODES",

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..embedded import EmbeddedMemory
 from ..errors import DMFError, LimitExceeded, NotFound, VersionConflict
-from ..models import AuditEvent
-from .ops import result_json
+from ..models import AuditEvent, PlanOutcome
+from .ops import OPERATIONS, result_json
 from .problems import Problems, similar_ids
 from .refs import RefError, resolve
 from .validation import Validator
-
-if TYPE_CHECKING:
-    from ..memory import Memory
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +27,7 @@ class _DryRun(Exception):
     """Raised inside the transaction to roll a dry run back."""
 
 
-def validate_plan(mem: Memory, ops: Any) -> list[dict[str, Any]]:
+def validate_plan(mem: EmbeddedMemory, ops: Any) -> list[dict[str, Any]]:
     """The problems of a plan (an empty list when it validates statically); writes nothing."""
     problems = _check_shape(mem, ops)
     if not problems:
@@ -37,7 +35,7 @@ def validate_plan(mem: Memory, ops: Any) -> list[dict[str, Any]]:
     return problems.items
 
 
-def _check_shape(mem: Memory, ops: Any) -> Problems:
+def _check_shape(mem: EmbeddedMemory, ops: Any) -> Problems:
     problems = Problems()
     if isinstance(ops, (str, bytes, Mapping)) or not isinstance(ops, Sequence):
         problems.add(None, "ops", "a plan must be a list of steps",
@@ -51,8 +49,9 @@ def _check_shape(mem: Memory, ops: Any) -> Problems:
     return problems
 
 
-def execute_plan(mem: Memory, ops: Any, *, dry_run: bool = False, actor: str | None = None,
-                 reason: str | None = None, trace_id: str | None = None) -> dict[str, Any]:
+def execute_plan(mem: EmbeddedMemory, ops: Any, *, dry_run: bool = False,
+                 actor: str | None = None, reason: str | None = None,
+                 trace_id: str | None = None) -> PlanOutcome:
     """Validate a plan, then run it in one transaction (committed unless ``dry_run``).
 
     Returns ``{"results": [...], "diff": [...], "committed": bool, "seq_range": [a, b] | None}``;
@@ -64,9 +63,9 @@ def execute_plan(mem: Memory, ops: Any, *, dry_run: bool = False, actor: str | N
     if problems:
         raise problems.error()
     for step in ops:  # load search mirrors outside the transaction (they must not see it)
-        if step["op"] == "search" and mem.engine is not None:
-            mem.engine.indexer.ensure_local(mem.get_type(step["type"]))
-    outcome: dict[str, Any] = {}
+        if step["op"] == "search":
+            mem.engine.ensure_loaded(mem.get_type(step["type"]))
+    outcome: PlanOutcome | None = None
     failure = Problems()
     seq0 = mem.last_seq
     try:
@@ -91,51 +90,28 @@ def execute_plan(mem: Memory, ops: Any, *, dry_run: bool = False, actor: str | N
             raise failure.error() from None
         if mem.last_seq != seq0:  # the rollback hooks must have restored the counter
             log.error("dry run left the audit seq at %s (was %s)", mem.last_seq, seq0)
+    assert outcome is not None  # every way out without an outcome raises
     return outcome
 
 
-def _run_step(mem: Memory, i: int, step: Mapping[str, Any], results: Sequence[Any],
+def _run_step(mem: EmbeddedMemory, i: int, step: Mapping[str, Any], results: Sequence[Any],
               actor: str | None, reason: str | None, trace_id: str | None) -> Any:
     args = {k: resolve(v, results) for k, v in step.items() if k != "op"}
-    op = step["op"]
-    audit = {"actor": actor, "reason": args.pop("reason", None) or reason,
-             "trace_id": trace_id}
-    value: Any
-    if op == "create":
-        value = mem.create(args["type"], args["data"], id=args.get("id"), **audit)
-    elif op == "update":
-        value = mem.update(args["id"], args["changes"],
-                           expected_version=args.get("expected_version"), **audit)
-    elif op == "append":
-        value = mem.append(args["id"], args["field"], args["values"],
-                           expected_version=args.get("expected_version"), **audit)
-    elif op in ("delete", "restore"):
-        value = getattr(mem, op)(args["id"], expected_version=args.get("expected_version"),
-                                 **audit)
-    elif op == "link":
-        linked = mem.link(args["from_id"], args["relation"], args["to_id"], **audit)
-        value = {"linked": linked, "from_id": args["from_id"], "relation": args["relation"],
+    op = OPERATIONS[step["op"]]
+    audit_reason = args.pop("reason", None) or reason
+    call = {a.parameter: args.get(a.name, a.default) for a in op.args}
+    if op.writes:
+        call.update(actor=actor, reason=audit_reason, trace_id=trace_id)
+    value = getattr(mem, op.method)(**call)
+    if op.name == "link":
+        value = {"linked": value, "from_id": args["from_id"], "relation": args["relation"],
                  "to_id": args["to_id"]}
-    elif op == "unlink":
-        seq = mem.unlink(args["from_id"], args["relation"], args["to_id"], **audit)
-        value = {"unlinked": True, "seq": seq}
-    elif op == "get":
-        value = mem.get(args["id"], as_of=args.get("as_of"))
-    elif op == "query":
-        value = mem.query(args["type"], args.get("where"), args.get("order_by"),
-                          args.get("limit", 50), args.get("cursor"))
-    elif op == "search":
-        value = mem.search(args["type"], args["text"], where=args.get("where"),
-                           k=args.get("k", 10), mode=args.get("mode", "hybrid"))
-    elif op == "related":
-        value = mem.related(args["id"], args.get("relation"), args.get("direction", "out"),
-                            args.get("depth", 1))
-    else:
-        value = mem.history(args["id"])
-    return result_json(op, value)
+    elif op.name == "unlink":
+        value = {"unlinked": True, "seq": value}
+    return result_json(op.name, value)
 
 
-def _runtime_problem(mem: Memory, i: int, step: Mapping[str, Any], exc: Exception
+def _runtime_problem(mem: EmbeddedMemory, i: int, step: Mapping[str, Any], exc: Exception
                      ) -> tuple[int, str | None, str, str | None]:
     if isinstance(exc, RefError):
         return i, None, str(exc), "an earlier result was shorter than the plan assumed"

@@ -1,45 +1,93 @@
-"""The operations a plan may use: their arguments, and their results as JSON values."""
+"""The operations a plan may use (one table: method, arguments, defaults, role) and their
+results as JSON values."""
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
+from ..checks import ID_RE
 from ..models import AuditEvent, Entity, Page, Related
 
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+ID_PATTERN = ID_RE
 SEARCH_MODES = ("hybrid", "vector", "keyword")
 DIRECTIONS = ("out", "in", "both")
-MUTATING_OPS = ("create", "update", "append", "delete", "restore", "link", "unlink")
-READ_OPS = ("get", "query", "search", "related", "history")
-ENTITY_OPS = ("create", "update", "append", "delete", "restore", "get")
 MAX_PROBLEMS = 50
 ORDER_SYSTEM = ("created_at", "updated_at", "version")
+READER, WRITER = "reader", "writer"
 
-# op -> {argument: (required, kind)}; kinds are checked statically when the value is literal.
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of an operation: its name in a plan step, the MemoryAPI parameter it
+    fills, whether it is required, its kind (checked statically when the value is literal) and
+    its default (the method's own; a test checks they agree)."""
+
+    name: str
+    kind: str
+    required: bool = False
+    param: str | None = None
+    default: Any = None
+
+    @property
+    def parameter(self) -> str:
+        """The name of the MemoryAPI parameter this argument fills."""
+        return self.param or self.name
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A plan operation: the MemoryAPI method it calls, its arguments and the role it needs."""
+
+    name: str
+    method: str
+    args: tuple[Arg, ...]
+    role: str
+
+    @property
+    def writes(self) -> bool:
+        """Whether the operation changes the memory (and takes the audit context)."""
+        return self.role == WRITER
+
+
+_ID = Arg("id", "id", True, "entity_id")
+_VERSION = Arg("expected_version", "int")
+#: Every plan operation, read by the executor, the tool definitions and the HTTP routes.
+OPERATIONS: dict[str, Operation] = {op.name: op for op in (
+    Operation("create", "create", (Arg("type", "type", True, "type_name"),
+                                   Arg("data", "object", True), Arg("id", "id")), WRITER),
+    Operation("update", "update", (_ID, Arg("changes", "object", True), _VERSION), WRITER),
+    Operation("append", "append", (_ID, Arg("field", "str", True), Arg("values", "list", True),
+                                   _VERSION), WRITER),
+    Operation("delete", "delete", (_ID, _VERSION), WRITER),
+    Operation("restore", "restore", (_ID, _VERSION), WRITER),
+    Operation("link", "link", (Arg("from_id", "id", True), Arg("relation", "str", True),
+                               Arg("to_id", "id", True)), WRITER),
+    Operation("unlink", "unlink", (Arg("from_id", "id", True), Arg("relation", "str", True),
+                                   Arg("to_id", "id", True)), WRITER),
+    Operation("get", "get", (_ID, Arg("as_of", "int")), READER),
+    Operation("query", "query", (Arg("type", "type", True, "type_name"), Arg("where", "object"),
+                                 Arg("order_by", "order"), Arg("limit", "int", default=50),
+                                 Arg("cursor", "str")), READER),
+    Operation("search", "search", (Arg("type", "type", True, "type_name"),
+                                   Arg("text", "str", True), Arg("where", "object"),
+                                   Arg("k", "int", default=10),
+                                   Arg("mode", "mode", default="hybrid")), READER),
+    Operation("related", "related", (_ID, Arg("relation", "str"),
+                                     Arg("direction", "direction", default="out"),
+                                     Arg("depth", "int", default=1)), READER),
+    Operation("history", "history", (_ID,), READER),
+)}
+MUTATING_OPS = tuple(n for n, op in OPERATIONS.items() if op.writes)
+READ_OPS = tuple(n for n, op in OPERATIONS.items() if not op.writes)
+ENTITY_OPS = ("create", "update", "append", "delete", "restore", "get")
+
+# op -> {argument: (required, kind)}, with the audit ``reason`` every step may carry
 OP_ARGS: dict[str, dict[str, tuple[bool, str]]] = {
-    "create": {"type": (True, "type"), "data": (True, "object"), "id": (False, "id")},
-    "update": {"id": (True, "id"), "changes": (True, "object"),
-               "expected_version": (False, "int")},
-    "append": {"id": (True, "id"), "field": (True, "str"), "values": (True, "list"),
-               "expected_version": (False, "int")},
-    "delete": {"id": (True, "id"), "expected_version": (False, "int")},
-    "restore": {"id": (True, "id"), "expected_version": (False, "int")},
-    "link": {"from_id": (True, "id"), "relation": (True, "str"), "to_id": (True, "id")},
-    "unlink": {"from_id": (True, "id"), "relation": (True, "str"), "to_id": (True, "id")},
-    "get": {"id": (True, "id"), "as_of": (False, "int")},
-    "query": {"type": (True, "type"), "where": (False, "object"), "order_by": (False, "order"),
-              "limit": (False, "int"), "cursor": (False, "str")},
-    "search": {"type": (True, "type"), "text": (True, "str"), "where": (False, "object"),
-               "k": (False, "int"), "mode": (False, "mode")},
-    "related": {"id": (True, "id"), "relation": (False, "str"), "direction": (False, "direction"),
-                "depth": (False, "int")},
-    "history": {"id": (True, "id")},
-}
-for _args in OP_ARGS.values():
-    _args["reason"] = (False, "str")
+    name: {**{a.name: (a.required, a.kind) for a in op.args}, "reason": (False, "str")}
+    for name, op in OPERATIONS.items()}
 OPS = tuple(OP_ARGS)
 LITERAL_ONLY = ("op", "type", "relation", "field", "mode", "direction")
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..embedded import EmbeddedMemory
 from ..errors import PlanError
 from ..schema import EntityType
 from .ops import MAX_PROBLEMS
-
-if TYPE_CHECKING:
-    from ..memory import Memory
 
 
 @dataclass
@@ -53,11 +51,11 @@ def close_matches(word: Any, options: Sequence[str], what: str) -> str:
     return f"did you mean {', '.join(near)}? {text}" if near else text
 
 
-def similar_ids(mem: Memory, eid: Any, extra: Sequence[str] = ()) -> str:
+def similar_ids(mem: EmbeddedMemory, eid: Any, extra: Sequence[str] = ()) -> str:
     """A hint naming IDs of this tenant (and of the plan) that look like ``eid``."""
     candidates: list[str] = []
     if isinstance(eid, str):
-        rows = mem._store.db.fetchall(  # noqa: SLF001 - same package, read-only
+        rows = mem.reads.fetchall(
             "SELECT id, type FROM entity_index WHERE tenant = ? AND erased_seq IS NULL "
             "ORDER BY levenshtein(id, ?), id LIMIT 3", [mem.tenant, eid[:200]])
         candidates = [f"{i} ({t})" for i, t in rows]

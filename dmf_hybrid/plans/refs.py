@@ -10,14 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..embedded import EmbeddedMemory
 from ..errors import DMFError
 from ..schema import EntityType
 from .ops import ENTITY_OPS
-
-if TYPE_CHECKING:
-    from ..memory import Memory
 
 REF_RE = re.compile(r"^\$(\d+)((?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*)$")
 TOKEN_RE = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
@@ -150,7 +148,8 @@ def result_shape(op: str, type_name: str | None) -> Shape:
     return ANY
 
 
-def walk_shape(mem: Memory, shape: Shape, path: Sequence[str | int]) -> tuple[Shape, str | None]:
+def walk_shape(mem: EmbeddedMemory, shape: Shape, path: Sequence[str | int]
+               ) -> tuple[Shape, str | None]:
     """The shape at the end of a path, or (ANY, why the path does not fit)."""
     for token in path:
         kind = shape[0]
@@ -182,7 +181,7 @@ def walk_shape(mem: Memory, shape: Shape, path: Sequence[str | int]) -> tuple[Sh
     return shape, None
 
 
-def known_type(mem: Memory, name: str | None) -> EntityType | None:
+def known_type(mem: EmbeddedMemory, name: str | None) -> EntityType | None:
     if name is None:
         return None
     try:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pydantic
 from pydantic import TypeAdapter
 
+from ..embedded import EmbeddedMemory
 from ..errors import DMFError, NotFound
 from ..schema import EntityType, parse_filter, parse_order
 from .ops import (
@@ -40,9 +41,6 @@ from .refs import (
     walk_shape,
 )
 
-if TYPE_CHECKING:
-    from ..memory import Memory
-
 log = logging.getLogger(__name__)
 
 
@@ -61,7 +59,7 @@ class Known:
 class Validator:
     """Checks a whole plan against the schema and the current state; writes nothing."""
 
-    def __init__(self, mem: Memory, ops: Sequence[Any]) -> None:
+    def __init__(self, mem: EmbeddedMemory, ops: Sequence[Any]) -> None:
         self.mem = mem
         self.ops = ops
         self.problems = Problems()
@@ -216,9 +214,7 @@ class Validator:
         return eid, known
 
     def _type_of_deleted(self, eid: str) -> str | None:
-        row = self.mem._store.db.fetchone(  # noqa: SLF001 - same package, read-only
-            "SELECT type FROM entity_index WHERE id = ? AND tenant = ?", [eid, self.mem.tenant])
-        return None if row is None else str(row[0])
+        return self.mem.reads.type_of_id(eid)
 
     def _version(self, i: int, step: Mapping[str, Any], eid: str | None,
                  known: Known | None) -> None:
@@ -302,8 +298,8 @@ class Validator:
         self._fields(i, etype, step["data"], "data", list(refs), partial=False)
         if not refs and len(self.problems.items) == before:
             try:
-                eid = self.mem._store.prepare_create(  # noqa: SLF001 - same package
-                    etype, resolve(step["data"], []), step.get("id"), self.mem.tenant)[0]
+                eid = self.mem.reads.derived_id(etype, resolve(step["data"], []),
+                                                step.get("id"))
             except DMFError as exc:
                 self.problems.add(i, str(exc.details.get("field") or "data"), exc.message)
                 return result_shape("create", etype.name)

@@ -1,5 +1,1 @@
-"""Search: planner, keyword leg, fusion, resolution."""
-
-from .results import Hit, LegScore, Receipt, SearchResult
-
-__all__ = ["Hit", "LegScore", "Receipt", "SearchResult"]
+"""Search: planner, keyword leg, fusion, resolution (results: :mod:`dmf_hybrid.models`)."""

@@ -36,7 +36,6 @@ CREATE TABLE IF NOT EXISTS events (
     redacted BOOLEAN NOT NULL DEFAULT FALSE
 )
 """
-MAX_TEXT = 10_000
 
 
 def event_hash(prev_hash: str, header: dict[str, Any]) -> str:
@@ -87,7 +86,7 @@ def insert_events(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -
     if len(rows) == 1:
         con.execute(f"INSERT INTO events VALUES ({marks})", rows[0])
         return
-    import pyarrow as pa
+    import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
 
     table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(EVENT_COLUMNS)})
     con.register("_events_batch", table)
@@ -149,16 +148,3 @@ def verify_rows(rows: Any, start_prev: str = GENESIS_HASH, start_seq: int = 1,
         expected += 1
         checked += 1
     return AuditReport(ok=True, events_checked=checked, last_seq=expected - 1, last_hash=prev)
-
-
-def check_text(name: str, value: str | None) -> str | None:
-    """An actor / reason / trace id, or a ValidationError if it is not a short string."""
-    from ..errors import ValidationError
-
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValidationError(f"{name} must be a string", field=name)
-    if len(value) > MAX_TEXT:
-        raise ValidationError(f"{name} is longer than {MAX_TEXT} characters", field=name)
-    return value

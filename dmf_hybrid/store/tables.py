@@ -10,9 +10,13 @@ from ..errors import DMFError
 from ..ids import DEFAULT_TENANT
 from ..schema import EntityType, FieldSpec, TypeDef
 from .audit import EVENTS_DDL
-from .sql import q, sql_type
+from .sql import bind_value, q, sql_type
 
 log = logging.getLogger(__name__)
+
+#: The view of the whole audit log: the hot ``events`` table plus the archived Parquet files
+#: listed in ``event_archive`` (see dmf_hybrid.lifecycle.archive). Every reader reads it.
+EVENTS_ALL = "events_all"
 
 #: 1: entity_index keyed by ID alone; 2: keyed by (tenant, ID), so that every tenant has its
 #: own namespace of caller-given IDs.
@@ -123,8 +127,6 @@ def create_type_table(con: duckdb.DuckDBPyConnection, etype: EntityType) -> None
 
 def add_columns(con: duckdb.DuckDBPyConnection, typedef: TypeDef, added: list[str]) -> None:
     """Add new fields to a type's table; existing rows get the field's default."""
-    from .sql import bind_value
-
     # every ALTER before any UPDATE: DuckDB 1.4 refuses to commit a transaction that alters a
     # table after updating or deleting rows of it ("another transaction has altered this table")
     for name in added:

@@ -73,6 +73,8 @@ T = TypeVar("T")
 
 
 def _import_chromadb() -> Any:
+    # chromadb is imported when a ChromaIndex is built (start-up cost: about a second; an
+    # ExactIndex memory never pays it), so are its config and errors below
     try:
         import chromadb
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -84,7 +86,7 @@ def _import_chromadb() -> Any:
 
 
 def _settings() -> Any:
-    from chromadb.config import Settings
+    from chromadb.config import Settings  # start-up cost, see _import_chromadb
 
     return Settings(anonymized_telemetry=False)
 
@@ -97,6 +99,7 @@ def _chroma_errors(name: str | None = None) -> Iterator[None]:
     except DMFError:
         raise
     except Exception as exc:
+        # start-up cost, see _import_chromadb
         from chromadb.errors import ChromaError, InvalidArgumentError
         from chromadb.errors import NotFoundError as ChromaNotFound
 
@@ -104,7 +107,7 @@ def _chroma_errors(name: str | None = None) -> Iterator[None]:
             raise NotFound(f"vector collection {name!r} does not exist", collection=name) from exc
         if isinstance(exc, InvalidArgumentError | ValueError | TypeError):
             raise ValidationError(f"Chroma rejected the request: {exc}", collection=name) from exc
-        try:
+        try:  # httpx comes with chromadb, which may be a remote client here
             import httpx
 
             transport_error: tuple[type[BaseException], ...] = (httpx.TransportError,)
@@ -279,7 +282,7 @@ class ChromaIndex:
         if hit is not None and hit[1] == dim:
             return
         _import_chromadb()
-        from chromadb import errors as chromadb_errors
+        from chromadb import errors as chromadb_errors  # start-up cost, see _import_chromadb
 
         with _chroma_errors(name):
             try:

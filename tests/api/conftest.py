@@ -18,7 +18,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from dmf_hybrid import HashEmbedder, Memory, Settings
+from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, Settings
 from dmf_hybrid.api import create_app
 from dmf_hybrid.api.server import serve_in_thread
 from dmf_hybrid.client import MemoryClient
@@ -93,8 +93,8 @@ class Front:
     """
 
     kind: str
-    mem: Any
-    other: Any
+    mem: MemoryAPI
+    other: MemoryAPI
     as_role: Callable[[str | None], MemoryClient] | None = None
     with_key: Callable[[str | None], MemoryClient] | None = None
     base_url: str | None = None

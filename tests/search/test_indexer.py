@@ -14,8 +14,8 @@ import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
 from dmf_hybrid.config import Settings
-from dmf_hybrid.indexer import LocalVectors
-from dmf_hybrid.search.engine import ranked
+from dmf_hybrid.mirrors.vectors import LocalVectors
+from dmf_hybrid.search.ranking import ranked
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.conftest import define_travel
 

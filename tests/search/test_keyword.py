@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from dmf_hybrid.errors import ValidationError
-from dmf_hybrid.search.keyword import KeywordIndex
-from dmf_hybrid.search.text import Analyzer
+from dmf_hybrid.mirrors.keyword import KeywordIndex
+from dmf_hybrid.mirrors.text import Analyzer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -215,7 +215,7 @@ def test_bad_input_is_rejected_and_changes_nothing() -> None:
 
 _SCRIPT = """
 import json, random, sys
-from dmf_hybrid.search.keyword import KeywordIndex
+from dmf_hybrid.mirrors.keyword import KeywordIndex
 rng = random.Random(5)
 words = "memory agent running runs fact graph vector apple banana cherry the of".split()
 index = KeywordIndex()

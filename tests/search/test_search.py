@@ -30,7 +30,7 @@ from dmf_hybrid import (
     ValidationError,
 )
 from dmf_hybrid.config import Settings
-from dmf_hybrid.search.results import SearchResult
+from dmf_hybrid.models import SearchResult
 from dmf_hybrid.vector.exact import ExactIndex, normalise_rows
 from tests.conftest import define_travel
 from tests.store import assert_unchanged, evaluate
@@ -207,8 +207,8 @@ def test_keyword_and_hybrid_are_exact_under_filters_on_every_plan(
         items: tuple[Memory, list[dict[str, Any]], list[str]], selectivity: str) -> None:
     """Candidates listed by hash (or by ID) restrict both legs exactly, on the exact plan and
     on the ANN plan (where the list confirms ANN proposals instead of per-ID lookups)."""
+    from dmf_hybrid.mirrors.keyword import KeywordIndex
     from dmf_hybrid.search.fusion import rrf
-    from dmf_hybrid.search.keyword import KeywordIndex
 
     mem, rows, ids = items
     where = SELECTIVITY[selectivity]

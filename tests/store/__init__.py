@@ -1,4 +1,11 @@
-"""Tests of the core store; shared helpers: table dumps, a reference filter evaluator, a clock."""
+"""Tests of the core store; shared helpers: both front doors, table dumps, a reference filter
+evaluator, a clock.
+
+The behaviour tests (CRUD, versions, relations, pagination, transactions, bad input) run
+through both front doors: their ``mem`` is :func:`both_doors`, the embedded ``Memory`` or a
+``MemoryClient`` on a real uvicorn server on 127.0.0.1 serving that same memory. Helpers that
+look at the tables (``dump``, ``assert_unchanged``) read the memory behind either door.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +18,17 @@ from typing import Any
 
 import pytest
 
-from dmf_hybrid import DMFError, HashEmbedder, Memory
+from dmf_hybrid import DMFError, HashEmbedder, Memory, MemoryAPI, MemoryClient, Settings
+from dmf_hybrid.api import create_app
+from dmf_hybrid.api.server import serve_in_thread
 from dmf_hybrid.clock import set_clock
 from dmf_hybrid.vector.exact import ExactIndex
+from tests.conftest import define_travel
+
+#: The two front doors every behaviour test goes through.
+DOORS = ("memory", "http")
+START_TIMEOUT = 10.0
+_BEHIND: dict[int, Memory] = {}  # id(MemoryClient) -> the memory its server serves
 
 
 def open_memory(path: Path) -> Memory:
@@ -21,9 +36,48 @@ def open_memory(path: Path) -> Memory:
     return Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex())
 
 
-def dump_rows(mem: Memory) -> dict[str, list[tuple[Any, ...]]]:
+def behind(mem: MemoryAPI) -> Memory:
+    """The embedded memory behind a front door (itself, for a Memory)."""
+    return mem if isinstance(mem, Memory) else _BEHIND[id(mem)]
+
+
+@contextmanager
+def open_door(kind: str, path: Path) -> Iterator[MemoryAPI]:
+    """A fresh memory in ``path`` with the travel types, through front door ``kind``."""
+    memory = open_memory(path)
+    try:
+        if kind == "memory":
+            define_travel(memory)
+            yield memory
+            return
+        settings = Settings(data_dir=path.parent / f"{path.name}-server", embedder="hash",
+                            load_examples=False)
+        with serve_in_thread(create_app(settings, memory), timeout=START_TIMEOUT) as url, \
+                MemoryClient(url, timeout=START_TIMEOUT * 3) as client:
+            _BEHIND[id(client)] = memory
+            try:
+                define_travel(client)
+                yield client
+            finally:
+                _BEHIND.pop(id(client), None)
+    finally:
+        memory.close()
+
+
+def both_doors(name: str = "mem") -> Any:
+    """A fixture for a test module: each test using it runs through both front doors."""
+
+    @pytest.fixture(params=DOORS, name=name)
+    def through_a_door(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryAPI]:
+        with open_door(request.param, tmp_path / "mem") as door:
+            yield door
+
+    return through_a_door
+
+
+def dump_rows(mem: MemoryAPI) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table of the memory's DuckDB, fully ordered."""
-    db = mem._store.db
+    db = behind(mem)._store.db
     tables = [r[0] for r in db.fetchall("SHOW TABLES")]
     # vectors compare by hash: converting every float to Python costs more than the test
     columns = {"embeddings": "model_id, text_hash, dim, hash(vector)"}
@@ -31,13 +85,13 @@ def dump_rows(mem: Memory) -> dict[str, list[tuple[Any, ...]]]:
             for t in tables}
 
 
-def dump(mem: Memory) -> dict[str, Any]:
+def dump(mem: MemoryAPI) -> dict[str, Any]:
     """A fingerprint of the whole store: per table (rows, sum of row hashes), chain, registry.
 
     One query instead of one per table keeps the many before/after comparisons cheap; the
     per-table entries say which table changed when two fingerprints differ.
     """
-    store = mem._store
+    store = behind(mem)._store
     tables = [r[0] for r in store.db.fetchall("SHOW TABLES")]
     sql = " UNION ALL ".join(
         f"SELECT '{t}', count(*), sum(hash(\"{t}\")) FROM \"{t}\"" for t in tables)
@@ -49,7 +103,7 @@ def dump(mem: Memory) -> dict[str, Any]:
     }
 
 
-def assert_unchanged(mem: Memory, call: Callable[[], Any],
+def assert_unchanged(mem: MemoryAPI, call: Callable[[], Any],
                      error: type[BaseException] = DMFError, match: str | None = None
                      ) -> pytest.ExceptionInfo[BaseException]:
     """Run a bad ``call``: it must raise ``error`` and leave every table exactly as it was."""
@@ -62,9 +116,9 @@ def assert_unchanged(mem: Memory, call: Callable[[], Any],
     return info
 
 
-def audit_seqs(mem: Memory) -> list[int]:
+def audit_seqs(mem: MemoryAPI) -> list[int]:
     """Every audit seq in the events table, ascending."""
-    return [r[0] for r in mem._store.db.fetchall("SELECT seq FROM events ORDER BY seq")]
+    return [r[0] for r in behind(mem)._store.db.fetchall("SELECT seq FROM events ORDER BY seq")]
 
 
 @contextmanager
@@ -138,7 +192,7 @@ def evaluate(where: Mapping[str, Any] | None, row: Mapping[str, Any]) -> bool:
     return True
 
 
-def all_pages(mem: Memory, type_name: str, **query: Any) -> list[list[str]]:
+def all_pages(mem: MemoryAPI, type_name: str, **query: Any) -> list[list[str]]:
     """The entity IDs of every page of a query, following cursors to the end."""
     pages: list[list[str]] = []
     cursor = None

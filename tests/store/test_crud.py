@@ -18,7 +18,9 @@ from pydantic import BaseModel
 from dmf_hybrid import Conflict, Entity, Memory, NotFound, ValidationError
 from dmf_hybrid.ids import ID_HASH_HEX, canonical_json, entity_id
 from tests.conftest import Poi, Trip
-from tests.store import assert_unchanged, audit_seqs, dump
+from tests.store import assert_unchanged, audit_seqs, both_doors, dump
+
+mem = both_doors()
 
 ROOT = Path(__file__).resolve().parents[2]
 # Golden IDs: if these change, every stored ID in every deployment changes with them.
@@ -209,7 +211,8 @@ def test_create_many_matches_single_creates(mem: Memory) -> None:
     assert mem.verify_audit().ok
 
 
-def test_create_many_in_chunks_is_gap_free(mem: Memory) -> None:
+def test_create_many_in_chunks_is_gap_free(memory: Memory) -> None:
+    mem = memory  # the store's chunking is embedded by nature
     rows = [{"name": f"p{i}", "city": "c"} for i in range(130)]
     seen: list[int] = []
     # Memory.create_many writes 2000 rows per transaction; a small chunk exercises the same path

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from dmf_hybrid import FilterError, Memory, ValidationError
+from dmf_hybrid import FilterError, Memory, MemoryAPI, ValidationError
 from dmf_hybrid.store.sql import encode_cursor
-from tests.conftest import define_travel
-from tests.store import all_pages, assert_unchanged, open_memory
+from tests.store import DOORS, all_pages, assert_unchanged, both_doors, open_door
+
+mem = both_doors()
 
 CITIES = ["Paris", "Rome", "Oslo"]
 RATINGS = [None, 1, 2, 2, 3, 3, 3, None, 5]
@@ -44,16 +45,16 @@ def _everything(mem: Memory) -> list[Any]:
     return list(mem.query("Poi", limit=1000).items)
 
 
-@pytest.fixture(scope="module")
-def pois(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
-    """57 Pois written in three batches (so created_at has ties and distinct values)."""
-    mem = open_memory(Path(tmp_path_factory.mktemp("pages")) / "mem")
-    define_travel(mem)
-    rows = poi_rows(57)
-    for part in (rows[:20], rows[20:21], rows[21:]):
-        mem.create_many("Poi", part)
-    yield mem
-    mem.close()
+@pytest.fixture(scope="module", params=DOORS)
+def pois(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[MemoryAPI]:
+    """57 Pois written in three batches (so created_at has ties and distinct values), through
+    each front door."""
+    with open_door(request.param, Path(tmp_path_factory.mktemp("pages")) / "mem") as mem:
+        rows = poi_rows(57)
+        for part in (rows[:20], rows[20:21], rows[21:]):
+            mem.create_many("Poi", part)
+        yield mem
 
 
 ORDERS = [[], ["rating"], ["-rating"], ["city", "-rating"], ["rating", "-cost", "city"],

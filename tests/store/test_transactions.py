@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from dmf_hybrid import DMFError, Memory, NotFound, VersionConflict
-from tests.store import audit_seqs, dump
+from dmf_hybrid import DMFError, Memory, MemoryAPI, NotFound, PlanError, VersionConflict
+from tests.store import assert_unchanged, audit_seqs, both_doors, dump
+
+door = both_doors("door")
 
 
 class Boom(Exception):
@@ -206,3 +208,32 @@ def test_the_commit_seqlock_tells_readers_whether_a_commit_got_in(mem: Memory) -
             mem.update(trip, {"budget": 2})
             raise Boom
     assert db.stable() is not None and mem.last_seq == after[1]
+
+
+# ---------------------------------------------------------------- through both front doors
+# (a transaction block is embedded by nature; over HTTP a plan is one transaction)
+
+
+def test_a_plan_whose_last_step_fails_commits_nothing(door: MemoryAPI) -> None:
+    trip = door.create("Trip", {"destination": "Lyon"})
+    plan = [{"op": "update", "id": trip.id, "changes": {"budget": 10}},
+            {"op": "create", "type": "Poi", "data": {"name": "Fourviere", "city": "Lyon"}},
+            {"op": "link", "from_id": trip.id, "relation": "includes", "to_id": "$1.id"},
+            {"op": "update", "id": trip.id, "changes": {"budget": 20},
+             "expected_version": trip.version}]  # stale by then: the plan fails at step 3
+    info = assert_unchanged(door, lambda: door.execute_plan(plan), PlanError)
+    assert info.value.details["problems"][0]["step"] == 3  # type: ignore[attr-defined]
+    assert door.get(trip.id).data.budget == 0 and door.related(trip.id, "includes") == []
+
+
+def test_a_plan_commits_every_step_in_one_seq_range(door: MemoryAPI) -> None:
+    before = door.last_seq
+    plan = [{"op": "create", "type": "Trip", "data": {"destination": "Nice"}},
+            {"op": "create", "type": "Poi", "data": {"name": "Port", "city": "Nice"}},
+            {"op": "link", "from_id": "$0.id", "relation": "includes", "to_id": "$1.id"}]
+    done = door.execute_plan(plan)
+    assert done["committed"] and done["seq_range"] == [before + 1, before + 3]
+    assert door.last_seq == before + 3 and audit_seqs(door) == list(range(1, before + 4))
+    trip_id = done["results"][0]["id"]  # type: ignore[index, call-overload]
+    assert [r.entity.id for r in door.related(trip_id, "includes")] == [
+        done["results"][1]["id"]]  # type: ignore[index, call-overload]

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import Memory, ValidationError, VersionConflict
-from tests.store import assert_unchanged, audit_seqs
+from tests.store import assert_unchanged, audit_seqs, both_doors
+
+mem = both_doors()
 
 
 def test_every_change_bumps_the_version(mem: Memory) -> None:

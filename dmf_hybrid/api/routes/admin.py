@@ -9,8 +9,8 @@ from typing import Any
 from fastapi import APIRouter, status
 
 from ...errors import ValidationError
+from ...wire import CountsPublic, SnapshotRequest
 from ..deps import AdminMemory, State
-from ..schemas import CountsPublic, SnapshotRequest
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 

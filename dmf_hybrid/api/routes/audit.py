@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from ...checks import MAX_SEQ
 from ...errors import LimitExceeded
 from ...models import AuditEvent, AuditReport
+from ...wire import HeadPublic
 from ..deps import ReaderMemory, State
-from ..schemas import MAX_SEQ, HeadPublic
 
 router = APIRouter(tags=["audit"])
 

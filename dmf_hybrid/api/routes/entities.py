@@ -6,7 +6,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from ...models import Entity
+from ...models import Entity, Page
+from ...wire import (
+    AS_OF_DOC,
+    CountPublic,
+    EntityAppend,
+    EntityBatchCreate,
+    EntityCount,
+    EntityCreate,
+    EntityQuery,
+    EntityUpdate,
+    SeqPublic,
+)
 from ..deps import (
     Audit,
     IfMatch,
@@ -16,32 +27,19 @@ from ..deps import (
     parse_as_of,
     parse_if_match,
 )
-from ..schemas import (
-    AS_OF_DOC,
-    CountPublic,
-    EntityAppend,
-    EntityBatchCreate,
-    EntityCount,
-    EntityCreate,
-    EntityPublic,
-    EntityQuery,
-    EntityUpdate,
-    PagePublic,
-    SeqPublic,
-)
 
 router = APIRouter(tags=["entities"])
 
 
-def _reply(entity: Entity, response: Response) -> EntityPublic:
+def _reply(entity: Entity, response: Response) -> Entity:
     response.headers["ETag"] = etag(entity.version)
-    return EntityPublic.of(entity)
+    return entity
 
 
 @router.post("/entities/{type_name}", status_code=status.HTTP_201_CREATED, responses={
-    200: {"model": EntityPublic, "description": "An entity with this ID already existed"}})
+    200: {"model": Entity, "description": "An entity with this ID already existed"}})
 def create_entity(type_name: str, body: EntityCreate, memory: WriterMemory, audit: Audit,
-                  response: Response) -> EntityPublic:
+                  response: Response) -> Entity:
     """Create an entity (201); the same identity again returns the existing one (200)."""
     entity = memory.create(type_name, body.data, id=body.id, **audit.kwargs())
     if not entity.created:
@@ -52,27 +50,24 @@ def create_entity(type_name: str, body: EntityCreate, memory: WriterMemory, audi
 
 @router.post("/entities/{type_name}/batch", status_code=status.HTTP_201_CREATED)
 def create_entities(type_name: str, body: EntityBatchCreate, memory: WriterMemory,
-                    audit: Audit) -> list[EntityPublic]:
+                    audit: Audit) -> list[Entity]:
     """Create many entities of one type (validated first, then written together)."""
-    entities = memory.create_many(type_name, body.rows, **audit.kwargs())
-    return [EntityPublic.of(e) for e in entities]
+    return memory.create_many(type_name, body.rows, **audit.kwargs())
 
 
 @router.get("/entities/{entity_id}")
 def get_entity(entity_id: str, memory: ReaderMemory, response: Response,
                as_of: Annotated[str | None, Query(description=AS_OF_DOC)] = None
-               ) -> EntityPublic:
+               ) -> Entity:
     """The entity now or as of an audit seq / time; its ETag is its version."""
     return _reply(memory.get(entity_id, as_of=parse_as_of(as_of)), response)
 
 
 @router.post("/entities/{type_name}/query")
-def query_entities(type_name: str, body: EntityQuery, memory: ReaderMemory) -> PagePublic:
+def query_entities(type_name: str, body: EntityQuery, memory: ReaderMemory) -> Page:
     """One page of a type's entities matching a filter, in a deterministic order."""
-    page = memory.query(type_name, body.where, body.order_by, body.limit, body.cursor,
+    return memory.query(type_name, body.where, body.order_by, body.limit, body.cursor,
                         body.as_of)
-    return PagePublic(items=[EntityPublic.of(e) for e in page.items],
-                      next_cursor=page.next_cursor, as_of_seq=page.as_of_seq)
 
 
 @router.post("/entities/{type_name}/count")
@@ -83,7 +78,7 @@ def count_entities(type_name: str, body: EntityCount, memory: ReaderMemory) -> C
 
 @router.patch("/entities/{entity_id}")
 def update_entity(entity_id: str, body: EntityUpdate, memory: WriterMemory, audit: Audit,
-                  response: Response, if_match: IfMatch = None) -> EntityPublic:
+                  response: Response, if_match: IfMatch = None) -> Entity:
     """Change fields; with If-Match a stale version fails with 412."""
     entity = memory.update(entity_id, body.data, expected_version=parse_if_match(if_match),
                            **audit.kwargs())
@@ -92,7 +87,7 @@ def update_entity(entity_id: str, body: EntityUpdate, memory: WriterMemory, audi
 
 @router.post("/entities/{entity_id}/append")
 def append_to_entity(entity_id: str, body: EntityAppend, memory: WriterMemory, audit: Audit,
-                     response: Response, if_match: IfMatch = None) -> EntityPublic:
+                     response: Response, if_match: IfMatch = None) -> Entity:
     """Append values to a list field atomically."""
     entity = memory.append(entity_id, body.field, body.values,
                            expected_version=parse_if_match(if_match), **audit.kwargs())
@@ -101,7 +96,7 @@ def append_to_entity(entity_id: str, body: EntityAppend, memory: WriterMemory, a
 
 @router.delete("/entities/{entity_id}")
 def delete_entity(entity_id: str, memory: WriterMemory, audit: Audit, response: Response,
-                  if_match: IfMatch = None) -> EntityPublic:
+                  if_match: IfMatch = None) -> Entity:
     """Soft-delete an entity (restorable); returns it as deleted."""
     entity = memory.delete(entity_id, expected_version=parse_if_match(if_match),
                            **audit.kwargs())
@@ -110,7 +105,7 @@ def delete_entity(entity_id: str, memory: WriterMemory, audit: Audit, response: 
 
 @router.post("/entities/{entity_id}/restore")
 def restore_entity(entity_id: str, memory: WriterMemory, audit: Audit, response: Response,
-                   if_match: IfMatch = None) -> EntityPublic:
+                   if_match: IfMatch = None) -> Entity:
     """Undo a soft delete."""
     entity = memory.restore(entity_id, expected_version=parse_if_match(if_match),
                             **audit.kwargs())

@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from ...wire import ErrorBody, HealthPublic, ReadyPublic
 from ..deps import State
-from ..schemas import ErrorBody, HealthPublic, ReadyPublic
 
 router = APIRouter(tags=["health"])
 

@@ -6,14 +6,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response, status
-from pydantic import Field
 
 from ...errors import ValidationError
-from ...lifecycle.archive import ArchiveResult
-from ...lifecycle.context import MAX_BUDGET, MAX_FOCUS, MAX_QUERY_CHARS, MIN_BUDGET, MemoryContext
-from ...lifecycle.summaries import SummaryResult
+from ...models import ArchiveResult, MemoryContext, Page, SummaryResult
+from ...wire import AS_OF_DOC, ArchiveRequest, ConstraintQuery, ContextRequest, SummaryRequest
 from ..deps import AdminMemory, Audit, ReaderMemory, State, WriterMemory, parse_as_of
-from ..schemas import AS_OF_DOC, MAX_SEQ, AsOfBody, EntityPublic, PagePublic, Request
 from .admin import SNAPSHOT_NAME_RE
 
 router = APIRouter(tags=["lifecycle"])
@@ -29,45 +26,6 @@ RULE_EXAMPLE = {
     "action": {"kind": "budget", "link": "has",
                "message": "estimated cost {value} exceeds the budget {threshold}"},
 }
-
-
-class ContextRequest(Request):
-    """What the prompt context is about and how many tokens it may take."""
-
-    focus_ids: list[str] | None = Field(None, max_length=MAX_FOCUS,
-                                        description="IDs of the entities the task is about.")
-    query: str | None = Field(None, max_length=MAX_QUERY_CHARS,
-                              description="Adds the top search hits for this text.")
-    budget_tokens: int = Field(800, ge=MIN_BUDGET, le=MAX_BUDGET)
-    k: int = Field(5, ge=1, le=50, description="How many search hits.")
-    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-
-
-class SummaryRequest(Request):
-    """The scope and audit-seq window of a summary."""
-
-    scope: str | None = Field(None, description='"*" (default), a type name or an entity ID.')
-    since_seq: int | None = Field(None, ge=0, description="Events after this seq.")
-    until_seq: int | None = Field(None, ge=0, description="Events up to this seq.")
-
-
-class ConstraintQuery(Request):
-    """A filter over the open constraints, a page size, a cursor and time travel."""
-
-    where: dict[str, Any] | None = Field(
-        None, description='Filter on Constraint fields, e.g. {"kind": "budget"}; '
-                          'status is always "open".')
-    limit: int = Field(50, description="Page size.")
-    cursor: str | None = Field(None, description="next_cursor of the previous page.")
-    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-
-
-class ArchiveRequest(Request):
-    """Move the audit events before a seq to Parquet under ``<data_dir>/archives/<dest>``."""
-
-    before_seq: int = Field(ge=1, le=MAX_SEQ, description="Archive the events with seq < this.")
-    dest: str = Field(description="A directory name: letters, digits, '.', '_' and '-'; "
-                                  "no path separators.")
 
 
 def archive_dir(base: Path, name: str) -> Path:
@@ -94,11 +52,10 @@ def context(body: ContextRequest, memory: ReaderMemory) -> MemoryContext:
 
 
 @router.post("/summaries", status_code=201)
-def summarize(body: SummaryRequest, memory: WriterMemory, audit: Audit) -> dict[str, Any]:
+def summarize(body: SummaryRequest, memory: WriterMemory, audit: Audit) -> SummaryResult:
     """Summarise a scope's audit events into a MemorySummary entity (empty: no entity)."""
-    result: SummaryResult = memory.summarize(body.scope, body.since_seq, body.until_seq,
-                                             actor=audit.actor, reason=audit.reason)
-    return result.model_dump(mode="json")
+    return memory.summarize(body.scope, body.since_seq, body.until_seq, actor=audit.actor,
+                            reason=audit.reason)
 
 
 @router.get("/constraints")
@@ -112,28 +69,24 @@ def constraints(
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page.")
                       ] = None,
     as_of: Annotated[str | None, Query(description=AS_OF_DOC)] = None,
-) -> PagePublic:
+) -> Page:
     """The open constraints (the work queue), oldest first."""
     where = {k: v for k, v in (("subject", subject), ("kind", kind), ("rule", rule))
              if v is not None}
-    page = memory.open_constraints(where, limit=limit, cursor=cursor, as_of=parse_as_of(as_of))
-    return PagePublic(items=[EntityPublic.of(e) for e in page.items],
-                      next_cursor=page.next_cursor, as_of_seq=page.as_of_seq)
+    return memory.open_constraints(where, limit=limit, cursor=cursor, as_of=parse_as_of(as_of))
 
 
 @router.post("/constraints/query")
-def query_constraints(body: ConstraintQuery, memory: ReaderMemory) -> PagePublic:
+def query_constraints(body: ConstraintQuery, memory: ReaderMemory) -> Page:
     """The open constraints matching any filter (the work queue), oldest first."""
-    page = memory.open_constraints(body.where, limit=body.limit, cursor=body.cursor,
+    return memory.open_constraints(body.where, limit=body.limit, cursor=body.cursor,
                                    as_of=body.as_of)
-    return PagePublic(items=[EntityPublic.of(e) for e in page.items],
-                      next_cursor=page.next_cursor, as_of_seq=page.as_of_seq)
 
 
 @router.get("/rules")
 def list_rules(memory: ReaderMemory) -> list[dict[str, Any]]:
     """Every active rule: definition, version and the relations it depends on."""
-    return memory.rules()
+    return [dict(r) for r in memory.rules()]
 
 
 @router.post("/rules", status_code=status.HTTP_201_CREATED, responses={
@@ -149,7 +102,7 @@ def define_rule(
     defined = memory.define_rule(rule, actor=audit.actor, reason=audit.reason)
     if before.get(defined["name"]) == defined["version"]:
         response.status_code = status.HTTP_200_OK
-    return defined
+    return dict(defined)
 
 
 @router.post("/admin/archive")

@@ -6,65 +6,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
 
 from ...memory import Memory
-from ...plans import MUTATING_OPS, validate_plan
+from ...plans import OPERATIONS, validate_plan
+from ...wire import PlanProblem, PlanRequest, PlanResult, PlanSteps, PlanValidation
 from ..auth import Role
 from ..deps import Audit, Caller, State
 
 router = APIRouter(prefix="/plans", tags=["plans"])
 
-OPS_DOC = ('Steps like {"op": "create", "type": "Trip", "data": {...}}; a later step may use '
-           'an earlier result through "$0.id" or "$2.hits[0].entity.id".')
-
-
-class PlanRequest(BaseModel):
-    """A plan: its steps, and whether to only show the diff it would make."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ops: list[dict[str, Any]] = Field(description=OPS_DOC)
-    dry_run: bool = Field(False, description="Roll back after running; return the diff.")
-
-
-class PlanSteps(BaseModel):
-    """A plan to validate or dry-run."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ops: list[dict[str, Any]] = Field(description=OPS_DOC)
-
-
-class PlanProblem(BaseModel):
-    """One problem of an invalid plan: which step and argument, what is wrong, what exists."""
-
-    step: int | None
-    field: str | None
-    problem: str
-    hint: str | None = None
-
-
-class PlanValidation(BaseModel):
-    """Whether a plan validates statically, and every problem found."""
-
-    valid: bool
-    problems: list[PlanProblem]
-
-
-class PlanResult(BaseModel):
-    """Per-step results, the diff (audit events without times), commit flag and seq range."""
-
-    results: list[Any]
-    diff: list[dict[str, Any]]
-    committed: bool
-    seq_range: list[int] | None = None
-
-
 def plan_role(ops: Sequence[Any]) -> Role:
-    """The role a plan needs: writer if any step writes, reader otherwise."""
-    writes = any(not isinstance(s, dict) or s.get("op") in MUTATING_OPS for s in ops)
-    return Role.WRITER if writes else Role.READER
+    """The role a plan needs: writer if any step writes (or is unknown), reader otherwise."""
+    def reads_only(step: Any) -> bool:
+        name = step.get("op") if isinstance(step, dict) else None
+        op = OPERATIONS.get(name) if isinstance(name, str) else None
+        return op is not None and not op.writes
+
+    return Role.READER if all(reads_only(s) for s in ops) else Role.WRITER
 
 
 def _memory(state: State, caller: Caller, role: Role) -> Memory:

@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
+from ...models import Related
+from ...wire import AS_OF_DOC, LinkPublic, LinkRequest, SeqPublic
 from ..deps import Audit, ReaderMemory, WriterMemory, parse_as_of
-from ..schemas import AS_OF_DOC, LinkPublic, LinkRequest, RelatedPublic, SeqPublic
 
 router = APIRouter(tags=["relations"])
 
@@ -37,7 +38,6 @@ def related(
     direction: Annotated[str, Query(description='"out", "in" or "both".')] = "out",
     depth: Annotated[int, Query(description="How many links away.")] = 1,
     as_of: Annotated[str | None, Query(description=AS_OF_DOC)] = None,
-) -> list[RelatedPublic]:
+) -> list[Related]:
     """Entities linked to an entity (nearest first, then relation, then ID)."""
-    items = memory.related(entity_id, relation, direction, depth, parse_as_of(as_of))
-    return [RelatedPublic.of(r) for r in items]
+    return memory.related(entity_id, relation, direction, depth, parse_as_of(as_of))

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from ...models import SearchResult
+from ...wire import SearchRequest
 from ..deps import ReaderMemory
-from ..schemas import SearchPublic, SearchRequest
 
 router = APIRouter(tags=["search"])
 
 
 @router.post("/search")
-def search(body: SearchRequest, memory: ReaderMemory) -> SearchPublic:
+def search(body: SearchRequest, memory: ReaderMemory) -> SearchResult:
     """Top-k hits for a text under filters, with per-leg provenance and a receipt."""
-    result = memory.search(body.type, body.text, where=body.where, k=body.k, mode=body.mode,
-                           related_to=body.related_to, as_of=body.as_of)
-    return SearchPublic.of(result)
+    return memory.search(body.type, body.text, where=body.where, k=body.k, mode=body.mode,
+                         related_to=body.related_to, as_of=body.as_of)

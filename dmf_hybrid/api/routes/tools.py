@@ -6,21 +6,21 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query
 
+from ...plans import OPERATIONS
+from ...tools import tool_operation
 from ..auth import Role
 from ..deps import Audit, Caller, State
 from .plans import plan_role
 
 router = APIRouter(prefix="/tools", tags=["tools"])
 
-READ_TOOLS = ("get", "related", "history", "context")
-
-
 def tool_role(name: str, arguments: dict[str, Any]) -> Role:
-    """The role a tool call needs: reader for reads, writer for writes."""
-    if name in READ_TOOLS or name.startswith(("query_", "search_")):
-        return Role.READER
+    """The role a tool call needs: the role of its operation (a plan: of its steps)."""
     if name == "execute_plan" and isinstance(arguments.get("ops"), list):
         return plan_role(arguments["ops"])
+    op = OPERATIONS.get(tool_operation(name) or "")
+    if name == "context" or (op is not None and not op.writes):
+        return Role.READER
     return Role.WRITER
 
 

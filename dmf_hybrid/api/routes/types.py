@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Response, status
 
 from ...errors import NotFound
+from ...wire import TypePublic
 from ..deps import AdminMemory, Audit, ReaderMemory
-from ..schemas import TypePublic
 
 router = APIRouter(tags=["types"])
 

@@ -51,8 +51,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dmf_hybrid.errors import ValidationError
-from dmf_hybrid.search.keys import KeyIndex, key_index, positions_of
-from dmf_hybrid.search.text import Analyzer
+from dmf_hybrid.mirrors.keys import KeyIndex, key_index, positions_of
+from dmf_hybrid.mirrors.text import Analyzer
 
 DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4

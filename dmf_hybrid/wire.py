@@ -1,4 +1,10 @@
-"""Request and response bodies of the HTTP API (separate Create / Update / Public models)."""
+"""The HTTP wire format: request bodies and the responses that are not public result types.
+
+The server validates request bodies with these models and encodes its answers with them and
+with the public result types of :mod:`dmf_hybrid.models` (``Entity``, ``Page``,
+``SearchResult``, ...); ``MemoryClient`` decodes the same classes. Imports neither FastAPI
+nor DuckDB.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..models import Entity, Related
-from ..schema import EntityType, TypeDef
-from ..search.results import LegScore, Receipt, SearchResult
+from .checks import MAX_SEQ
+from .schema import EntityType, TypeDef
 
-MAX_SEQ = 2**63 - 1
 AsOfBody = Annotated[int, Field(ge=0, le=MAX_SEQ)] | dt.datetime | None
 AS_OF_DOC = "Read as of an audit seq (integer) or an ISO-8601 UTC time; omitted = now."
+#: Limits of ``context`` arguments (checked again by the memory).
+CONTEXT_MAX_FOCUS = 50
+CONTEXT_MAX_QUERY_CHARS = 2000
+CONTEXT_MIN_BUDGET, CONTEXT_MAX_BUDGET = 32, 100_000
+OPS_DOC = ('Steps like {"op": "create", "type": "Trip", "data": {...}}; a later step may use '
+           'an earlier result through "$0.id" or "$2.hits[0].entity.id".')
 
 
 class Request(BaseModel):
@@ -95,34 +105,6 @@ class EntityCount(Request):
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
 
 
-class EntityPublic(BaseModel):
-    """An entity as stored: identity, version (also its ETag), timestamps and its data."""
-
-    id: str
-    type: str
-    tenant: str
-    version: int
-    data: dict[str, Any]
-    created_at: dt.datetime
-    updated_at: dt.datetime
-    deleted_at: dt.datetime | None = None
-    created: bool = False
-
-    @classmethod
-    def of(cls, entity: Entity) -> EntityPublic:
-        """The public form of an Entity (data as JSON values)."""
-        dumped = entity.model_dump(mode="json")
-        return cls.model_validate(dumped)
-
-
-class PagePublic(BaseModel):
-    """One page of entities and the cursor of the next page (null: last page)."""
-
-    items: list[EntityPublic]
-    next_cursor: str | None = None
-    as_of_seq: int | None = None
-
-
 class CountPublic(BaseModel):
     """How many entities matched."""
 
@@ -152,22 +134,6 @@ class LinkPublic(BaseModel):
     linked: bool
 
 
-class RelatedPublic(BaseModel):
-    """An entity reached by a relation, with the step that reached it."""
-
-    relation: str
-    direction: str
-    depth: int
-    from_id: str
-    entity: EntityPublic
-
-    @classmethod
-    def of(cls, item: Related) -> RelatedPublic:
-        """The public form of a Related."""
-        return cls(relation=item.relation, direction=item.direction, depth=item.depth,
-                   from_id=item.from_id, entity=EntityPublic.of(item.entity))
-
-
 # ---------------------------------------------------------------- search
 
 
@@ -182,27 +148,6 @@ class SearchRequest(Request):
     related_to: dict[str, Any] | None = Field(
         None, description='Only entities linked: {"relation": r, "from": id, "direction": "out"}.')
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-
-
-class HitPublic(BaseModel):
-    """One hit: the entity resolved from DuckDB, its fused score and per-leg rank and score."""
-
-    entity: EntityPublic
-    score: float
-    legs: dict[str, LegScore] = Field(default_factory=dict)
-
-
-class SearchPublic(BaseModel):
-    """Hits in a deterministic order and the retrieval receipt."""
-
-    hits: list[HitPublic]
-    receipt: Receipt
-
-    @classmethod
-    def of(cls, result: SearchResult) -> SearchPublic:
-        """The public form of a SearchResult."""
-        return cls(hits=[HitPublic(entity=EntityPublic.of(h.entity), score=h.score, legs=h.legs)
-                         for h in result.hits], receipt=result.receipt)
 
 
 # ---------------------------------------------------------------- audit & admin
@@ -240,3 +185,86 @@ class ReadyPublic(BaseModel):
     outbox_pending: int
     warming_up: bool
     problems: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+class ContextRequest(Request):
+    """What the prompt context is about and how many tokens it may take."""
+
+    focus_ids: list[str] | None = Field(None, max_length=CONTEXT_MAX_FOCUS,
+                                        description="IDs of the entities the task is about.")
+    query: str | None = Field(None, max_length=CONTEXT_MAX_QUERY_CHARS,
+                              description="Adds the top search hits for this text.")
+    budget_tokens: int = Field(800, ge=CONTEXT_MIN_BUDGET, le=CONTEXT_MAX_BUDGET)
+    k: int = Field(5, ge=1, le=50, description="How many search hits.")
+    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
+
+
+class SummaryRequest(Request):
+    """The scope and audit-seq window of a summary."""
+
+    scope: str | None = Field(None, description='"*" (default), a type name or an entity ID.')
+    since_seq: int | None = Field(None, ge=0, description="Events after this seq.")
+    until_seq: int | None = Field(None, ge=0, description="Events up to this seq.")
+
+
+class ConstraintQuery(Request):
+    """A filter over the open constraints, a page size, a cursor and time travel."""
+
+    where: dict[str, Any] | None = Field(
+        None, description='Filter on Constraint fields, e.g. {"kind": "budget"}; '
+                          'status is always "open".')
+    limit: int = Field(50, description="Page size.")
+    cursor: str | None = Field(None, description="next_cursor of the previous page.")
+    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
+
+
+class ArchiveRequest(Request):
+    """Move the audit events before a seq to Parquet under ``<data_dir>/archives/<dest>``."""
+
+    before_seq: int = Field(ge=1, le=MAX_SEQ, description="Archive the events with seq < this.")
+    dest: str = Field(description="A directory name: letters, digits, '.', '_' and '-'; "
+                                  "no path separators.")
+
+
+# ---------------------------------------------------------------- plans
+
+
+class PlanRequest(Request):
+    """A plan: its steps, and whether to only show the diff it would make."""
+
+    ops: list[dict[str, Any]] = Field(description=OPS_DOC)
+    dry_run: bool = Field(False, description="Roll back after running; return the diff.")
+
+
+class PlanSteps(Request):
+    """A plan to validate or dry-run."""
+
+    ops: list[dict[str, Any]] = Field(description=OPS_DOC)
+
+
+class PlanProblem(BaseModel):
+    """One problem of an invalid plan: which step and argument, what is wrong, what exists."""
+
+    step: int | None
+    field: str | None
+    problem: str
+    hint: str | None = None
+
+
+class PlanValidation(BaseModel):
+    """Whether a plan validates statically, and every problem found."""
+
+    valid: bool
+    problems: list[PlanProblem]
+
+
+class PlanResult(BaseModel):
+    """Per-step results, the diff (audit events without times), commit flag and seq range."""
+
+    results: list[Any]
+    diff: list[dict[str, Any]]
+    committed: bool
+    seq_range: list[int] | None = None

@@ -1,0 +1,80 @@
+"""How MemoryClient encodes arguments: URL segments and JSON bodies, checked as Memory checks.
+
+Each function runs the shared checks of :mod:`dmf_hybrid.checks` first, so a bad argument
+fails before anything is sent, with the error ``Memory`` raises for it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+from urllib.parse import quote
+
+import pydantic
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from .checks import (
+    check_as_of,
+    check_data,
+    check_filter,
+    check_id,
+    check_type_name,
+    first_non_finite,
+)
+from .errors import FilterError, ValidationError
+
+
+def type_segment(value: Any) -> str:
+    """A type name as one URL path segment."""
+    return quote(check_type_name(value), safe="")
+
+
+def id_segment(value: Any, field: str = "entity_id") -> str:
+    """An entity ID as one URL path segment (checked as Memory checks it)."""
+    return quote(check_id(value, field), safe="")
+
+
+def jsonable(value: Any, field: str, error: type[ValidationError] = ValidationError) -> Any:
+    """``value`` as JSON values; a NaN or infinite number is refused naming where it is."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    try:
+        plain = to_jsonable_python(value)
+    except PydanticSerializationError as exc:
+        raise ValidationError(f"{field} is not JSON-serialisable: {exc}", field=field) from None
+    path = first_non_finite(plain)
+    if path is not None:
+        where = f"{field}.{path}" if path and not path.startswith("[") else f"{field}{path}"
+        raise error(f"{where} must be a finite number (NaN and Infinity are not JSON)",
+                    field=where)
+    return plain
+
+
+def where_json(where: Any) -> Any:
+    """A filter as JSON: its shape checked as the memory checks it."""
+    return jsonable(check_filter(where), "where", FilterError)
+
+
+def row_json(i: int, row: Any) -> Any:
+    """One row of create_many as JSON (a bad row is named as the memory names it)."""
+    try:
+        return check_data(jsonable(row, "data"))
+    except ValidationError as exc:
+        exc.details["row"] = i
+        exc.message = f"row {i}: {exc.message}"
+        exc.args = (exc.message,)
+        raise
+
+
+def as_of_value(as_of: Any) -> int | str | None:
+    as_of = check_as_of(as_of)
+    return as_of.isoformat() if as_of is not None and not isinstance(as_of, int) else as_of
+
+
+@functools.lru_cache(maxsize=1024)  # building an adapter costs far more than using it
+def field_adapter(model: type[BaseModel], name: str) -> pydantic.TypeAdapter[Any] | None:
+    info = model.model_fields.get(name)
+    if info is None or info.annotation is None:
+        return None
+    return pydantic.TypeAdapter(info.annotation)

@@ -1,0 +1,36 @@
+"""The embedder and the vector index a Settings names (what ``Memory.open`` builds by default)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .config import Settings
+from .embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
+from .errors import ValidationError
+from .vector.base import VectorIndex
+from .vector.chroma import ChromaIndex
+from .vector.exact import ExactIndex
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    """The embedder a Settings names: the bundled model, the hash embedder or a model path."""
+    if settings.embedder == "hash":
+        return HashEmbedder()
+    threads = settings.torch_threads or None
+    if settings.embedder == "minilm":
+        return SentenceTransformerEmbedder(settings.model_path, num_threads=threads)
+    return SentenceTransformerEmbedder(settings.embedder, num_threads=threads)
+
+
+def make_vector_index(settings: Settings, directory: Path | None) -> VectorIndex:
+    """Chroma on disk under the memory directory, a Chroma server, or in-memory exact."""
+    if settings.chroma_url:
+        url = urlparse(settings.chroma_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValidationError("chroma_url must look like http://host:port",
+                                  field="chroma_url")
+        return ChromaIndex.http(url.hostname, url.port or 8000, ssl=url.scheme == "https")
+    if directory is None:
+        return ExactIndex()
+    return ChromaIndex.persistent(str(directory / "chroma"))

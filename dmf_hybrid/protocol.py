@@ -1,0 +1,289 @@
+"""MemoryAPI: the one contract of both front doors, each method's signature and docstring once.
+
+``Memory`` (embedded, in-process) and ``MemoryClient`` (HTTP) both implement it with the same
+arguments, results and exceptions (``tests/test_protocol.py`` compares their full signatures
+with these). Code that works with either takes a ``MemoryAPI``: the CLI, the MCP server, the
+agent tools and the test fixtures. What only makes sense in-process (``open``, ``for_tenant``,
+``transaction``, ``restore_snapshot``, ``engine``) is not part of it.
+
+Where the doors differ by nature, the method says so: over HTTP the API key decides the
+tenant; ``snapshot`` and ``archive_events`` take a directory *name* (the server writes under
+its data directory); a ``summariser`` plug-in runs only in-process; ``progress`` of
+``create_many`` is reported once, at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, Self
+
+from pydantic import BaseModel
+
+from .checks import AsOf
+from .models import (
+    ArchiveResult,
+    AuditEvent,
+    AuditReport,
+    Entity,
+    JSONObject,
+    JSONValue,
+    MemoryContext,
+    Page,
+    PlanOutcome,
+    ReconcileCounts,
+    ReindexCounts,
+    Related,
+    RuleInfo,
+    SearchResult,
+    SnapshotManifest,
+    SummaryResult,
+)
+from .ruledefs import RuleDef
+from .schema import EntityType, RelationSpec, TypeDef
+
+__all__ = ["AsOf", "MemoryAPI"]
+
+
+class MemoryAPI(Protocol):
+    """A deterministic agent memory: typed entities, relations, audit log, search."""
+
+    # ---------------------------------------------------------------- schema
+
+    def define(self, model: type[BaseModel], *, identity: Sequence[str] | None = None,
+               relations: Mapping[str, RelationSpec | Mapping[str, Any]] | None = None,
+               embed: str | None = None, name: str | None = None,
+               actor: str | None = None, reason: str | None = None) -> EntityType:
+        """Register a pydantic model as an entity type (or a compatible new version).
+
+        Its entities come back with ``data`` as instances of ``model``.
+        """
+        ...
+
+    def define_type(self, typedef: TypeDef | Mapping[str, Any], *, actor: str | None = None,
+                    reason: str | None = None) -> EntityType:
+        """Register a type given as data (the TOML / JSON form)."""
+        ...
+
+    def load_definitions(self, path: str | Path, *, actor: str | None = None
+                         ) -> list[EntityType]:
+        """Register every type (and rule) of an ``indexes/*.toml`` file.
+
+        Embedded: in one transaction. HTTP: one request per type or rule.
+        """
+        ...
+
+    def define_rule(self, rule: RuleDef | Mapping[str, Any], *, actor: str | None = None,
+                    reason: str | None = None) -> RuleInfo:
+        """Register a rule (a RuleDef or its TOML / JSON form); its definition and version."""
+        ...
+
+    def rules(self) -> list[RuleInfo]:
+        """Every active rule: definition, version and the relations it depends on."""
+        ...
+
+    def types(self) -> list[EntityType]:
+        """Every registered entity type."""
+        ...
+
+    def get_type(self, name: str) -> EntityType:
+        """One registered entity type."""
+        ...
+
+    # ---------------------------------------------------------------- entities
+
+    def create(self, type_name: str, data: Mapping[str, Any] | BaseModel, *,
+               id: str | None = None, actor: str | None = None, reason: str | None = None,
+               trace_id: str | None = None) -> Entity:
+        """Create an entity; the same identity again returns the existing one (created=False)."""
+        ...
+
+    def create_many(self, type_name: str, rows: Sequence[Mapping[str, Any] | BaseModel], *,
+                    progress: Callable[[int], None] | bool | None = None,
+                    actor: str | None = None, reason: str | None = None,
+                    trace_id: str | None = None) -> list[Entity]:
+        """Create many entities: validated first, written and embedded in batches.
+
+        ``progress``: a callback given the number of rows done (True: a progress bar,
+        embedded only). Over HTTP the rows go in one request and progress is reported once.
+        """
+        ...
+
+    def get(self, entity_id: str, *, as_of: AsOf = None) -> Entity:
+        """The entity now or at ``as_of`` (seq or datetime); NotFound if absent or deleted."""
+        ...
+
+    def query(self, type_name: str, where: Mapping[str, Any] | None = None,
+              order_by: str | Sequence[str] | None = None, limit: int = 50,
+              cursor: str | None = None, as_of: AsOf = None) -> Page:
+        """One page of entities matching ``where`` in a deterministic order."""
+        ...
+
+    def count(self, type_name: str, where: Mapping[str, Any] | None = None,
+              as_of: AsOf = None) -> int:
+        """How many entities of a type match ``where``."""
+        ...
+
+    def update(self, entity_id: str, changes: Mapping[str, Any], *,
+               expected_version: int | None = None, actor: str | None = None,
+               reason: str | None = None, trace_id: str | None = None) -> Entity:
+        """Change fields; VersionConflict if ``expected_version`` is stale (HTTP: If-Match)."""
+        ...
+
+    def append(self, entity_id: str, field: str, values: list[Any], *,
+               expected_version: int | None = None, actor: str | None = None,
+               reason: str | None = None, trace_id: str | None = None) -> Entity:
+        """Append to a list field atomically."""
+        ...
+
+    def delete(self, entity_id: str, *, expected_version: int | None = None,
+               actor: str | None = None, reason: str | None = None,
+               trace_id: str | None = None) -> Entity:
+        """Soft-delete (restorable; still visible to ``as_of`` reads before it)."""
+        ...
+
+    def restore(self, entity_id: str, *, expected_version: int | None = None,
+                actor: str | None = None, reason: str | None = None,
+                trace_id: str | None = None) -> Entity:
+        """Undo a soft delete."""
+        ...
+
+    def erase(self, entity_id: str, *, actor: str | None = None, reason: str | None = None,
+              trace_id: str | None = None) -> int:
+        """Remove an entity's content everywhere, keeping the audit chain verifiable.
+
+        Returns the seq of the erase event.
+        """
+        ...
+
+    # ---------------------------------------------------------------- relations
+
+    def link(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
+             reason: str | None = None, trace_id: str | None = None) -> bool:
+        """Link two entities; False when the link already existed."""
+        ...
+
+    def unlink(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
+               reason: str | None = None, trace_id: str | None = None) -> int:
+        """Remove a link (the seq of its event); NotFound if it does not exist."""
+        ...
+
+    def related(self, entity_id: str, relation: str | None = None, direction: str = "out",
+                depth: int = 1, as_of: AsOf = None) -> list[Related]:
+        """Entities linked to ``entity_id`` (nearest first, then relation, then ID)."""
+        ...
+
+    # ---------------------------------------------------------------- audit
+
+    def history(self, entity_id: str) -> list[AuditEvent]:
+        """Every audit event of an entity, oldest first."""
+        ...
+
+    def events(self, since_seq: int = 0, until_seq: int | None = None,
+               limit: int = 1000) -> list[AuditEvent]:
+        """This tenant's audit events with since_seq < seq <= until_seq."""
+        ...
+
+    def verify_audit(self) -> AuditReport:
+        """Verify the audit log's hash chain."""
+        ...
+
+    @property
+    def last_seq(self) -> int:
+        """The audit seq of the newest committed event (in a write transaction: its newest).
+
+        Another thread's open transaction does not count until it commits, so a seq read
+        here is always a stable ``as_of`` for every reader.
+        """
+        ...
+
+    # ---------------------------------------------------------------- search & index
+
+    def search(self, type_name: str, text: str | None = None, *,
+               where: Mapping[str, Any] | None = None, k: int = 10, mode: str = "hybrid",
+               related_to: Mapping[str, Any] | None = None, as_of: AsOf = None
+               ) -> SearchResult:
+        """Similarity search; hits are resolved from DuckDB (see SearchResult)."""
+        ...
+
+    def reconcile(self) -> ReconcileCounts:
+        """Compare the vector index with DuckDB and repair drift; returns counts (admin)."""
+        ...
+
+    def reindex(self) -> ReindexCounts:
+        """Rebuild the vector index from DuckDB and the embedding cache (admin)."""
+        ...
+
+    def flush(self) -> int:
+        """Process pending outbox rows now; returns how many were applied (admin)."""
+        ...
+
+    def snapshot(self, dest: str | Path) -> SnapshotManifest:
+        """Export the whole database (DuckDB EXPORT, Parquet) into a new directory.
+
+        Embedded: ``dest`` is that directory. HTTP (admin): a name; the server writes
+        ``data_dir/snapshots/<dest>``.
+        """
+        ...
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
+                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5) -> MemoryContext:
+        """A compact, deterministic prompt context (MemoryContext: text + data) within budget."""
+        ...
+
+    def summarize(self, scope: str | None = None, since_seq: int | None = None,
+                  until_seq: int | None = None, *,
+                  summariser: Callable[[str, Mapping[str, Any]], str] | None = None,
+                  actor: str | None = None, reason: str | None = None) -> SummaryResult:
+        """A MemorySummary of a scope's audit events in a window (SummaryResult; empty ok).
+
+        A ``summariser`` plug-in runs in the memory's process: over HTTP it is refused.
+        """
+        ...
+
+    def archive_events(self, before_seq: int, dest: str | Path, *, actor: str | None = None,
+                       reason: str | None = None) -> ArchiveResult:
+        """Move audit events with seq < before_seq to Parquet under ``dest`` (ArchiveResult).
+
+        HTTP (admin): ``dest`` is a directory *name*; the server writes under its own
+        ``data_dir/archives/<dest>`` and ``file.file`` is relative to its data directory.
+        """
+        ...
+
+    def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
+                         cursor: str | None = None, as_of: AsOf = None) -> Page:
+        """The work queue: open Constraint entities (oldest first), optionally filtered."""
+        ...
+
+    # ---------------------------------------------------------------- agent tools & plans
+
+    def tools(self, format: str = "openai") -> list[JSONObject]:
+        """Function-calling definitions of the memory operations ("openai" or "json_schema")."""
+        ...
+
+    def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,
+                  actor: str | None = None, reason: str | None = None,
+                  trace_id: str | None = None) -> JSONValue:
+        """Validate and execute one tool call; its JSON result (PlanError if invalid)."""
+        ...
+
+    def execute_plan(self, ops: Sequence[Mapping[str, Any]], dry_run: bool = False, *,
+                     actor: str | None = None, reason: str | None = None,
+                     trace_id: str | None = None) -> PlanOutcome:
+        """Validate a plan and run it in one transaction: {results, diff, committed, seq_range}.
+
+        ``dry_run``: run it and roll it back, returning the diff it would make.
+        """
+        ...
+
+    # ---------------------------------------------------------------- lifetime
+
+    def close(self) -> None:
+        """Release the memory (embedded: flush pending index work; HTTP: the connections)."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...

@@ -1,0 +1,41 @@
+"""Rankings: (entity ID, score) lists ordered by score descending, then entity ID."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+Ranking = list[tuple[str, float]]
+#: Scores in hits and receipts are rounded to this many digits.
+SCORE_DIGITS = 6
+
+
+def precise_scores(unit_rows: npt.NDArray[np.float32], query: npt.NDArray[np.float64]
+                   ) -> npt.NDArray[np.float64]:
+    """Cosine of each unit row with a unit query in float64, independent of the row's batch."""
+    if not len(unit_rows):
+        return np.zeros(0, dtype=np.float64)
+    scores: npt.NDArray[np.float64] = (unit_rows.astype(np.float64) * query).sum(axis=1)
+    return scores
+
+
+def ranked(ids: Sequence[str], scores: npt.ArrayLike, depth: int) -> Ranking:
+    """The best ``depth`` (id, score): score descending, then entity ID ascending."""
+    values = np.asarray(scores, dtype=np.float64)
+    if len(values) > depth > 0:
+        kth = np.partition(values, len(values) - depth)[len(values) - depth]
+        keep = np.flatnonzero(values >= kth).tolist()  # ties at the cut stay, decided by ID
+    else:
+        keep = list(range(len(values)))
+    pairs = sorted(((ids[i], float(values[i])) for i in keep),
+                   key=lambda item: (-item[1], item[0]))
+    return pairs[:depth]
+
+
+def unit64(vector: np.ndarray) -> npt.NDArray[np.float64]:
+    """``vector`` as a float64 unit vector (a zero vector stays zero)."""
+    query = np.asarray(vector, dtype=np.float64)
+    norm = float(np.linalg.norm(query))
+    return query if norm == 0.0 else query / norm

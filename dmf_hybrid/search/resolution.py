@@ -1,0 +1,46 @@
+"""Resolution: every proposed ID re-read from DuckDB; deleted, stale, out-of-tenant or
+filter-failing hits are dropped (fail closed), and the hits carry DuckDB's rows.
+"""
+
+from __future__ import annotations
+
+from ..mirrors.vectors import LocalVectors
+from ..models import Hit, LegScore
+from ..store import Store
+from .ranking import SCORE_DIGITS, Ranking
+from .scope import TEXT_HASH, Scope
+
+#: IDs resolved beyond the ones still needed (a few proposals may fail resolution).
+RESOLVE_SLACK = 0
+
+
+def resolve_hits(scope: Scope, store: Store, local: LocalVectors | None, fused: Ranking,
+                 rankings: dict[str, Ranking], k: int) -> tuple[list[Hit], int]:
+    """Hits for the fused ranking, each re-read from DuckDB; failing ones are dropped."""
+    positions = {leg: {eid: (rank, score) for rank, (eid, score) in enumerate(r, 1)}
+                 for leg, r in rankings.items()}
+    hits: list[Hit] = []
+    dropped = 0
+    start = 0
+    while len(hits) < k and start < len(fused):
+        batch = fused[start:start + k - len(hits) + RESOLVE_SLACK]
+        start += len(batch)
+        found = scope.fetch_rows([eid for eid, _ in batch])
+        for eid, score in batch:
+            row = found.get(eid)
+            if row is None:
+                dropped += 1
+                continue
+            if scope.seq is None and (
+                    local is None or local.text_hash_of(scope.tenant, eid)
+                    != row[TEXT_HASH]):
+                dropped += 1  # the index has not caught up with this entity: stale
+                continue
+            legs = {leg: LegScore(rank=pos[eid][0],
+                                  score=round(float(pos[eid][1]), SCORE_DIGITS))
+                    for leg, pos in positions.items() if eid in pos}
+            hits.append(Hit(entity=store.row_to_entity(scope.etype, row),
+                            score=round(float(score), SCORE_DIGITS), legs=legs))
+            if len(hits) == k:
+                break
+    return hits, dropped

@@ -1,0 +1,166 @@
+"""The audit chain: appending hash-chained events and outbox rows, write hooks, the log's reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ..checks import (
+    check_id,
+    check_seq_bounds,
+)
+from ..clock import utcnow
+from ..errors import (
+    NotFound,
+)
+from ..models import AuditEvent, AuditReport
+from . import audit
+from .state import StoreState
+from .tables import EVENTS_ALL
+
+
+class AuditChain(StoreState):
+    """The audit chain."""
+
+    def _next_event(self, con: duckdb.DuckDBPyConnection, **fields: Any) -> int:
+        """Append one audit event inside the open transaction; returns its seq."""
+        seq_before, hash_before = self._seq, self._last_hash
+        seq = self._seq + 1
+        row = audit.make_event(seq=seq, ts=utcnow(), prev_hash=self._last_hash, **fields)
+        audit.insert_events(con, [row])
+        self._seq, self._last_hash = seq, row[-2]
+        self.db.on_rollback(lambda: self._reset_chain(seq_before, hash_before))
+        return seq
+
+    def _reset_chain(self, seq: int, last_hash: str) -> None:
+        self._seq, self._last_hash = seq, last_hash
+
+    def append_event(self, con: duckdb.DuckDBPyConnection, **fields: Any) -> int:
+        """Append one audit event (make_event's fields) inside the open transaction; its seq."""
+        return self._next_event(con, **fields)
+
+    def refresh_events_view(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        """(Re)create the events_all view; returns the archive files it could not find."""
+        cols = ", ".join(audit.EVENT_COLUMNS)
+        files = [r[0] for r in con.execute(
+            "SELECT file FROM event_archive ORDER BY first_seq, file").fetchall()]
+        present = [f for f in files if Path(f).is_file() and "'" not in f]
+        sql = f"SELECT {cols} FROM events"
+        if present:
+            paths = ", ".join(f"'{f}'" for f in present)
+            sql += f" UNION ALL SELECT {cols} FROM read_parquet([{paths}])"
+        con.execute(f"CREATE OR REPLACE VIEW {EVENTS_ALL} AS {sql}")
+        return [f for f in files if f not in present]
+
+    def _after_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str,
+                     type_name: str, eid: str) -> None:
+        """Run the write hooks (not for writes the hooks themselves make)."""
+        if not self.write_hooks or self._in_hooks:
+            return
+        self._in_hooks = True
+        try:
+            for hook in list(self.write_hooks):
+                hook(con, tenant, op, type_name, eid)
+        finally:
+            self._in_hooks = False
+
+    @contextmanager
+    def hooks_paused(self) -> Iterator[None]:
+        """Writes in this block do not run the write hooks (as writes made by a hook)."""
+        previous, self._in_hooks = self._in_hooks, True
+        try:
+            yield
+        finally:
+            self._in_hooks = previous
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the newest committed (or, inside a transaction, written) event."""
+        return self._seq
+
+    @property
+    def committed_seq(self) -> int:
+        """The seq of the newest committed event (this thread's own, in its transaction)."""
+        return self._seq if self.db.in_transaction else self.db.visible_seq
+
+    def _mark_modified(self, type_name: str) -> None:
+        """Remember that this transaction updated or deleted rows of a type's table."""
+        if not self._modified:
+            self.db.after_commit(self._modified.clear)
+            self.db.on_rollback(self._modified.clear)
+        self._modified.add(type_name)
+
+    def _outbox(self, con: duckdb.DuckDBPyConnection, seq: int, tenant: str, eid: str,
+                type_name: str, op: str, unique: bool = True) -> None:
+        if unique:
+            con.execute("INSERT INTO outbox (seq, tenant, entity_id, type, op) VALUES (?,?,?,?,?)",
+                        [seq, tenant, eid, type_name, op])
+        else:
+            # schema-wide requeues share the define event's seq: key them past it
+            con.execute(
+                "INSERT INTO outbox (seq, tenant, entity_id, type, op) "
+                "SELECT coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM outbox",
+                [tenant, eid, type_name, op],
+            )
+        batch = (seq, tenant, eid, type_name, op)
+        self.db.after_commit(lambda: self._notify([batch]))
+
+    def _notify(self, batch: list[tuple[int, str, str, str, str]]) -> None:
+        for listener in self.listeners:
+            listener(batch)
+
+    def history(self, tenant: str, eid: Any) -> list[AuditEvent]:
+        """Every event of an entity (including links), oldest first."""
+        eid = check_id(eid, "entity_id")
+        rows = self.db.fetchall(
+            f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE tenant = ? AND "
+            "(entity_id = ? OR json_extract_string(meta, '$.to') = ?) ORDER BY seq",
+            [tenant, eid, eid])
+        if not rows:
+            raise NotFound(f"no entity {eid}", entity_id=eid)
+        return [audit.row_to_event(r) for r in rows]
+
+    def events(self, tenant: str | None, since_seq: int = 0, until_seq: int | None = None,
+               limit: int = 1000) -> list[AuditEvent]:
+        """Events with since_seq < seq <= until_seq, oldest first (one tenant, or all)."""
+        check_seq_bounds(since_seq=since_seq, until_seq=until_seq, limit=limit)
+        params: list[Any] = [since_seq]
+        sql = f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE seq > ?"
+        if until_seq is not None:
+            sql += " AND seq <= ?"
+            params.append(until_seq)
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            params.append(tenant)
+        sql += f" ORDER BY seq LIMIT {int(limit)}"
+        return [audit.row_to_event(r) for r in self.db.fetchall(sql, params)]
+
+    def verify_audit(self) -> AuditReport:
+        """Check the whole hash chain; names the first bad seq."""
+        with self.db.no_writes():  # the reads below see exactly the chain up to self._seq
+            last_written = self._seq
+            erased = {(t, e) for t, e in self.db.fetchall(
+                f"SELECT tenant, entity_id FROM {EVENTS_ALL} WHERE op = 'erase'")}
+            cur = self.db.reader().execute(
+                f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} ORDER BY seq")
+
+        def rows() -> Iterable[tuple[Any, ...]]:
+            while True:
+                batch = cur.fetchmany(5000)
+                if not batch:
+                    return
+                yield from batch
+
+        report = audit.verify_rows(rows(), erased=erased)
+        if report.ok and report.last_seq != last_written:
+            # a consistent chain that ends too early (or late): events were cut off the end
+            return report.model_copy(update={
+                "ok": False, "first_bad_seq": min(report.last_seq, last_written) + 1,
+                "problem": f"the log ends at seq {report.last_seq} but this store wrote up "
+                           f"to seq {last_written} (events were removed or added at the end)"})
+        return report

@@ -1,0 +1,115 @@
+"""The type registry: loading, defining and migrating entity types (each version audited).
+"""
+
+from __future__ import annotations
+
+import duckdb
+from pydantic import BaseModel
+
+from ..clock import to_naive_utc, utcnow
+from ..errors import (
+    SchemaError,
+)
+from ..ids import sha256_hex
+from ..schema import EntityType, TypeDef, build_model, check_compatible
+from .rows import RowReader
+from .tables import (
+    add_columns,
+    create_type_table,
+    table_name,
+)
+
+
+class TypeRegistry(RowReader):
+    """The type registry."""
+
+    def _load_registry(self) -> None:
+        rows = self.db.fetchall(
+            "SELECT name, version, definition FROM schema_types "
+            "QUALIFY row_number() OVER (PARTITION BY name ORDER BY version DESC) = 1 "
+            "ORDER BY name"
+        )
+        for name, version, definition in rows:
+            typedef = TypeDef.model_validate_json(definition)
+            self._types[name] = EntityType(typedef, version, build_model(typedef))
+
+    def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
+               tenant: str, actor: str | None = None, reason: str | None = None,
+               trace_id: str | None = None) -> EntityType:
+        """Register a type or a compatible new version of it (an online migration)."""
+        typedef = typedef.check()
+        with self.db.write() as con:
+            current = self._types.get(typedef.name)
+            clash = [n for n in self._types if n.lower() == typedef.name.lower()
+                     and n != typedef.name]
+            if clash:
+                raise SchemaError(f"type {typedef.name!r} clashes with {clash[0]!r} (names are "
+                                  "case-insensitive)", field="name")
+            if current is not None and current.typedef == typedef:
+                if model is not None:
+                    current.model = model
+                    self._user_models[typedef.name] = model
+                return current
+            added: list[str] = []
+            if current is not None:
+                added = check_compatible(current.typedef, typedef)
+            if added and typedef.name in self._modified:
+                # DuckDB 1.4 cannot commit ALTER TABLE after UPDATE/DELETE of the same table
+                # in one transaction (and its state is unreliable after that failed commit)
+                raise SchemaError(
+                    f"adding fields to {typedef.name} cannot share a transaction with earlier "
+                    f"changes to {typedef.name} entities; migrate in a transaction of its own "
+                    "(or first)", field="fields")
+            version = 1 if current is None else current.version + 1
+            seq = self._next_event(
+                con, tenant=tenant, op="define", type_name=typedef.name, entity_id=None,
+                version_before=None if current is None else current.version,
+                version_after=version,
+                before=None if current is None else current.typedef.model_dump(mode="json"),
+                after=typedef.model_dump(mode="json"), actor=actor, reason=reason,
+                trace_id=trace_id, meta={"added_fields": added} if added else None,
+            )
+            con.execute(
+                "INSERT INTO schema_types VALUES (?, ?, ?, ?, ?)",
+                [typedef.name, version, typedef.model_dump_json(), seq,
+                 to_naive_utc(utcnow())],
+            )
+            new = EntityType(typedef, version, model or build_model(typedef))
+            if current is None:
+                create_type_table(con, new)
+            else:
+                add_columns(con, typedef, added)
+                self._mark_modified(typedef.name)
+            previous = current
+            self._types[typedef.name] = new
+
+            def undo() -> None:
+                if previous is None:
+                    self._types.pop(typedef.name, None)
+                else:
+                    self._types[typedef.name] = previous
+
+            self.db.on_rollback(undo)
+            if current is not None and current.typedef.embed != typedef.embed:
+                self._requeue_type(con, new, tenant=None)
+        return new
+
+    def _requeue_type(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
+                      tenant: str | None) -> None:
+        """Recompute text hashes and queue every live entity of a type for reindexing."""
+        self._mark_modified(etype.name)
+        rows = con.execute(
+            f"SELECT id, tenant FROM {table_name(etype.name)} WHERE deleted_at IS NULL "
+            + ("AND tenant = ? " if tenant else "") + "ORDER BY id",
+            [tenant] if tenant else [],
+        ).fetchall()
+        for eid, etenant in rows:
+            entity = self._read_live(con, etype, eid, etenant)
+            text = etype.embed_text(entity.fields()) if entity else None
+            match, params = self._row_match(con, table_name(etype.name), eid, etenant)
+            con.execute(
+                f"UPDATE {table_name(etype.name)} SET text_hash = ? WHERE {match}",
+                [None if text is None else sha256_hex(text), *params],
+            )
+            self._outbox(con, self._seq, etenant, eid, etype.name,
+                         "upsert" if text is not None else "delete", unique=False)

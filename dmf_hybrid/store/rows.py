@@ -1,0 +1,150 @@
+"""Reading entity rows: point lookups by (tenant, ID), rows as Entities, the current state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import duckdb
+
+from ..checks import (
+    check_id,
+)
+from ..clock import to_aware_utc
+from ..errors import (
+    NotFound,
+)
+from ..ids import canonical_json
+from ..models import Entity
+from ..schema import EntityType
+from .chain import AuditChain
+from .sql import (
+    q,
+)
+from .tables import (
+    SYSTEM_COLUMNS,
+    table_name,
+)
+
+
+def jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Data as plain JSON values (UTC ISO datetimes), as snapshots store it."""
+    return dict(json.loads(canonical_json(dict(data))))
+
+
+def aware_datetimes(etype: EntityType, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its datetime values (stored as naive UTC) made timezone-aware UTC."""
+
+    def aware(value: Any) -> Any:
+        if isinstance(value, str):
+            value = dt.datetime.fromisoformat(value)
+        return to_aware_utc(value)
+
+    for name, spec in etype.fields.items():
+        value = data.get(name)
+        if value is None:
+            continue
+        if spec.type == "datetime":
+            data[name] = aware(value)
+        elif spec.type == "list" and spec.item == "datetime":
+            data[name] = [None if v is None else aware(v) for v in value]
+    return data
+
+
+class RowReader(AuditChain):
+    """Reading entity rows."""
+
+    def _select_cols(self, etype: EntityType) -> str:
+        return ", ".join(list(SYSTEM_COLUMNS) + [q(n) for n in etype.fields])
+
+    def row_to_entity(self, etype: EntityType, row: Sequence[Any], created: bool = False
+                       ) -> Entity:
+        sys_vals = dict(zip(SYSTEM_COLUMNS, row[: len(SYSTEM_COLUMNS)], strict=True))
+        data = aware_datetimes(etype, dict(zip(etype.fields, row[len(SYSTEM_COLUMNS):],
+                                                strict=True)))
+        return Entity(
+            id=sys_vals["id"], type=etype.name, tenant=sys_vals["tenant"],
+            version=sys_vals["version"], data=etype.model.model_validate(data),
+            created_at=to_aware_utc(sys_vals["created_at"]),
+            updated_at=to_aware_utc(sys_vals["updated_at"]),
+            deleted_at=to_aware_utc(sys_vals["deleted_at"]), created=created,
+        )
+
+    @staticmethod
+    def _point_row(con: duckdb.DuckDBPyConnection, table: str, cols: str, eid: str,
+                   tenant: str) -> tuple[Any, ...] | None:
+        """The columns ``cols`` of this tenant's row of ``eid`` in a table, or None.
+
+        Two tenants may hold the same ID. `id = ?` alone lets DuckDB use the id index (adding
+        `AND tenant = ?` makes it scan the table), so the tenant is checked on the rows found.
+        """
+        for row in con.execute(f"SELECT tenant, {cols} FROM {table} WHERE id = ?",
+                               [eid]).fetchall():
+            if row[0] == tenant:
+                return tuple(row[1:])
+        return None
+
+    @staticmethod
+    def _row_match(con: duckdb.DuckDBPyConnection, table: str, eid: str, tenant: str
+                   ) -> tuple[str, list[Any]]:
+        """A WHERE condition (and its parameters) for this tenant's row of ``eid`` in a table.
+
+        `id = ?` alone when no other tenant has a row with that ID (DuckDB answers it from the
+        id index); `id = ? AND tenant = ?`, which scans, only when one does.
+        """
+        tenants = con.execute(f"SELECT tenant FROM {table} WHERE id = ?", [eid]).fetchall()
+        if all(t == tenant for (t,) in tenants):
+            return "id = ?", [eid]
+        return "id = ? AND tenant = ?", [eid, tenant]
+
+    def _read_live(self, con: duckdb.DuckDBPyConnection, etype: EntityType, eid: str,
+                   tenant: str) -> Entity | None:
+        row = self._point_row(con, table_name(etype.name), self._select_cols(etype), eid,
+                              tenant)
+        return None if row is None else self.row_to_entity(etype, row)
+
+    def _lookup(self, con: duckdb.DuckDBPyConnection, eid: Any, tenant: str) -> tuple[
+            EntityType, int | None]:
+        """The type and erasure seq of an ID in this tenant, or NotFound."""
+        eid = check_id(eid, "entity_id")
+        row = self._point_row(con, "entity_index", "type, erased_seq", eid, tenant)
+        if row is None or row[0] not in self._types:
+            raise NotFound(f"no entity {eid}", entity_id=eid)
+        return self._types[row[0]], row[1]
+
+    def _current(self, con: duckdb.DuckDBPyConnection, eid: Any, tenant: str,
+                 allow_deleted: bool = False) -> tuple[EntityType, Entity]:
+        etype, erased_seq = self._lookup(con, eid, tenant)
+        if erased_seq is not None:
+            raise NotFound(f"entity {eid} was erased at seq {erased_seq}", entity_id=eid,
+                           erased_seq=erased_seq)
+        entity = self._read_live(con, etype, eid, tenant)
+        if entity is None:
+            raise NotFound(f"no entity {eid}", entity_id=eid)
+        if entity.deleted_at is not None and not allow_deleted:
+            dseq = self._point_row(con, table_name(etype.name), "deleted_seq", eid, tenant)
+            raise NotFound(f"entity {eid} was deleted at seq {dseq[0] if dseq else '?'}",
+                           entity_id=eid, deleted_seq=dseq[0] if dseq else None)
+        return etype, entity
+
+    def get_many(self, tenant: str, type_name: str, ids: Sequence[str]) -> dict[str, Entity]:
+        """The live (not deleted) entities of one type among ``ids``, by ID."""
+        etype = self.type_of(type_name)
+        found: dict[str, Entity] = {}
+        con = self.db.reader()
+        for i in range(0, len(ids), 1000):
+            part = list(ids[i:i + 1000])
+            if not part:
+                continue
+            marks = ",".join("?" * len(part))
+            for row in con.execute(
+                f"SELECT {self._select_cols(etype)} FROM {table_name(etype.name)} "
+                f"WHERE tenant = ? AND deleted_at IS NULL AND id IN ({marks})",
+                [tenant, *part],
+            ).fetchall():
+                entity = self.row_to_entity(etype, row)
+                found[entity.id] = entity
+        return found

@@ -1,0 +1,57 @@
+"""The shared state of the store's layers: the database, the type registry and the chain head.
+
+The store is one class built in layers, each a module a reader can take in one sitting and
+each importing only the layers below it: state -> chain (audit log, outbox, hooks) -> rows
+(reading entity rows) -> registry (types and migrations) -> timetravel (``as_of``) ->
+queries -> writes (update, delete, erase) -> bulk (create) -> relations -> store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel
+
+from ..errors import (
+    NotFound,
+    ValidationError,
+)
+from ..schema import EntityType
+from .db import Database
+
+#: Called inside the write transaction after each entity mutation, link and unlink with
+#: (con, tenant, op, type name, entity id); writes a hook makes do not call hooks again.
+WriteHook = Callable[[duckdb.DuckDBPyConnection, str, str, str, str], None]
+#: Called after a commit with the outbox rows it queued: (seq, tenant, id, type, op).
+Listener = Callable[[list[tuple[int, str, str, str, str]]], None]
+
+
+class StoreState:
+    """The attributes every layer of the store shares (set by ``Store.__init__``)."""
+
+    db: Database
+    _types: dict[str, EntityType]
+    _user_models: dict[str, type[BaseModel]]
+    listeners: list[Listener]
+    write_hooks: list[WriteHook]
+    _in_hooks: bool
+    #: types whose rows the open write transaction updated or deleted (see define)
+    _modified: set[str]
+    _seq: int
+    _last_hash: str
+
+    def types(self) -> list[EntityType]:
+        """Every registered type, by name."""
+        return [self._types[n] for n in sorted(self._types)]
+
+    def type_of(self, name: Any) -> EntityType:
+        """The registered type of that name, or NotFound listing the known types."""
+        if not isinstance(name, str):
+            raise ValidationError("type must be a type name string", field="type")
+        etype = self._types.get(name)
+        if etype is None:
+            known = ", ".join(sorted(self._types)) or "none defined"
+            raise NotFound(f"unknown entity type {name!r} (known: {known})", field="type")
+        return etype

@@ -1,0 +1,240 @@
+"""Changing entities: update, append, delete, restore and erase, each one audited write.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel
+
+from ..checks import (
+    check_audit,
+    check_changes,
+    check_expected_version,
+    check_id,
+)
+from ..clock import to_naive_utc, utcnow
+from ..errors import (
+    Conflict,
+    NotFound,
+    ValidationError,
+    VersionConflict,
+)
+from ..ids import DEFAULT_TENANT, ID_HASH_HEX, entity_id, sha256_hex
+from ..models import Entity
+from ..schema import EntityType
+from .queries import Queries
+from .rows import jsonable
+from .sql import (
+    bind_value,
+    q,
+)
+from .tables import (
+    ENTITY_OPS,
+    table_name,
+)
+
+#: The shape of the IDs derived from identity fields (``ids.entity_id``).
+DERIVED_ID_RE = re.compile(rf"^[A-Za-z][A-Za-z0-9]*_[0-9a-f]{{{ID_HASH_HEX}}}$")
+#: A validated create: (id, model instance, data dict, text hash, data as JSON values).
+Prepared = tuple[str, BaseModel, dict[str, Any], str | None, dict[str, Any]]
+
+
+class Writes(Queries):
+    """Changing entities."""
+
+    def _snapshot(self, etype: EntityType, eid: str, tenant: str, version: int,
+                  data: Mapping[str, Any], created_at: dt.datetime, updated_at: dt.datetime,
+                  deleted_at: dt.datetime | None, text_hash: str | None,
+                  plain: dict[str, Any] | None = None) -> dict[str, Any]:
+        """An entity's audit snapshot (``plain``: ``jsonable(data)`` when already at hand)."""
+        return {
+            "id": eid, "type": etype.name, "tenant": tenant, "version": version,
+            "data": jsonable(data) if plain is None else plain,
+            "created_at": to_naive_utc(created_at).isoformat(),
+            "updated_at": to_naive_utc(updated_at).isoformat(),
+            "deleted_at": None if deleted_at is None else to_naive_utc(deleted_at).isoformat(),
+            "text_hash": text_hash,
+        }
+
+    def prepare_create(self, etype: EntityType, data: Any, given_id: Any = None,
+                       tenant: str = DEFAULT_TENANT) -> Prepared:
+        """Validate one create: (id, model instance, data dict, text hash, data as JSON values);
+        writes nothing."""
+        instance = etype.validate_data(data)
+        values = instance.model_dump()
+        try:
+            plain = jsonable(values)
+        except ValueError:
+            raise ValidationError("data must not contain NaN or infinite numbers",
+                                  field="data") from None
+        fields = etype.typedef.identity or tuple(sorted(data))
+        eid = entity_id(etype.name, {f: plain[f] for f in fields}, tenant)
+        if given_id is not None:
+            given = check_id(given_id)
+            if DERIVED_ID_RE.match(given) and given != eid and self._point_row(
+                    self.db.reader(), "entity_index", "id", given, tenant) is None:
+                # anyone can compute another tenant's derived ID from a fact; taking it would
+                # answer 409 "not available" and reveal that the other tenant holds the fact
+                raise ValidationError(
+                    f"IDs of the form Type_<{ID_HASH_HEX} hex digits> are reserved for the IDs "
+                    "derived from identity fields; leave id out or choose another", field="id")
+            eid = given
+        text = etype.embed_text(values)
+        return eid, instance, values, None if text is None else sha256_hex(text), plain
+
+    def _update(self, tenant: str, eid: Any, op: str, expected_version: Any,
+                compute: Callable[[EntityType, Entity], dict[str, Any]],
+                actor: str | None, reason: str | None, trace_id: str | None) -> Entity:
+        actor, reason, trace_id = check_audit(actor, reason, trace_id)
+        check_expected_version(expected_version)
+        with self.db.write() as con:
+            etype, current = self._current(con, eid, tenant, allow_deleted=op == "restore")
+            if expected_version is not None and expected_version != current.version:
+                raise VersionConflict(
+                    f"{eid} is at version {current.version}, not {expected_version}",
+                    entity_id=eid, current_version=current.version,
+                    expected_version=expected_version,
+                )
+            old_values = current.fields()
+            new_values = compute(etype, current)
+            deleted_at = current.deleted_at
+            if op == "delete":
+                deleted_at = utcnow()
+            elif op == "restore":
+                if current.deleted_at is None:
+                    raise Conflict(f"entity {eid} is not deleted", entity_id=eid)
+                deleted_at = None
+            elif new_values == old_values:
+                return current
+            now = utcnow()
+            text = etype.embed_text(new_values)
+            text_hash = None if text is None else sha256_hex(text)
+            version = current.version + 1
+            before = self._snapshot(etype, eid, tenant, current.version, old_values,
+                                    current.created_at, current.updated_at, current.deleted_at,
+                                    self._text_hash(con, etype, eid, tenant))
+            after = self._snapshot(etype, eid, tenant, version, new_values, current.created_at,
+                                   now, deleted_at, text_hash)
+            seq = self._next_event(
+                con, tenant=tenant, op=op, type_name=etype.name, entity_id=eid,
+                version_before=current.version, version_after=version, before=before,
+                after=after, actor=actor, reason=reason, trace_id=trace_id,
+            )
+            self._mark_modified(etype.name)
+            sets = ", ".join(f"{q(n)} = ?" for n in etype.fields)
+            match, match_params = self._row_match(con, table_name(etype.name), eid, tenant)
+            con.execute(
+                f"UPDATE {table_name(etype.name)} SET version = ?, updated_at = ?, "
+                f"deleted_at = ?, deleted_seq = ?, text_hash = ?, {sets} WHERE {match}",
+                [version, to_naive_utc(now), None if deleted_at is None else
+                 to_naive_utc(deleted_at), seq if op == "delete" else None, text_hash,
+                 *[bind_value(new_values[n]) for n in etype.fields], *match_params],
+            )
+            if text_hash is not None or before["text_hash"] is not None:
+                self._outbox(con, seq, tenant, eid, etype.name,
+                             "delete" if op == "delete" or text_hash is None else "upsert")
+            self._after_write(con, tenant, op, etype.name, eid)
+            return Entity(
+                id=eid, type=etype.name, tenant=tenant, version=version,
+                data=etype.model.model_validate(new_values), created_at=current.created_at,
+                updated_at=now, deleted_at=deleted_at,
+            )
+
+    def _text_hash(self, con: duckdb.DuckDBPyConnection, etype: EntityType, eid: str,
+                   tenant: str) -> str | None:
+        row = self._point_row(con, table_name(etype.name), "text_hash", eid, tenant)
+        return None if row is None else row[0]
+
+    def update(self, tenant: str, eid: Any, changes: Any, *, expected_version: Any = None,
+               actor: str | None = None, reason: str | None = None,
+               trace_id: str | None = None) -> Entity:
+        """Apply field changes; bumps the version (a no-op change returns the entity as is)."""
+        check_changes(changes)
+
+        def compute(etype: EntityType, current: Entity) -> dict[str, Any]:
+            merged = {**current.fields(), **changes}
+            return etype.validate_data(merged, where="changes").model_dump()
+
+        return self._update(tenant, eid, "update", expected_version, compute, actor, reason,
+                            trace_id)
+
+    def append(self, tenant: str, eid: Any, field: Any, values: Any, *,
+               expected_version: Any = None, actor: str | None = None,
+               reason: str | None = None, trace_id: str | None = None) -> Entity:
+        """Append values to a list field atomically."""
+        if not isinstance(values, list) or not values:
+            raise ValidationError("values must be a non-empty list", field="values")
+
+        def compute(etype: EntityType, current: Entity) -> dict[str, Any]:
+            if not isinstance(field, str) or field not in etype.fields:
+                raise ValidationError(f"{etype.name} has no field {field!r}", field="field")
+            if etype.fields[field].type != "list":
+                raise ValidationError(f"{etype.name}.{field} is not a list field", field="field")
+            merged = current.fields()
+            merged[field] = list(merged.get(field) or []) + list(values)
+            return etype.validate_data(merged, where="values").model_dump()
+
+        return self._update(tenant, eid, "append", expected_version, compute, actor, reason,
+                            trace_id)
+
+    def delete(self, tenant: str, eid: Any, *, expected_version: Any = None,
+               actor: str | None = None, reason: str | None = None,
+               trace_id: str | None = None) -> Entity:
+        """Soft-delete: hidden from reads, restorable, visible to ``as_of`` before it."""
+        return self._update(tenant, eid, "delete", expected_version,
+                            lambda _t, cur: cur.fields(), actor, reason, trace_id)
+
+    def restore(self, tenant: str, eid: Any, *, expected_version: Any = None,
+                actor: str | None = None, reason: str | None = None,
+                trace_id: str | None = None) -> Entity:
+        """Undo a soft delete."""
+        return self._update(tenant, eid, "restore", expected_version,
+                            lambda _t, cur: cur.fields(), actor, reason, trace_id)
+
+    def erase(self, tenant: str, eid: Any, *, actor: str | None = None,
+              reason: str | None = None, trace_id: str | None = None) -> int:
+        """Remove an entity's content everywhere (row, snapshots, links); returns the event seq."""
+        actor, reason, trace_id = check_audit(actor, reason, trace_id)
+        with self.db.write() as con:
+            etype, erased_seq = self._lookup(con, eid, tenant)
+            if erased_seq is not None:
+                raise NotFound(f"entity {eid} was erased at seq {erased_seq}", entity_id=eid)
+            version = self._point_row(con, table_name(etype.name), "version", eid, tenant)
+            hashes = [r[0] for r in con.execute(
+                "SELECT DISTINCT json_extract_string(after, '$.text_hash') FROM events_all "
+                "WHERE entity_id = ? AND tenant = ? AND after IS NOT NULL", [eid, tenant],
+            ).fetchall() if r[0]]
+            seq = self._next_event(
+                con, tenant=tenant, op="erase", type_name=etype.name, entity_id=eid,
+                version_before=version[0] if version else None, version_after=None,
+                before=None, after=None, actor=actor, reason=reason, trace_id=trace_id,
+            )
+            con.execute("UPDATE events SET before = NULL, after = NULL, redacted = TRUE "
+                        "WHERE entity_id = ? AND tenant = ? AND seq < ? AND op IN "
+                        f"{ENTITY_OPS!r}", [eid, tenant, seq])
+            self._mark_modified(etype.name)
+            match, params = self._row_match(con, table_name(etype.name), eid, tenant)
+            con.execute(f"DELETE FROM {table_name(etype.name)} WHERE {match}", params)
+            match, params = self._row_match(con, "entity_index", eid, tenant)
+            con.execute(f"UPDATE entity_index SET erased_seq = ? WHERE {match}", [seq, *params])
+            con.execute("UPDATE relations SET deleted_seq = ? WHERE tenant = ? AND "
+                        "deleted_seq IS NULL AND (from_id = ? OR to_id = ?)",
+                        [seq, tenant, eid, eid])
+            for text_hash in hashes:
+                if not self._hash_in_use(con, text_hash):
+                    con.execute("DELETE FROM embeddings WHERE text_hash = ?", [text_hash])
+            self._outbox(con, seq, tenant, eid, etype.name, "delete")
+            self._after_write(con, tenant, "erase", etype.name, eid)
+            return seq
+
+    def _hash_in_use(self, con: duckdb.DuckDBPyConnection, text_hash: str) -> bool:
+        for etype in self._types.values():
+            if con.execute(f"SELECT 1 FROM {table_name(etype.name)} WHERE text_hash = ? LIMIT 1",
+                           [text_hash]).fetchone():
+                return True
+        return False
