@@ -113,10 +113,16 @@ class Memory:
     def define(self, model: type[BaseModel], *, identity: Sequence[str] | None = None,
                relations: Mapping[str, RelationSpec | Mapping[str, Any]] | None = None,
                embed: str | None = None, name: str | None = None,
-               actor: str | None = None, reason: str | None = None) -> EntityType:
-        """Register a pydantic model as an entity type (or a compatible new version)."""
+               actor: str | None = None, reason: str | None = None,
+               analyzer: str | None = None) -> EntityType:
+        """Register a pydantic model as an entity type (or a compatible new version).
+
+        ``analyzer`` names the keyword analyzer (default ``"english"``; see
+        ``dmf_hybrid.search.text``); a field may name its own with
+        ``Field(json_schema_extra={"analyzer": ...})``.
+        """
         typedef = typedef_from_model(model, name=name, identity=identity, relations=relations,
-                                     embed=embed)
+                                     embed=embed, analyzer=analyzer)
         return self._store.define(typedef, model, tenant=self.tenant, actor=actor, reason=reason)
 
     def define_type(self, typedef: TypeDef | Mapping[str, Any], *, actor: str | None = None,

@@ -22,6 +22,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from .errors import FilterError, SchemaError, ValidationError
+from .search.text import DEFAULT_ANALYZER, check_analyzer
 
 TYPE_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
 FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -55,6 +56,8 @@ class FieldSpec(BaseModel):
     default: Any = None
     nullable: bool = True
     description: str | None = None
+    analyzer: str | None = Field(
+        None, description="Keyword analyzer of this field's text; None = the type's.")
 
     def python_type(self) -> Any:
         """The Python annotation a value of this field has (without None)."""
@@ -89,6 +92,8 @@ class TypeDef(BaseModel):
     relations: dict[str, RelationSpec] = Field(default_factory=dict)
     embed: str | None = Field(None, description="Text template of the embedded text.")
     description: str | None = None
+    analyzer: str = Field(DEFAULT_ANALYZER, description="Keyword analyzer of the type's text "
+                          "(dmf_hybrid.search.text); changing it re-analyses the type.")
 
     def check(self) -> TypeDef:
         """This definition, or a SchemaError naming what is wrong with it."""
@@ -138,7 +143,23 @@ class TypeDef(BaseModel):
                     raise SchemaError(
                         f"embed template names unknown field {placeholder!r}", field="embed"
                     )
+        self._check_analyzers()
         return self
+
+    def _check_analyzers(self) -> None:
+        check_analyzer(self.analyzer)
+        embedded = set(template_fields(self.embed)) if self.embed is not None else set()
+        for name, spec in self.fields.items():
+            if spec.analyzer is None:
+                continue
+            where = f"fields.{name}.analyzer"
+            check_analyzer(spec.analyzer, where)
+            if spec.type not in ("str", "enum") and spec.item != "str":
+                raise SchemaError(f"only text fields take an analyzer ({name!r} is "
+                                  f"{spec.type})", field=where)
+            if name not in embedded:
+                raise SchemaError(f"field {name!r} has an analyzer but is not in the embed "
+                                  "template, so it is not searched", field=where)
 
 
 def template_fields(template: str) -> list[str]:
@@ -210,8 +231,12 @@ def typedef_from_model(
     identity: Sequence[str] | None = None,
     relations: Mapping[str, Any] | None = None,
     embed: str | None = None,
+    analyzer: str | None = None,
 ) -> TypeDef:
-    """The TypeDef of a pydantic model class (fields from its annotations)."""
+    """The TypeDef of a pydantic model class (fields from its annotations).
+
+    A field names its own keyword analyzer with ``Field(json_schema_extra={"analyzer": ...})``.
+    """
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise SchemaError(f"define() takes a pydantic model class, not {model!r}")
     fields: dict[str, FieldSpec] = {}
@@ -228,9 +253,12 @@ def typedef_from_model(
         if not info.is_required():
             raw = info.get_default(call_default_factory=True)
             default = raw.value if isinstance(raw, enum.Enum) else raw
+        extra = info.json_schema_extra
+        field_analyzer = extra.get("analyzer") if isinstance(extra, dict) else None
         fields[fname] = FieldSpec(
             type=kind, item=item, values=values, required=info.is_required(),  # type: ignore[arg-type]
             default=default, nullable=nullable, description=info.description,
+            analyzer=field_analyzer,  # type: ignore[arg-type]
         )
     rels = {k: v if isinstance(v, RelationSpec) else RelationSpec.model_validate(v)
             for k, v in (relations or {}).items()}
@@ -238,6 +266,7 @@ def typedef_from_model(
         name=name or model.__name__, fields=fields,
         identity=tuple(identity) if identity is not None else None,
         relations=rels, embed=embed, description=(model.__doc__ or "").strip() or None,
+        **({} if analyzer is None else {"analyzer": analyzer}),
     ).check()
 
 
@@ -299,21 +328,31 @@ class EntityType:
 
     def embed_text(self, data: Mapping[str, Any]) -> str | None:
         """The text the embed template makes of an entity's data (None: not embedded)."""
+        parts = self.embed_parts(data)
+        return None if parts is None else " ".join("".join(t for _, t in parts).split())
+
+    def embed_parts(self, data: Mapping[str, Any]) -> list[tuple[str | None, str]] | None:
+        """The rendered template as ``(field, text)`` pieces (``None`` for its own words)."""
         template = self.typedef.embed
         if template is None:
             return None
-        values = {}
-        for name in template_fields(template):
+        parts: list[tuple[str | None, str]] = []
+        for literal, name, _, _ in string.Formatter().parse(template):
+            if literal:
+                parts.append((None, literal))
+            if name is None:
+                continue
             value = data.get(name)
             if value is None:
-                values[name] = ""
+                text = ""
             elif isinstance(value, list):
-                values[name] = ", ".join(str(v) for v in value)
+                text = ", ".join(str(v) for v in value)
             elif isinstance(value, enum.Enum):
-                values[name] = str(value.value)
+                text = str(value.value)
             else:
-                values[name] = str(value)
-        return " ".join(template.format(**values).split())
+                text = str(value)
+            parts.append((name, text))
+        return parts
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

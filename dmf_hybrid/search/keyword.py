@@ -44,15 +44,18 @@ import itertools
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from dmf_hybrid.errors import ValidationError
 from dmf_hybrid.search.keys import KeyIndex, key_index, positions_of
-from dmf_hybrid.search.text import Analyzer
+from dmf_hybrid.search.text import Analyzer, KeywordDocument, TypeAnalyzer, keyword_document
+
+if TYPE_CHECKING:
+    from dmf_hybrid.schema import EntityType
 
 DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4
@@ -66,8 +69,25 @@ _NO_TERMS: _DocTerms = ((), ())
 _GENERATIONS = itertools.count(1)
 
 
+class TextAnalysis(Protocol):
+    """What turns documents and queries into terms (an Analyzer, or a type's TypeAnalyzer)."""
+
+    def document_terms(self, document: KeywordDocument) -> list[str]:
+        """The index terms of a document."""
+        ...
+
+    def query_terms(self, text: str) -> list[str]:
+        """The terms of a query."""
+        ...
+
+
 class KeywordIndex:
-    """BM25 over entity texts of one collection; kept in step with writes; exact under filters."""
+    """BM25 over entity texts of one collection; kept in step with writes; exact under filters.
+
+    ``analyzer`` analyses documents and queries (default: an :class:`Analyzer` with
+    ``stemmer`` and ``stopwords``); documents are texts or, for a type with field analyzers,
+    the segments its analysis takes.
+    """
 
     def __init__(
         self,
@@ -76,6 +96,7 @@ class KeywordIndex:
         b: float = DEFAULT_B,
         stemmer: str | None = "english",
         stopwords: str | None = "en",
+        analyzer: TextAnalysis | None = None,
     ) -> None:
         if not (k1 >= 0.0 and math.isfinite(k1)):
             raise ValidationError(f"k1 must be a finite number >= 0, got {k1!r}", field="k1")
@@ -83,7 +104,8 @@ class KeywordIndex:
             raise ValidationError(f"b must be between 0 and 1, got {b!r}", field="b")
         self.k1 = float(k1)
         self.b = float(b)
-        self._analyzer = Analyzer(stemmer=stemmer, stopwords=stopwords)
+        self.analyzer: TextAnalysis = (analyzer if analyzer is not None
+                                       else Analyzer(stemmer=stemmer, stopwords=stopwords))
         self._lock = threading.Lock()
         # A document lives in a slot (an index into the arrays below); freed slots are reused,
         # lowest first, so the layout depends only on the sequence of writes.
@@ -108,8 +130,8 @@ class KeywordIndex:
 
     # ------------------------------------------------------------------ writes
 
-    def upsert(self, items: Sequence[tuple[str, str]], keys: Sequence[int] | None = None
-               ) -> None:
+    def upsert(self, items: Sequence[tuple[str, KeywordDocument]],
+               keys: Sequence[int] | None = None) -> None:
         """Index each ``(entity_id, text)``, replacing any earlier text of that ID (last wins).
 
         ``keys``: a 64-bit key per item (the engine passes DuckDB's ``hash(tenant, id)``), by
@@ -120,7 +142,7 @@ class KeywordIndex:
         analysed: list[tuple[str, _DocTerms, int, int | None]] = []
         for i, item in enumerate(items):
             entity_id, text = _check_item(item)
-            terms = self._analyzer.terms(text)
+            terms = self.analyzer.document_terms(text)
             counter = Counter(terms)
             counts = (tuple(counter), tuple(counter.values()))
             analysed.append((entity_id, counts, len(terms), None if keys is None else keys[i]))
@@ -271,7 +293,7 @@ class KeywordIndex:
         """Top ``k`` over every document, or over ``allowed_slots()`` (None: it cannot say)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValidationError(f"k must be a positive integer, got {k!r}", field="k")
-        query_counts = Counter(self._analyzer.terms(query))
+        query_counts = Counter(self.analyzer.query_terms(query))
         if not query_counts:
             return []
         with self._lock:
@@ -344,7 +366,7 @@ class KeywordIndex:
         return hits[:k]
 
 
-def _check_item(item: tuple[str, str]) -> tuple[str, str]:
+def _check_item(item: tuple[str, KeywordDocument]) -> tuple[str, KeywordDocument]:
     try:
         entity_id, text = item
     except (TypeError, ValueError):
@@ -355,6 +377,32 @@ def _check_item(item: tuple[str, str]) -> tuple[str, str]:
         raise ValidationError(
             f"entity_id must be a non-empty string, got {entity_id!r}", field="entity_id"
         )
-    if not isinstance(text, str):
+    if not isinstance(text, str | tuple):
         raise ValidationError(f"text of {entity_id!r} must be a string", field="text")
     return entity_id, text
+
+
+def type_analysis(etype: EntityType) -> TypeAnalyzer:
+    """The keyword analysis a type's definition declares (its analyzer, its fields')."""
+    return TypeAnalyzer.of(etype.typedef)
+
+
+def entity_document(analysis: TypeAnalyzer, etype: EntityType, data: Mapping[str, Any],
+                    text: str) -> KeywordDocument:
+    """What the keyword index of a type analyses of one entity (``text``: its embed text)."""
+    if not analysis.mixed:
+        return text
+    parts = etype.embed_parts(data)
+    return text if parts is None else keyword_document(analysis, parts)
+
+
+def entity_documents(etype: EntityType, rows: Sequence[tuple[str, Mapping[str, Any]]]
+                     ) -> list[tuple[str, KeywordDocument]]:
+    """``(entity_id, keyword document)`` of the ``(entity_id, data)`` rows that are embedded."""
+    analysis = type_analysis(etype)
+    docs: list[tuple[str, KeywordDocument]] = []
+    for entity_id, data in rows:
+        text = etype.embed_text(data)
+        if text is not None:
+            docs.append((entity_id, entity_document(analysis, etype, data, text)))
+    return docs
