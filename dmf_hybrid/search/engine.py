@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..config import Settings
-from ..embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
+from ..embeddings import Embedder, embed_queries, embedder_named
 from ..errors import FilterError, NotFound, SchemaError, ValidationError
 from ..indexer import SCORE_EPS, Indexer, LocalVectors, key_sql, own_ids
 from ..models import Entity
@@ -52,9 +52,9 @@ from ..store.sql import compile_filter, q
 from ..store.tables import SYSTEM_COLUMNS, table_name
 from ..vector.base import VectorIndex, collection_name
 from ..vector.exact import ExactIndex, normalise_rows
-from .fusion import rrf
+from .fusion import fuse
 from .keys import locate
-from .keyword import KeywordIndex
+from .keyword import KeywordIndex, entity_documents, type_analysis
 from .results import Hit, LegScore, Receipt, SearchResult
 
 log = logging.getLogger(__name__)
@@ -86,13 +86,9 @@ Row = tuple[Any, ...]
 
 
 def make_embedder(settings: Settings) -> Embedder:
-    """The embedder a Settings names: the bundled model, the hash embedder or a model path."""
-    if settings.embedder == "hash":
-        return HashEmbedder()
-    threads = settings.torch_threads or None
-    if settings.embedder == "minilm":
-        return SentenceTransformerEmbedder(settings.model_path, num_threads=threads)
-    return SentenceTransformerEmbedder(settings.embedder, num_threads=threads)
+    """The embedder a Settings names: a bundled model, the hash embedder or a model path."""
+    return embedder_named(settings.embedder, model_path=settings.model_path,
+                          num_threads=settings.torch_threads or None)
 
 
 def make_vector_index(settings: Settings, directory: Path | None) -> VectorIndex:
@@ -396,7 +392,7 @@ class SearchEngine:
             if vec is not None:
                 self._query_cache.move_to_end(text)
                 return vec
-        vec = np.asarray(self.embedder.embed([text]), dtype=np.float32)[0]
+        vec = embed_queries(self.embedder, [text])[0]
         with self._cache_lock:
             self._query_cache[text] = vec
             while len(self._query_cache) > QUERY_CACHE_SIZE:
@@ -504,7 +500,8 @@ class SearchEngine:
                     depth = k if mode != "hybrid" else max(k, FUSION_DEPTH)
                     while True:
                         rankings, plan = self._legs(scope, mode, text, qvec, depth, lap)
-                        fused = (rrf(rankings, k=self.settings.rrf_k, weights=weights)
+                        fused = (fuse(rankings, self.settings.fusion, k=self.settings.rrf_k,
+                                      weights=weights, depth=depth)
                                  if mode == "hybrid" else rankings[mode])
                         hits, dropped = self._resolve(scope, fused, rankings, k)
                         lap("resolve_ms")
@@ -526,6 +523,7 @@ class SearchEngine:
             resolved_at_seq=scope.seen_seq, mode=mode, plan=plan, candidates=scope.count,
             model_id=self.embedder.model_id, k=k,
             rrf_k=self.settings.rrf_k if mode == "hybrid" else None, dropped=dropped,
+            fusion=self.settings.fusion if mode == "hybrid" else None,
             timings_ms=timings,
         )
         return SearchResult(hits=hits, receipt=receipt)
@@ -734,8 +732,9 @@ class SearchEngine:
             source = self.store.source_sql(etype, scope.tenant, scope.seq, params)
             every = scope.con.execute(f"SELECT id, text_hash, {cols} FROM {source} ORDER BY id",
                                       params).fetchall()
-            kw = KeywordIndex()
-            kw.upsert([(r[0], t) for r in every if (t := self._text(etype, r)) is not None])
+            kw = KeywordIndex(analyzer=type_analysis(etype))
+            kw.upsert(entity_documents(
+                etype, [(r[0], dict(zip(etype.fields, r[2:], strict=True))) for r in every]))
             rankings["keyword"] = (kw.search(text, depth, candidates=[r[0] for r in rows])
                                    if rows else [])
         return rankings
