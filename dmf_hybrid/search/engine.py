@@ -54,7 +54,7 @@ from ..vector.base import VectorIndex, collection_name
 from ..vector.exact import ExactIndex, normalise_rows
 from .fusion import fuse
 from .keys import locate
-from .keyword import KeywordIndex, entity_documents, type_analysis
+from .keyword import KeywordIndex, entity_documents, exact_leg, type_analysis
 from .results import Hit, LegScore, Receipt, SearchResult
 
 log = logging.getLogger(__name__)
@@ -600,6 +600,10 @@ class SearchEngine:
             lap("vector_ms")
         if mode != "vector":
             rankings["keyword"] = self._keyword_leg(scope, text, depth)
+            if mode == "hybrid":
+                rankings["exact"] = exact_leg(
+                    self.indexer.keyword_index(scope.etype.name, scope.tenant), text,
+                    rankings["keyword"])
             lap("keyword_ms")
         return rankings, plan
 
@@ -737,6 +741,8 @@ class SearchEngine:
                 etype, [(r[0], dict(zip(etype.fields, r[2:], strict=True))) for r in every]))
             rankings["keyword"] = (kw.search(text, depth, candidates=[r[0] for r in rows])
                                    if rows else [])
+            if mode == "hybrid":
+                rankings["exact"] = exact_leg(kw, text, rankings["keyword"])
         return rankings
 
     @staticmethod

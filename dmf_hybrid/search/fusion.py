@@ -1,7 +1,8 @@
 """Fusion of the vector and keyword rankings into one, with deterministic tie-breaking.
 
 Each leg hands over its best ``depth`` ``(entity_id, score)`` pairs, best first (vector: cosine
-similarity; keyword: BM25). Methods (:data:`FUSIONS`):
+similarity; keyword: BM25; *exact*: the keyword hits the query names, one of their field values
+whole, e.g. a dish in a restaurant's list: ``KeywordIndex.exact``). Methods (:data:`FUSIONS`):
 
 - ``"rrf"``: reciprocal rank fusion, ``sum(weight / (k + rank))``. Only ranks count, so a
   document both legs rank fairly high beats one the keyword leg ranks first by far: with a
@@ -31,6 +32,9 @@ from dmf_hybrid.errors import ValidationError
 Ranking = Sequence[tuple[str, float]]
 
 FUSIONS = ("rrf", "minmax", "dbsf", "bm25max")
+#: The leg of the documents a query names (one of their field values, whole): see
+#: ``KeywordIndex.exact``. Score methods count it 1 (a best keyword match); RRF by its ranks.
+EXACT_LEG = "exact"
 #: Fusion of a hybrid search unless a setting says otherwise (see the module doc).
 DEFAULT_FUSION = "bm25max"
 
@@ -76,6 +80,8 @@ def fuse(rankings: Mapping[str, Ranking], method: str = DEFAULT_FUSION, *, k: in
 
 def _scaled(leg: str, ranked: Ranking, method: str, full: bool) -> dict[str, float]:
     """A leg's scores on the method's scale; key ``""`` holds the score of a missing ID."""
+    if leg == EXACT_LEG:  # named by the query: as much as the best keyword match
+        return {**{eid: 1.0 for eid, _ in ranked}, "": 0.0}
     values = [float(s) for _, s in ranked]
     low, high = min(values), max(values)
     if method == "minmax":

@@ -36,6 +36,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -261,8 +262,10 @@ class Analyzer:
         return [cache[w] if w in cache else stems[w] for w in words]
 
     # the TextAnalysis protocol of KeywordIndex: one analyzer for documents and queries
-    def document_terms(self, document: str | Sequence[tuple[str, str]]) -> list[str]:
+    def document_terms(self, document: KeywordDocument) -> list[str]:
         """The terms of a document (a text; segments are analysed alike, in order)."""
+        if isinstance(document, FieldedDocument):
+            document = document.body
         if isinstance(document, str):
             return self.terms(document)
         return [t for _, segment in document for t in self.terms(segment)]
@@ -280,9 +283,25 @@ def named_analyzer(name: str) -> Analyzer:
     return Analyzer(**options)
 
 
-#: A keyword document: the text, or (analyzer name, text) segments of a type with field
-#: analyzers.
-KeywordDocument = str | tuple[tuple[str, str], ...]
+#: The most terms a field value may have to be matched whole (see :class:`FieldedDocument`).
+MAX_VALUE_TERMS = 16
+
+#: The text the keyword index scores: the embedded text, or (analyzer name, text) segments
+#: of a type with field analyzers.
+KeywordBody = str | tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldedDocument:
+    """A keyword document with its field values: ``body`` is scored by BM25; ``values`` are
+    ``(analyzer name, text)`` of each text field value (each list element apart), which a
+    query *names* when it holds every one of a value's terms (see ``KeywordIndex.exact``)."""
+
+    body: KeywordBody
+    values: tuple[tuple[str, str], ...] = ()
+
+
+KeywordDocument = KeywordBody | FieldedDocument
 
 
 class TypeAnalyzer:
@@ -325,8 +344,23 @@ class TypeAnalyzer:
         """Whether several analyzers share the index (terms are then prefixed)."""
         return len(self.names) > 1
 
+    def value_terms(self, document: KeywordDocument) -> tuple[frozenset[str], ...]:
+        """The distinct term sets of a document's field values (1 to MAX_VALUE_TERMS terms)."""
+        if not isinstance(document, FieldedDocument):
+            return ()
+        found: dict[frozenset[str], None] = {}
+        for name, value in document.values:
+            terms = named_analyzer(name).terms(value)
+            if self.mixed:
+                terms = [f"{name}:{t}" for t in terms]
+            if 0 < len(terms) <= MAX_VALUE_TERMS:
+                found.setdefault(frozenset(terms))
+        return tuple(found)
+
     def document_terms(self, document: KeywordDocument) -> list[str]:
         """The index terms of a keyword document."""
+        if isinstance(document, FieldedDocument):
+            document = document.body
         if isinstance(document, str):
             terms = named_analyzer(self.analyzer).terms(document)
             return [f"{self.analyzer}:{t}" for t in terms] if self.mixed else terms
@@ -344,7 +378,7 @@ class TypeAnalyzer:
 
 
 def keyword_document(analysis: TypeAnalyzer, parts: Sequence[tuple[str | None, str]]
-                     ) -> KeywordDocument:
+                     ) -> KeywordBody:
     """What the keyword index analyses of an entity, from its embed template's parts.
 
     ``parts`` are ``(field or None, text)`` pieces of the rendered template (see

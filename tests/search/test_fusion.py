@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import BaseModel
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
 from dmf_hybrid.errors import ValidationError
@@ -73,3 +74,38 @@ def test_hybrid_search_keeps_a_named_place_first() -> None:
             "上海科技馆")
         receipt = mem.search("Place", text, k=1).receipt
         assert receipt.fusion == DEFAULT_FUSION and receipt.mode == "hybrid"
+
+
+class Restaurant(BaseModel):
+    name: str
+    dishes: list[str] = []
+    address: str = ""
+
+
+def test_the_exact_leg_lifts_documents_the_query_names() -> None:
+    """A long request that names one dish: the restaurants that list it come first."""
+    rows = [{"name": "好一家餐馆", "dishes": ["纸包排骨", "杨枝甘露"], "address": "推荐用餐"},
+            {"name": "讲礼驴肉馆", "dishes": ["驴杂汤", "驴肉火烧", "凉拌驴皮", "驴肉汤面",
+                                          "小米粥", "拍黄瓜"], "address": "西城区"}]
+    rows += [{"name": f"老北京面馆{i}", "dishes": ["炸酱面", "卤煮"], "address": "东城区"}
+             for i in range(20)]
+    text = "你好，我想找一家餐馆吃驴杂汤这道菜，请给我推荐一家餐馆用餐吧"
+    with Memory.open(None, embedder=HashEmbedder(), vector_index=ExactIndex()) as mem:
+        mem.define(Restaurant, identity=["name"], embed="{name}，推荐菜：{dishes}，{address}")
+        ids = {r["name"]: mem.create("Restaurant", r).id for r in rows}
+        keyword = mem.search("Restaurant", text, k=4, mode="keyword").hits
+        # BM25 alone: the request's own words ("一家", "餐馆", twice each) outweigh the dish
+        assert keyword[0].entity.id == ids["好一家餐馆"]
+        hybrid = mem.search("Restaurant", text, k=4).hits
+        assert hybrid[0].entity.id == ids["讲礼驴肉馆"]
+        assert set(hybrid[0].legs) == {"exact", "keyword", "vector"}
+        assert all("exact" not in h.legs for h in hybrid[1:])
+        # replayed at its seq, the same answer
+        seq = mem.last_seq
+        assert [h.entity.id for h in mem.search("Restaurant", text, k=4, as_of=seq).hits] == [
+            h.entity.id for h in hybrid]
+        kw = mem.engine.indexer.keyword_index("Restaurant", mem.tenant)
+        assert kw is not None
+        assert kw.exact("驴肉火烧", [(ids["讲礼驴肉馆"], 1.0), (ids["好一家餐馆"], 1.0)]) == [
+            (ids["讲礼驴肉馆"], 1.0)]
+        assert kw.exact("驴肉", [(ids["讲礼驴肉馆"], 1.0)]) == []  # a part names nothing
