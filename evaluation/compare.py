@@ -31,7 +31,8 @@ from typing import Any
 from dmf_hybrid import Memory
 from dmf_hybrid.embeddings import Embedder, embed_queries
 from dmf_hybrid.search.engine import FUSION_DEPTH
-from dmf_hybrid.search.fusion import DEFAULT_FUSION, fuse
+from dmf_hybrid.search.fusion import DEFAULT_FUSION, EXACT_LEG, fuse
+from dmf_hybrid.search.keyword import exact_leg
 from evaluation import datasets as ds
 from evaluation.crosswoz import define_crosswoz_types
 from evaluation.metrics import evaluate, recall_fraction, run_from_rankings
@@ -60,21 +61,29 @@ DATASETS = ROOT.parent / "shared" / "datasets"
 EMBEDDERS = ("minilm", "m3e-small", "e5-small")
 BENCHMARKS = ("scifact", "locomo", "crosswoz")
 
-#: (label, fusion method, RRF k, weights) of every fusion compared.
+#: (label, fusion method, RRF k, weights) of every fusion compared; "+ exact" adds the exact
+#: leg (``KeywordIndex.exact``), as a hybrid search does.
+_NO_EXACT = {EXACT_LEG: 0.0}
 CANDIDATES: list[tuple[str, str, int, dict[str, float] | None]] = [
-    ("rrf k=60", "rrf", 60, None),
-    ("rrf k=20", "rrf", 20, None),
-    ("rrf k=60, vector 0.5", "rrf", 60, {"vector": 0.5, "keyword": 1.0}),
-    ("rrf k=20, vector 0.5", "rrf", 20, {"vector": 0.5, "keyword": 1.0}),
-    ("minmax", "minmax", 60, None),
-    ("minmax, vector 0.5", "minmax", 60, {"vector": 0.5, "keyword": 1.0}),
-    ("dbsf", "dbsf", 60, None),
-    ("bm25max", "bm25max", 60, None),
-    ("bm25max, vector 2", "bm25max", 60, {"vector": 2.0, "keyword": 1.0}),
-    ("bm25max, vector 0.5", "bm25max", 60, {"vector": 0.5, "keyword": 1.0}),
+    ("rrf k=60", "rrf", 60, _NO_EXACT),
+    ("rrf k=20", "rrf", 20, _NO_EXACT),
+    ("rrf k=20, vector 0.5", "rrf", 20, {"vector": 0.5, **_NO_EXACT}),
+    ("minmax", "minmax", 60, _NO_EXACT),
+    ("dbsf", "dbsf", 60, _NO_EXACT),
+    ("bm25max", "bm25max", 60, _NO_EXACT),
+    ("rrf k=60 + exact", "rrf", 60, None),
+    ("rrf k=20 + exact", "rrf", 20, None),
+    ("rrf k=20, vector 0.5 + exact", "rrf", 20, {"vector": 0.5}),
+    ("minmax + exact", "minmax", 60, None),
+    ("dbsf + exact", "dbsf", 60, None),
+    ("bm25max + exact", "bm25max", 60, None),
+    ("bm25max, vector 2 + exact", "bm25max", 60, {"vector": 2.0}),
+    ("bm25max, vector 0.5 + exact", "bm25max", 60, {"vector": 0.5}),
 ]
 
-Legs = dict[str, dict[str, list[tuple[str, float]]]]  # qid -> leg -> [(key, score)]
+#: qid -> leg -> [(entity ID, score)], and under KEYS [(entity ID, gold-comparable key)]
+Legs = dict[str, dict[str, list[tuple[str, Any]]]]
+KEYS = "keys"
 
 
 # --------------------------------------------------------------------------- legs
@@ -88,12 +97,19 @@ def _legs(mem: Memory, type_name: str, queries: Sequence[tuple[str, str]], key_f
     for qid, text in _tqdm(queries, desc=label, unit="q", disable=not progress):
         legs[qid] = {}
         if not text.strip():
-            legs[qid] = {"vector": [], "keyword": []}
+            legs[qid] = {"vector": [], "keyword": [], EXACT_LEG: [], KEYS: []}
             continue
         where = where_of(qid) if where_of is not None else None
+        key_of: dict[str, str] = {}
         for mode in ("vector", "keyword"):
             hits = mem.search(type_name, text, where=where, k=FUSION_DEPTH, mode=mode).hits
-            legs[qid][mode] = [(str(getattr(h.entity.data, key_field)), h.score) for h in hits]
+            key_of.update((h.entity.id, str(getattr(h.entity.data, key_field))) for h in hits)
+            legs[qid][mode] = [(h.entity.id, h.score) for h in hits]
+        # the exact leg, as a hybrid search makes it from its keyword leg
+        legs[qid][EXACT_LEG] = exact_leg(mem.engine.indexer.keyword_index(
+            type_name, mem.tenant), text, legs[qid]["keyword"])
+        # fused by entity ID (ties are broken by it, as in the product), scored by key
+        legs[qid][KEYS] = [(eid, key_of[eid]) for eid in sorted(key_of)]
     return legs
 
 
@@ -177,11 +193,14 @@ def _fused(legs: Legs, method: str, k: int, weights: Mapping[str, float] | None
            ) -> dict[str, list[str]]:
     out = {}
     for qid, by_leg in legs.items():
+        key_of = dict(by_leg.get(KEYS, []))
         if method == "vector" or method == "keyword":
             ranked = by_leg[method]
         else:
-            ranked = fuse(by_leg, method, k=k, weights=weights, depth=FUSION_DEPTH)
-        out[qid] = list(dict.fromkeys(key for key, _ in ranked))
+            used = {leg: r for leg, r in by_leg.items()
+                    if leg != KEYS and (weights or {}).get(leg, 1.0) != 0}
+            ranked = fuse(used, method, k=k, weights=weights, depth=FUSION_DEPTH)
+        out[qid] = list(dict.fromkeys(key_of[eid] for eid, _ in ranked))
     return out
 
 
