@@ -66,8 +66,8 @@ def fuse(rankings: Mapping[str, Ranking], method: str = DEFAULT_FUSION, *, k: in
     method = check_fusion(method)
     if method == "rrf":
         return rrf(rankings, k=k, weights=weights)
-    scores: dict[str, float] = {}
     every = sorted({eid for ranked in rankings.values() for eid, _ in ranked})
+    scores = dict.fromkeys(every, 0.0)  # a document of a zero-weight leg stays, at 0
     for leg, ranked in rankings.items():
         weight = 1.0 if weights is None else weights.get(leg, 1.0)
         if not ranked or weight == 0.0:
