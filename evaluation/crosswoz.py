@@ -27,18 +27,16 @@ from dmf_hybrid.embeddings import Embedder
 from evaluation import datasets as ds
 from evaluation.runner import (
     RunOptions,
-    _check_options,
     _config,
     _headline,
-    _load_model,
     _timings,
     _tqdm,
+    begin,
     default_workdir,
     ingest,
     latency_summary,
-    machine_load,
-    make_embedder,
     open_memory,
+    ready_embedder,
 )
 from evaluation.types import CROSSWOZ_EMBED, CROSSWOZ_IDENTITY, CROSSWOZ_MODELS
 
@@ -154,13 +152,10 @@ def lookup_scores(ranks: Sequence[tuple[str, int | None]]) -> dict[str, Any]:
 def run_crosswoz(data: str | Path, split: str = "val", options: RunOptions | None = None, *,
                  embedder: Embedder | None = None) -> dict[str, Any]:
     """Ingest CrossWOZ and run both protocols in each mode; the results document."""
-    options = options or RunOptions()
-    _check_options(options)
-    machine_at_start = machine_load()
+    options, machine_at_start = begin(options)
     path = Path(data)
     dataset = ds.load_crosswoz(path, split)
-    embedder = embedder or make_embedder(options.embedder, options.threads)
-    model_load_s = _load_model(embedder)
+    embedder, model_load_s = ready_embedder(options, embedder)
     workdir = options.workdir or default_workdir(dataset.sha256)
     rows = {name: [CROSSWOZ_MODELS[name].model_validate({"name": n, **attrs})
                    for n, attrs in sorted(by_name.items())]

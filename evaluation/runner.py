@@ -409,6 +409,20 @@ def _timings(ingest_stats: IngestStats, runs: Mapping[str, ModeRun], headline: s
             "query_latency_mode": headline}
 
 
+def begin(options: RunOptions | None) -> tuple[RunOptions, dict[str, Any]]:
+    """The checked options of a run (defaults if None) and the machine's load at its start."""
+    options = options or RunOptions()
+    _check_options(options)
+    return options, machine_load()
+
+
+def ready_embedder(options: RunOptions, embedder: Embedder | None
+                   ) -> tuple[Embedder, float | None]:
+    """The run's embedder (the given one, else the option's), loaded; and its load seconds."""
+    embedder = embedder or make_embedder(options.embedder, options.threads)
+    return embedder, _load_model(embedder)
+
+
 def _load_model(embedder: Embedder) -> float | None:
     load = getattr(embedder, "load", None)
     if not callable(load):
@@ -433,9 +447,7 @@ def beir_metric_names(k: int) -> list[str]:
 def run_beir(data: str | Path, split: str = "test", options: RunOptions | None = None, *,
              embedder: Embedder | None = None) -> dict[str, Any]:
     """Ingest and evaluate a BEIR-format dataset; the results document (see report.py)."""
-    options = options or RunOptions()
-    _check_options(options)
-    machine_at_start = machine_load()
+    options, machine_at_start = begin(options)
     path = Path(data)
     dataset = ds.load_beir(path, split)
     corpus_ids = {d.id for d in dataset.docs}
@@ -445,8 +457,7 @@ def run_beir(data: str | Path, split: str = "test", options: RunOptions | None =
         "qrels_documents_not_in_corpus": sum(
             1 for judged in dataset.qrels.values() for doc in judged if doc not in corpus_ids),
     }
-    embedder = embedder or make_embedder(options.embedder, options.threads)
-    model_load_s = _load_model(embedder)
+    embedder, model_load_s = ready_embedder(options, embedder)
     workdir = options.workdir or default_workdir(dataset.sha256)
     rows = [Document(doc_id=d.id, title=d.title, text=d.text) for d in dataset.docs]
     with open_memory(workdir, embedder, options.rrf_k, options.fusion) as mem:
@@ -531,14 +542,11 @@ def _parse_date(value: str) -> dt.datetime | None:
 def run_locomo(data: str | Path, options: RunOptions | None = None, *,
                embedder: Embedder | None = None) -> dict[str, Any]:
     """Ingest and evaluate LoCoMo (evidence recall@k per question); the results document."""
-    options = options or RunOptions()
-    _check_options(options)
-    machine_at_start = machine_load()
+    options, machine_at_start = begin(options)
     path = Path(data)
     dataset = ds.load_locomo(path)
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-    embedder = embedder or make_embedder(options.embedder, options.threads)
-    model_load_s = _load_model(embedder)
+    embedder, model_load_s = ready_embedder(options, embedder)
     variant = f"context{options.context}" if options.context else ""
     workdir = options.workdir or default_workdir(sha256, variant)
     rows = locomo_turn_rows(dataset, options.context)
