@@ -366,10 +366,10 @@ def _check_options(options: RunOptions) -> None:
         raise ValidationError("neighbour_weight must be a finite number >= 0",
                               field="neighbour_weight")
     if options.weights is not None:
-        bad = sorted(set(options.weights) - {"vector", "keyword"})
+        bad = sorted(set(options.weights) - {"vector", "keyword", "exact"})
         if bad or any(not math.isfinite(w) or w < 0 for w in options.weights.values()):
-            raise ValidationError("weights take vector=<w>,keyword=<w> with finite w >= 0",
-                                  field="weights")
+            raise ValidationError("weights take vector=<w>,keyword=<w>,exact=<w> with finite "
+                                  "w >= 0", field="weights")
 
 
 def machine_load() -> dict[str, Any]:
