@@ -8,8 +8,8 @@ lists with the product's own :func:`dmf_hybrid.search.fusion.fuse` for every can
 running each setting's searches again. Metrics: SciFact train nDCG@10, LoCoMo evidence R@10
 (7 conversations, each question searched within its conversation, paper protocol), CrossWOZ
 val lookup success@1 / @5. Speed: passages embedded per second (median of three rounds over
-the same 256 mixed passages) and query embedding ms (median of 50 queries), every model in
-turn in one process.
+the same 128 passages, half Chinese, half English) and query embedding ms (median of 50
+queries), every model in turn in one process.
 
 Ingest is cached per (dataset, embedder) under ``results/work/`` (``<dataset>-<embedder>``) and
 the legs of each (dataset, embedder) under ``results/work/legs/``: a re-run with another
@@ -227,8 +227,8 @@ def speed(embedders: Mapping[str, Embedder], rounds: int = 3) -> dict[str, dict[
     dataset = ds.load_crosswoz(DATASETS / "crosswoz", "val")
     locomo = ds.load_locomo(DATASETS / "locomo" / "locomo7.json")
     passages = [f"{n}，{a.get('address') or ''}" for n, a in
-                sorted(dataset.entities["Restaurant"].items())[:128]]
-    passages += [ds.locomo_unit_text(t) for t in locomo.turns[:128]]
+                sorted(dataset.entities["Restaurant"].items())[:64]]
+    passages += [ds.locomo_unit_text(t) for t in locomo.turns[:64]]
     queries = [q.text for q in dataset.queries[:25]] + [q.question for q in
                                                         locomo.questions[:25]]
     per_s: dict[str, list[float]] = {n: [] for n in embedders}
@@ -254,13 +254,18 @@ def speed(embedders: Mapping[str, Embedder], rounds: int = 3) -> dict[str, dict[
 
 
 def compare(embedder_names: Sequence[str], benchmarks: Sequence[str], progress: bool = True,
-            measure_speed: bool = True) -> dict[str, Any]:
-    """Every candidate's figures on every benchmark, per embedder; the results document."""
+            measure_speed: bool = True, cached_only: bool = False) -> dict[str, Any]:
+    """Every candidate's figures on every benchmark, per embedder; the results document.
+
+    ``cached_only``: leave out the (benchmark, embedder) pairs whose legs are not cached yet
+    (their cells read "–") instead of ingesting and searching them now.
+    """
     loaders = {"scifact": scifact_legs, "locomo": locomo_legs, "crosswoz": crosswoz_legs}
     embedders = {n: make_embedder(n, None) for n in embedder_names}
     rows: list[dict[str, Any]] = []
     for name, embedder in embedders.items():
-        per_benchmark = {b: loaders[b](embedder, name, progress) for b in benchmarks}
+        per_benchmark = {b: loaders[b](embedder, name, progress) for b in benchmarks
+                         if not cached_only or (WORK_DIR / "legs" / f"{b}-{name}.json").is_file()}
         systems: list[tuple[str, str, int, dict[str, float] | None]] = [
             ("keyword only", "keyword", 0, None), ("vector only", "vector", 0, None),
             *CANDIDATES]
@@ -308,8 +313,9 @@ def write_plot(document: Mapping[str, Any], path: Path) -> None:
     for ax, (bench, metric, title) in zip(axes[0], cols, strict=True):
         width = 0.8 / max(1, len(names))
         for i, name in enumerate(names):
-            values = [next((r[bench][metric] for r in document["rows"] if r["fusion"] == label
-                            and r["embedder"] == name), 0) for label in labels]
+            values = [next((r.get(bench, {}).get(metric, 0) for r in document["rows"]
+                            if r["fusion"] == label and r["embedder"] == name), 0)
+                      for label in labels]
             ax.barh([j + i * width for j in range(len(labels))], values, height=width,
                     label=name)
         ax.set_yticks([j + 0.4 - width / 2 for j in range(len(labels))], labels, fontsize=7)
@@ -333,11 +339,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "compare.json")
     parser.add_argument("--no-speed", action="store_true", help="skip the speed measurement")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="only the benchmark/embedder pairs whose legs are cached")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     document = compare([e for e in args.embedders.split(",") if e],
                        [b for b in args.benchmarks.split(",") if b],
-                       progress=not args.no_progress, measure_speed=not args.no_speed)
+                       progress=not args.no_progress, measure_speed=not args.no_speed,
+                       cached_only=args.cached_only)
     document["command"] = "python -m evaluation.compare " + " ".join(
         sys.argv[1:] if argv is None else list(argv))
     args.out.parent.mkdir(parents=True, exist_ok=True)
