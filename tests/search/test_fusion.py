@@ -21,7 +21,12 @@ NAMED = {
 def test_rrf_buries_the_named_entity_and_the_default_does_not() -> None:
     assert rrf(NAMED)[0][0] == "both"
     assert fuse(NAMED, "rrf")[0][0] == "both"
-    assert fuse(NAMED, DEFAULT_FUSION, depth=3)[0][0] == "named"
+    assert fuse(NAMED, "bm25max", depth=3)[0][0] == "named"
+    # a hybrid search also has the exact leg: the query names "named" (a field value, whole)
+    with_exact = {**NAMED, "exact": [("named", 12.0)]}
+    for method in FUSIONS:
+        assert fuse(with_exact, method, depth=3)[0][0] == "named", method
+    assert fuse(with_exact, DEFAULT_FUSION, depth=3)[0][0] == "named"
 
 
 def test_bm25max_lets_the_dense_leg_decide_between_keyword_ties() -> None:
