@@ -70,14 +70,15 @@ CANDIDATES: list[tuple[str, str, int, dict[str, float] | None]] = [
     ("rrf k=20, vector 0.5", "rrf", 20, {"vector": 0.5, **_NO_EXACT}),
     ("minmax", "minmax", 60, _NO_EXACT),
     ("dbsf", "dbsf", 60, _NO_EXACT),
-    ("bm25max", "bm25max", 60, _NO_EXACT),
+    ("bm25max", "bm25max", 60, {"vector": 1.0, **_NO_EXACT}),
+    ("bm25max, vector 2", "bm25max", 60, {"vector": 2.0, **_NO_EXACT}),
     ("rrf k=60 + exact", "rrf", 60, None),
     ("rrf k=20 + exact", "rrf", 20, None),
     ("rrf k=20, vector 0.5 + exact", "rrf", 20, {"vector": 0.5}),
     ("minmax + exact", "minmax", 60, None),
     ("dbsf + exact", "dbsf", 60, None),
-    ("bm25max + exact", "bm25max", 60, None),
-    ("bm25max, vector 2 + exact", "bm25max", 60, {"vector": 2.0}),
+    ("bm25max + exact", "bm25max", 60, {"vector": 1.0}),
+    ("bm25max, vector 2 + exact (default)", "bm25max", 60, None),
     ("bm25max, vector 0.5 + exact", "bm25max", 60, {"vector": 0.5}),
 ]
 

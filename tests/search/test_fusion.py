@@ -49,11 +49,14 @@ def test_weights_and_missing_documents() -> None:
     only_kw = fuse(NAMED, "bm25max", weights={"vector": 0.0}, depth=3)
     assert [eid for eid, _ in only_kw][:3] == ["named", "both", "other"]
     # a document missing from a full list gets that list's lowest score
-    scores = dict(fuse(NAMED, "bm25max", depth=3))
-    assert scores["named"] == pytest.approx(1.0 + 0.39)
-    assert scores["x"] == pytest.approx(2.9 / 12.0 + 0.39)
+    scores = dict(fuse(NAMED, "bm25max", depth=3))  # the cosine counts twice by default
+    assert scores["named"] == pytest.approx(1.0 + 2 * 0.39)
+    assert scores["x"] == pytest.approx(2.9 / 12.0 + 2 * 0.39)
     # from a list that is not full: 0 for BM25
-    assert dict(fuse(NAMED, "bm25max", depth=100))["x"] == pytest.approx(0.39)
+    assert dict(fuse(NAMED, "bm25max", depth=100))["x"] == pytest.approx(2 * 0.39)
+    # a search's own weights replace the default
+    equal = dict(fuse(NAMED, "bm25max", weights={"vector": 1.0}, depth=3))
+    assert equal["named"] == pytest.approx(1.0 + 0.39)
 
 
 def test_unknown_fusion_names_the_choices() -> None:
