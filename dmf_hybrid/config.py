@@ -28,6 +28,7 @@ MAX_PLAN_OPS = 100
 MAX_BODY_BYTES = 2 * 1024 * 1024
 EMBED_BATCH_SIZE = 64
 DEFAULT_TORCH_THREADS = 1
+DEFAULT_ONNX_THREADS = 1
 
 
 class Settings(BaseSettings):
@@ -40,7 +41,8 @@ class Settings(BaseSettings):
     port: int = Field(DEFAULT_PORT, ge=1, le=65535, description="Port the HTTP service binds.")
     tenant: str = Field(DEFAULT_TENANT, description="Tenant of the embedded Memory.")
     embedder: str = Field(
-        DEFAULT_EMBEDDER, description='"minilm" (bundled model), "hash" (test embedder) or a path.'
+        DEFAULT_EMBEDDER, description='"minilm" (bundled model), "minilm-onnx" (its int8 ONNX '
+        'build), "hash" (test embedder) or a path.'
     )
     model_path: str | None = Field(
         None, description="sentence-transformers model directory; default: the bundled MiniLM."
@@ -58,6 +60,14 @@ class Settings(BaseSettings):
         DEFAULT_TORCH_THREADS, ge=0,
         description="Threads torch may use to embed (0 = torch's default). One thread kept "
         "query embedding at ~25 ms on a busy 2-core machine where two spun up to 1.8 s.",
+    )
+    onnx_threads: int = Field(
+        DEFAULT_ONNX_THREADS, ge=0,
+        description="Threads ONNX Runtime may use to embed (0 = its default), like torch_threads.",
+    )
+    onnx_cache_dir: Path | None = Field(
+        None, description="Where the ONNX embedder keeps its exported model; default "
+        "~/.cache/dmf-hybrid/onnx.",
     )
     embed_batch_size: int = Field(EMBED_BATCH_SIZE, ge=1, description="Texts per model call.")
     max_k: int = Field(MAX_K, ge=1, description="Largest k a search may ask for.")

@@ -46,6 +46,7 @@ from ..embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
 from ..errors import FilterError, NotFound, SchemaError, ValidationError
 from ..indexer import SCORE_EPS, Indexer, LocalVectors, key_sql, own_ids
 from ..models import Entity
+from ..onnx_embedder import ONNX_EMBEDDER, OnnxEmbedder
 from ..schema import EntityType, FilterNode, parse_filter
 from ..store import Store
 from ..store.sql import compile_filter, q
@@ -86,9 +87,14 @@ Row = tuple[Any, ...]
 
 
 def make_embedder(settings: Settings) -> Embedder:
-    """The embedder a Settings names: the bundled model, the hash embedder or a model path."""
+    """The embedder a Settings names: the bundled model (torch or ONNX), the hash embedder or
+    a model path."""
     if settings.embedder == "hash":
         return HashEmbedder()
+    if settings.embedder == ONNX_EMBEDDER:
+        return OnnxEmbedder(settings.model_path, cache_dir=settings.onnx_cache_dir,
+                            batch_size=settings.embed_batch_size,
+                            num_threads=settings.onnx_threads or None)
     threads = settings.torch_threads or None
     if settings.embedder == "minilm":
         return SentenceTransformerEmbedder(settings.model_path, num_threads=threads)
