@@ -29,6 +29,8 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 EMBED_BATCH_SIZE = 64
 DEFAULT_TORCH_THREADS = 1
 DEFAULT_ONNX_THREADS = 1
+QUERY_BATCH_SIZE = 32
+QUERY_BATCH_WAIT_MS = 2.0
 
 
 class Settings(BaseSettings):
@@ -68,6 +70,16 @@ class Settings(BaseSettings):
     onnx_cache_dir: Path | None = Field(
         None, description="Where the ONNX embedder keeps its exported model; default "
         "~/.cache/dmf-hybrid/onnx.",
+    )
+    query_batch_size: int = Field(
+        QUERY_BATCH_SIZE, ge=0,
+        description="Most query texts of concurrent searches embedded in one model call "
+        "(0 = each search embeds its own query).",
+    )
+    query_batch_wait_ms: float = Field(
+        QUERY_BATCH_WAIT_MS, ge=0, le=1000,
+        description="How long a search that finds the model idle waits for others to share "
+        "its call.",
     )
     embed_batch_size: int = Field(EMBED_BATCH_SIZE, ge=1, description="Texts per model call.")
     max_k: int = Field(MAX_K, ge=1, description="Largest k a search may ask for.")

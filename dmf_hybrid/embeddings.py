@@ -361,6 +361,8 @@ class HashEmbedder:
     """
 
     WORD_WEIGHT = 1.0
+    #: Each text's vector is computed alone, so batching never changes it.
+    batch_invariant = True
     TRIGRAM_WEIGHT = 0.25
 
     def __init__(self, dim: int = 64) -> None:

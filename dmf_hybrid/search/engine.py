@@ -47,6 +47,7 @@ from ..errors import FilterError, NotFound, SchemaError, ValidationError
 from ..indexer import SCORE_EPS, Indexer, LocalVectors, key_sql, own_ids
 from ..models import Entity
 from ..onnx_embedder import ONNX_EMBEDDER, OnnxEmbedder
+from ..query_batcher import QueryBatcher
 from ..schema import EntityType, FilterNode, parse_filter
 from ..store import Store
 from ..store.sql import compile_filter, q
@@ -307,6 +308,9 @@ class SearchEngine:
         self.vectors = vectors
         self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.query_batcher = QueryBatcher(embedder, max_batch=settings.query_batch_size,
+                                          max_wait_ms=settings.query_batch_wait_ms
+                                          ) if settings.query_batch_size else None
         self._count_cache: OrderedDict[tuple[str, str, int], int] = OrderedDict()
         self._guesses: OrderedDict[str, int] = OrderedDict()  # last count of each filter
         # (fingerprint, seq, by_key) -> (count, candidate list or None, its row memo)
@@ -385,6 +389,8 @@ class SearchEngine:
 
     def close(self) -> None:
         """Apply what is pending and release the vector index client."""
+        if self.query_batcher is not None:
+            self.query_batcher.close()
         try:
             self.indexer.drain()
         except Exception:  # noqa: BLE001 - pending rows are replayed on the next open
@@ -402,7 +408,8 @@ class SearchEngine:
             if vec is not None:
                 self._query_cache.move_to_end(text)
                 return vec
-        vec = np.asarray(self.embedder.embed([text]), dtype=np.float32)[0]
+        vec = self.query_batcher.embed(text) if self.query_batcher is not None else (
+            np.asarray(self.embedder.embed([text]), dtype=np.float32)[0])
         with self._cache_lock:
             self._query_cache[text] = vec
             while len(self._query_cache) > QUERY_CACHE_SIZE:
