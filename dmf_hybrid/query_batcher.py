@@ -15,13 +15,14 @@ the model's batch-size gain unused, so 16 clients get no more throughput than on
 - there is no background thread, so nothing can be left running: :meth:`close` refuses new
   callers and lets queued ones finish.
 
-Determinism: a text's vector must not depend on the batch it was in. Embedders whose rows are
-the same bits alone and in any batch say so with ``batch_invariant = True``
-(:class:`~dmf_hybrid.onnx_embedder.OnnxEmbedder`, :class:`~dmf_hybrid.embeddings.
-HashEmbedder`). For others (sentence-transformers pads each batch to its longest text, which
-moves a vector by ~1e-7) a batch is split into groups of texts with the same token count, which
-need no padding and give the same bits as a text alone (tested); an embedder that can count
-neither is called one text at a time.
+Determinism: a text's vector must not depend on the batch it was in, or a search's scores
+(rounded to 6 digits) and near-ties would depend on which other searches ran at the same time.
+Only embedders whose rows are the same bits alone and in any batch, and say so with
+``batch_invariant = True``, are batched (:class:`~dmf_hybrid.onnx_embedder.OnnxEmbedder`,
+:class:`~dmf_hybrid.embeddings.HashEmbedder`); :func:`make_query_batcher` gives None for the
+others, which keep embedding each query alone. The torch model is one of them: batched, a
+vector moves by up to ~1e-7 (padding, and the matrix kernels' blocking, which changes with the
+number of rows even among texts of equal token count), enough to change a rounded score.
 """
 
 from __future__ import annotations
@@ -29,22 +30,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from .config import QUERY_BATCH_SIZE, QUERY_BATCH_WAIT_MS, Settings
 from .embeddings import Embedder
 from .errors import ServiceUnavailable, ValidationError
 
 log = logging.getLogger(__name__)
 
-#: Texts per batched model call.
-DEFAULT_MAX_BATCH = 32
-#: How long a caller that finds the model idle waits for others to join its batch.
-DEFAULT_MAX_WAIT_MS = 2.0
 
 Vector = npt.NDArray[np.float32]
 
@@ -62,7 +59,7 @@ class BatcherStats:
     """Counts since the batcher was made (for benchmarks and tests)."""
 
     calls: int = 0
-    """Batches embedded (each one or more model calls, one per group)."""
+    """Model calls (one per batch)."""
     texts: int = 0
     """Distinct texts embedded."""
     requests: int = 0
@@ -73,33 +70,25 @@ class BatcherStats:
     """Callers per batch, most recent last (at most 1,000 kept)."""
 
 
-def group_key(embedder: Any) -> Callable[[str], Hashable] | None:
-    """How to split a batch so each text's vector is the one it gets alone.
+def batch_invariant(embedder: Any) -> bool:
+    """Whether an embedder declares that batching never changes a text's vector."""
+    return getattr(embedder, "batch_invariant", False) is True
 
-    None: no need (the embedder is batch-invariant). Otherwise a function of the text whose
-    equal values may share a model call: the token count (capped at the model's limit) when
-    the embedder can count tokens, else the text itself (one text per call).
-    """
-    if getattr(embedder, "batch_invariant", False):
+
+def make_query_batcher(embedder: Embedder, settings: Settings) -> QueryBatcher | None:
+    """The batcher a Settings asks for, or None (``query_batch_size`` 0, or an embedder
+    whose vectors depend on their batch: each search then embeds its own query)."""
+    if not settings.query_batch_size or not batch_invariant(embedder):
         return None
-    count = getattr(embedder, "count_tokens", None)
-    if not callable(count):
-        return lambda text: text
-    limit = getattr(embedder, "max_seq_length", None)
-    cap = int(limit) if isinstance(limit, int) else None
-
-    def tokens(text: str) -> Hashable:
-        n = int(count(text))
-        return min(n, cap) if cap is not None else n
-
-    return tokens
+    return QueryBatcher(embedder, max_batch=settings.query_batch_size,
+                        max_wait_ms=settings.query_batch_wait_ms)
 
 
 class QueryBatcher:
     """Embeds the query texts of concurrent callers together (see the module doc)."""
 
-    def __init__(self, embedder: Embedder, *, max_batch: int = DEFAULT_MAX_BATCH,
-                 max_wait_ms: float = DEFAULT_MAX_WAIT_MS) -> None:
+    def __init__(self, embedder: Embedder, *, max_batch: int = QUERY_BATCH_SIZE,
+                 max_wait_ms: float = QUERY_BATCH_WAIT_MS) -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValidationError("max_batch must be an integer of at least 1",
                                   field="query_batch_size")
@@ -110,7 +99,6 @@ class QueryBatcher:
         self.max_batch = max_batch
         self.max_wait = max_wait_ms / 1000.0
         self.stats = BatcherStats()
-        self._group_key = group_key(embedder)
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._busy = False  # a leader is collecting or embedding a batch
@@ -189,19 +177,12 @@ class QueryBatcher:
             del stats.sizes[:-1000]
 
     def _vectors(self, texts: list[str]) -> dict[str, Vector]:
-        groups: dict[Hashable, list[str]] = {}
-        key = self._group_key
-        for text in texts:
-            groups.setdefault(None if key is None else key(text), []).append(text)
-        out: dict[str, Vector] = {}
-        for members in groups.values():
-            matrix = np.asarray(self.embedder.embed(members), dtype=np.float32)
-            if matrix.shape[0] != len(members):
-                raise ServiceUnavailable(
-                    f"the embedder returned {matrix.shape[0]} vectors for {len(members)} texts")
-            for text, row in zip(members, matrix, strict=True):
-                out[text] = row.copy()  # a row of its own, not a view pinning the batch
-        return out
+        matrix = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        if matrix.shape[0] != len(texts):
+            raise ServiceUnavailable(
+                f"the embedder returned {matrix.shape[0]} vectors for {len(texts)} texts")
+        # rows of their own, not views that would keep the whole batch alive in the cache
+        return {text: row.copy() for text, row in zip(texts, matrix, strict=True)}
 
     def close(self) -> None:
         """Refuse new callers; callers already queued are still served (idempotent)."""
@@ -215,5 +196,4 @@ class QueryBatcher:
         return self._closed
 
 
-__all__ = ["DEFAULT_MAX_BATCH", "DEFAULT_MAX_WAIT_MS", "BatcherStats", "QueryBatcher",
-           "group_key"]
+__all__ = ["BatcherStats", "QueryBatcher", "batch_invariant", "make_query_batcher"]

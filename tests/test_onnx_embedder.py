@@ -230,3 +230,11 @@ def test_search_with_it_and_a_switch_is_an_audited_re_embed(onnx_model: OnnxEmbe
     assert events[-1].meta["from"] == "all-MiniLM-L6-v2-onnx-int8"
     assert events[-1].meta["to"] == "hash-64"
     mem.close()
+
+
+@pytest.mark.slow
+def test_concurrent_searches_answer_as_one_at_a_time(onnx_model: OnnxEmbedder, tmp_path: Path
+                                                     ) -> None:
+    from tests.search.test_query_batcher import concurrent_equals_alone
+
+    concurrent_equals_alone(onnx_model, tmp_path)

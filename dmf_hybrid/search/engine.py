@@ -47,7 +47,7 @@ from ..errors import FilterError, NotFound, SchemaError, ValidationError
 from ..indexer import SCORE_EPS, Indexer, LocalVectors, key_sql, own_ids
 from ..models import Entity
 from ..onnx_embedder import ONNX_EMBEDDER, OnnxEmbedder
-from ..query_batcher import QueryBatcher
+from ..query_batcher import make_query_batcher
 from ..schema import EntityType, FilterNode, parse_filter
 from ..store import Store
 from ..store.sql import compile_filter, q
@@ -308,9 +308,7 @@ class SearchEngine:
         self.vectors = vectors
         self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self.query_batcher = QueryBatcher(embedder, max_batch=settings.query_batch_size,
-                                          max_wait_ms=settings.query_batch_wait_ms
-                                          ) if settings.query_batch_size else None
+        self.query_batcher = make_query_batcher(embedder, settings)
         self._count_cache: OrderedDict[tuple[str, str, int], int] = OrderedDict()
         self._guesses: OrderedDict[str, int] = OrderedDict()  # last count of each filter
         # (fingerprint, seq, by_key) -> (count, candidate list or None, its row memo)

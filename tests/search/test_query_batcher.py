@@ -13,7 +13,7 @@ import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
 from dmf_hybrid.errors import ServiceUnavailable, ValidationError
-from dmf_hybrid.query_batcher import QueryBatcher, group_key
+from dmf_hybrid.query_batcher import QueryBatcher, make_query_batcher
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.conftest import define_travel
 
@@ -169,37 +169,21 @@ def test_bad_settings_are_refused() -> None:
         QueryBatcher(HashEmbedder()).embed(["a list"])  # type: ignore[arg-type]
 
 
-class CountingEmbedder:
-    """An embedder that is not batch-invariant but can count tokens (like the torch model)."""
+class PaddingEmbedder(HashEmbedder):
+    """An embedder that does not declare its vectors batch-invariant (like the torch model)."""
 
-    model_id = "counting"
-    dim = 8
-    max_seq_length = 5
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split()) + 2
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        self.calls.append(list(texts))
-        return HashEmbedder(dim=8).embed(texts)
+    batch_invariant = False
 
 
-def test_batches_of_a_padding_model_are_split_by_token_count() -> None:
-    model = CountingEmbedder()
-    key = group_key(model)
-    assert key is not None
-    assert key("one two") == 4
-    assert key("a b c d e f g") == 5  # capped at the model's limit: truncated alike
-    assert group_key(HashEmbedder()) is None
-    assert group_key(object())("text") == "text"  # type: ignore[misc]  # one text per call
-    batcher = QueryBatcher(model, max_batch=16, max_wait_ms=0)
-    vectors = batcher._vectors(["a b", "c d", "e", "f g h i j", "k l m n o p"])  # noqa: SLF001
-    assert sorted(map(sorted, model.calls)) == [["a b", "c d"], ["e"],
-                                                ["f g h i j", "k l m n o p"]]
-    assert set(vectors) == {"a b", "c d", "e", "f g h i j", "k l m n o p"}
+def test_only_batch_invariant_embedders_are_batched() -> None:
+    assert make_query_batcher(HashEmbedder(), Settings()) is not None
+    assert make_query_batcher(HashEmbedder(), Settings(query_batch_size=0)) is None
+    assert make_query_batcher(PaddingEmbedder(), Settings()) is None
+    with Memory.open(None, embedder=PaddingEmbedder()) as mem:
+        define_travel(mem)
+        mem.create("Poi", {"name": "Louvre", "city": "Paris"})
+        assert mem.engine.query_batcher is None
+        assert mem.search("Poi", "museum", k=1).hits  # each query embedded alone
 
 
 # ---------------------------------------------------------------- through Memory
@@ -294,3 +278,35 @@ def test_closing_while_searches_run_does_not_hang(tmp_path: Path) -> None:
     results = run_threads(searching, 9)
     assert all(isinstance(r, int) for r in results), results
     assert mem.engine.query_batcher is not None and mem.engine.query_batcher.closed
+
+
+# ---------------------------------------------------------------- the real model
+
+
+def concurrent_equals_alone(model: Any, tmp_path: Path) -> None:
+    """Searches from 16 threads (batched) answer exactly as one at a time (unbatched)."""
+    cases = search_cases(48)
+    with filled_memory(tmp_path / "alone", model, Settings(query_batch_size=0)) as alone:
+        expected = [answers(alone, *case) for case in cases]
+    with filled_memory(tmp_path / "together", model, Settings(query_batch_wait_ms=5.0)) as mem:
+        assert concurrent_answers(mem, cases, workers=16) == expected
+        batcher = mem.engine.query_batcher
+        assert batcher is not None and batcher.stats.largest > 1  # calls were shared
+
+
+@pytest.mark.slow
+def test_the_torch_model_is_not_batched_and_answers_the_same_concurrently(tmp_path: Path
+                                                                          ) -> None:
+    from dmf_hybrid import SentenceTransformerEmbedder
+
+    model = SentenceTransformerEmbedder()
+    texts = [f"{text} and {WORDS[i % 8]}" * (1 + i % 3) for i, text in enumerate(queries(40))]
+    alone = np.vstack([model.embed([text]) for text in texts])
+    # batched, sentence-transformers moves vectors by float noise: so it is not batched
+    assert not np.array_equal(model.embed(texts), alone)
+    assert make_query_batcher(model, Settings()) is None
+    cases = search_cases(48)
+    with filled_memory(tmp_path / "alone", model, Settings(query_batch_size=0)) as one:
+        expected = [answers(one, *case) for case in cases]
+    with filled_memory(tmp_path / "together", model) as mem:
+        assert concurrent_answers(mem, cases, workers=16) == expected
