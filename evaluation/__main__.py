@@ -67,8 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="memory directory reused across runs "
                             "(default evaluation/results/work/<dataset hash>)")
         p.add_argument("--embedder", default="minilm",
-                       help='"minilm" (bundled model, default), "hash" or a model directory')
-        p.add_argument("--threads", type=int, default=None, help="torch threads for the model")
+                       help='"minilm" (bundled model, default), "minilm-onnx" (its int8 '
+                            'ONNX build), "hash" or a model directory')
+        p.add_argument("--threads", type=int, default=None,
+                       help="threads of the model's runtime (torch or ONNX)")
         p.add_argument("--limit", type=int, default=None,
                        help="evaluate only the first N queries (partial figures)")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -85,9 +85,10 @@ class RunOptions:
     workdir: Path | None = None
     """Memory directory reused across runs; None = ``results/work/<dataset hash>``."""
     embedder: str = "minilm"
-    """``"minilm"`` (the bundled model), ``"hash"`` (test embedder) or a model directory."""
+    """``"minilm"`` (the bundled model), ``"minilm-onnx"`` (its int8 ONNX build), ``"hash"``
+    (test embedder) or a model directory."""
     threads: int | None = None
-    """Torch threads for the model (None = torch's default)."""
+    """Threads of the model's runtime, torch or ONNX (None = the runtime's default)."""
     context: int = 0
     """LoCoMo: embed each turn after the unit texts of up to this many preceding turns of its
     session (neighbouring-turn context); 0 = the paper's protocol (the turn alone)."""
@@ -140,6 +141,10 @@ def make_embedder(name: str, threads: int | None = None) -> Embedder:
 
     if name == "hash":
         return HashEmbedder()
+    if name == "minilm-onnx":
+        from dmf_hybrid.onnx_embedder import OnnxEmbedder
+
+        return OnnxEmbedder(num_threads=threads)
     if name == "minilm":
         return SentenceTransformerEmbedder(num_threads=threads)
     return SentenceTransformerEmbedder(name, num_threads=threads)
