@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     query_batch_wait_ms: float = Field(
         QUERY_BATCH_WAIT_MS, ge=0, le=1000,
         description="How long a search that finds the model idle waits for others to share "
-        "its call.",
+        "its call, while searches arrive together (a lone client never waits).",
     )
     embed_batch_size: int = Field(EMBED_BATCH_SIZE, ge=1, description="Texts per model call.")
     max_k: int = Field(MAX_K, ge=1, description="Largest k a search may ask for.")

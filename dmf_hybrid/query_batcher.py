@@ -5,11 +5,13 @@ them one at a time keeps one core busy with one short forward pass after another
 the model's batch-size gain unused, so 16 clients get no more throughput than one.
 :class:`QueryBatcher` lets them share calls:
 
-- a caller that finds the model idle becomes the *leader*: it waits up to ``max_wait_ms``
-  for other callers (or until ``max_batch`` texts are queued), takes the queue and embeds it
-  in one call, in its own thread, then hands every caller its vector;
+- a caller that finds the model idle becomes the *leader*: it takes the queue and embeds it in
+  one call, in its own thread, then hands every caller its vector. When the previous batch
+  served more than one caller (searches are arriving together), it first waits up to
+  ``max_wait_ms`` for more (or until ``max_batch`` texts are queued); a lone client never
+  waits;
 - callers arriving while a call runs queue up and form the next batch at once, so under load
-  batches grow by themselves and the wait is only paid by a caller that finds nobody else;
+  batches grow by themselves;
 - identical texts in one batch are embedded once; a model error reaches every caller of that
   batch as :class:`~dmf_hybrid.errors.ServiceUnavailable` naming the cause;
 - there is no background thread, so nothing can be left running: :meth:`close` refuses new
@@ -102,6 +104,7 @@ class QueryBatcher:
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._busy = False  # a leader is collecting or embedding a batch
+        self._last_size = 1  # callers in the previous batch
         self._closed = False
 
     def __repr__(self) -> str:
@@ -136,7 +139,8 @@ class QueryBatcher:
         batch: list[_Request] = []
         try:
             with self._cond:
-                deadline = time.monotonic() + self.max_wait
+                wait = self.max_wait if self._last_size > 1 else 0.0
+                deadline = time.monotonic() + wait
                 while len(self._queue) < self.max_batch and not self._closed:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -144,6 +148,7 @@ class QueryBatcher:
                     self._cond.wait(left)
                 batch = self._queue[:self.max_batch]
                 del self._queue[:self.max_batch]
+                self._last_size = len(batch)
             self._embed_batch(batch)
         finally:
             with self._cond:

@@ -218,11 +218,15 @@ def test_search_with_it_and_a_switch_is_an_audited_re_embed(onnx_model: OnnxEmbe
                                                              tmp_path: Path) -> None:
     mem = Memory.open(tmp_path / "mem", embedder=onnx_model)
     define_travel(mem)
-    places = {"Trattoria da Enzo": "Rome", "Colosseum": "Rome", "Louvre": "Paris",
-              "Pizzeria Da Michele": "Naples", "Sagrada Familia": "Barcelona"}
-    ids = {n: mem.create("Poi", {"name": n, "city": c}).id for n, c in places.items()}
-    res = mem.search("Poi", "ancient Roman amphitheatre", mode="vector", k=3)
-    assert res.hits[0].entity.id == ids["Colosseum"]
+    rows = [{"name": name, "city": city} for name, city in (
+        ("Fushimi Inari shrine", "Kyoto"), ("Nishiki fish market", "Kyoto"),
+        ("Tate Modern art gallery", "London"), ("Borough food market", "London"),
+        ("Alhambra palace", "Granada"))]
+    ids = {row["name"]: e.id for row, e in zip(rows, mem.create_many("Poi", rows), strict=True)}
+    res = mem.search("Poi", "a gallery of contemporary paintings", mode="vector", k=2)
+    assert res.hits[0].entity.id == ids["Tate Modern art gallery"]
+    food = mem.search("Poi", "where to buy fresh seafood", where={"city": "Kyoto"}, k=1)
+    assert food.hits[0].entity.id == ids["Nishiki fish market"]
     assert res.receipt.model_id == "all-MiniLM-L6-v2-onnx-int8"
     mem.close()
     mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder())
