@@ -201,7 +201,7 @@ def filled_memory(path: Path | None, embedder: Any, settings: Settings | None = 
     return mem
 
 
-def answers(mem: Memory, text: str, mode: str) -> list[tuple[str, float, list[str]]]:
+def answers(mem: Any, text: str, mode: str) -> list[tuple[str, float, list[str]]]:
     where = {"city": "Rome"} if len(text) % 2 else None
     result = mem.search("Poi", text, k=5, mode=mode, where=where)
     return [(h.entity.id, h.score, sorted(h.legs)) for h in result.hits]
@@ -310,3 +310,32 @@ def test_the_torch_model_is_not_batched_and_answers_the_same_concurrently(tmp_pa
         expected = [answers(one, *case) for case in cases]
     with filled_memory(tmp_path / "together", model) as mem:
         assert concurrent_answers(mem, cases, workers=16) == expected
+
+
+def test_concurrent_http_searches_answer_as_one_at_a_time(tmp_path: Path) -> None:
+    from dmf_hybrid.api import create_app
+    from dmf_hybrid.api.server import serve_in_thread
+    from dmf_hybrid.client import MemoryClient
+
+    cases = search_cases(48)
+    mem = filled_memory(None, HashEmbedder())
+    try:
+        expected = [answers(mem, *case) for case in cases]
+        mem.engine._query_cache.clear()  # noqa: SLF001 - make the server embed every query again
+        batcher = mem.engine.query_batcher
+        assert batcher is not None
+        before = batcher.stats.requests
+        settings = Settings(data_dir=tmp_path / "data", embedder="hash", load_examples=False)
+        with serve_in_thread(create_app(settings, mem), timeout=10.0) as url:
+            clients = [MemoryClient(url, timeout=30.0) for _ in range(8)]
+            try:
+                with ThreadPoolExecutor(max_workers=8) as pool:
+                    got = list(pool.map(lambda i: answers(clients[i % 8], *cases[i]),
+                                        range(len(cases))))
+            finally:
+                for client in clients:
+                    client.close()
+        assert got == expected
+        assert batcher.stats.requests - before == 32  # every vector or hybrid query went through it
+    finally:
+        mem.close()
