@@ -12,8 +12,9 @@ loads its model in the background at start, so this is at start-up), into a cach
 config files and of :data:`EXPORT_RECIPE`. A different model, changed weights or a new recipe
 is a new directory, never a stale file; a file is written under a temporary name and renamed,
 so a crash leaves no half file, and an exclusive file lock makes concurrent processes export
-it once. Exporting imports torch and takes ~15 s on 2 cores; every later start only opens
-the ONNX file (no torch import, ~1 s). A cache directory rather than the package directory
+it once. The export runs in a child process (it imports torch, which would otherwise stay in
+the service's memory) and takes 20-45 s on 2 cores; every later start only opens the ONNX
+file (no torch import, ~1 s). A cache directory rather than the package directory
 (often read-only) or the memory's data directory (one model serves many memories).
 
 Why weight-only int8 (``MatMulNBits``, 8 bits, blocks of 32, int8 compute): ONNX Runtime's
@@ -32,6 +33,8 @@ import hashlib
 import json
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -68,6 +71,9 @@ DEFAULT_THREADS = 1
 _SOURCE_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "modules.json",
                  "sentence_bert_config.json", "1_Pooling/config.json")
 _ONNX_FILE = "model.onnx"
+_BUILT = "int8.onnx"
+#: Bound on one export (20-45 s measured on a shared 2-core machine).
+EXPORT_TIMEOUT = 900.0
 _MANIFEST = "manifest.json"
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -164,7 +170,7 @@ def export_onnx(model_path: str | os.PathLike[str], cache_dir: str | os.PathLike
         target_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=target_dir, prefix=".export-") as work:
-            built = _build(source, Path(work))
+            built = _build_in_child(source, Path(work))
             manifest = {
                 "source": str(source), "source_sha256": key, "recipe": EXPORT_RECIPE,
                 "versions": _versions(), "seconds": round(time.perf_counter() - start, 1),
@@ -186,6 +192,24 @@ def _versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[name] = "missing"
     return out
+
+
+def _build_in_child(source: Path, work: Path) -> Path:
+    """:func:`_build` in a child Python, so torch is never imported by the caller."""
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, str(source), str(work)],
+                              capture_output=True, text=True, timeout=EXPORT_TIMEOUT,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServiceUnavailable(f"exporting {source} to ONNX failed: {exc}",
+                                 model_path=str(source)) from exc
+    built = work / _BUILT
+    if done.returncode != 0 or not built.is_file():
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        raise ServiceUnavailable(
+            f"exporting {source} to ONNX failed: {lines[-1] if lines else done.returncode}",
+            model_path=str(source))
+    return built
 
 
 def _build(source: Path, work: Path) -> Path:
@@ -248,7 +272,7 @@ def _build(source: Path, work: Path) -> Path:
         quantizer = MatMulNBitsQuantizer(fused.model, bits=8, block_size=32,
                                          is_symmetric=True, accuracy_level=4)
         quantizer.process()
-    out = work / "int8.onnx"
+    out = work / _BUILT
     onnx.save_model(quantizer.model.model, str(out))
     return out
 
@@ -420,3 +444,11 @@ class OnnxEmbedder:
 
 __all__ = ["DEFAULT_THREADS", "EXPORT_RECIPE", "MODEL_ID_SUFFIX", "ONNX_EMBEDDER", "OnnxEmbedder",
            "check_pipeline", "default_cache_dir", "export_onnx", "source_key"]
+
+
+if __name__ == "__main__":  # the export's child process: python -m dmf_hybrid.onnx_embedder
+    try:
+        _build(Path(sys.argv[1]), Path(sys.argv[2]))
+    except ServiceUnavailable as error:
+        print(error.message, file=sys.stderr)
+        sys.exit(1)

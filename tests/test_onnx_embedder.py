@@ -47,9 +47,10 @@ def sample_texts() -> list[str]:
     return texts
 
 
-def run_python(code: str) -> str:
+def run_python(code: str, timeout: float = 120) -> str:
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT, env=dict(os.environ), check=False)
+                          text=True, timeout=timeout, cwd=ROOT, env=dict(os.environ),
+                          check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip()
 
@@ -135,8 +136,27 @@ def test_without_onnxruntime_loading_says_what_to_install() -> None:
 
 
 @pytest.fixture(scope="module")
-def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("onnx-cache")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A cache directory with the model exported by another process, and what it printed."""
+    cache = tmp_path_factory.mktemp("onnx-cache")
+    out = run_python(f"""
+        import sys
+        from dmf_hybrid.onnx_embedder import OnnxEmbedder
+        e = OnnxEmbedder(cache_dir={str(cache)!r})
+        e.embed(["hello"])
+        print(e.loaded, "torch" in sys.modules, "transformers" in sys.modules)
+    """, timeout=900)
+    return cache, out
+
+
+@pytest.fixture(scope="module")
+def onnx_cache(exported: tuple[Path, str]) -> Path:
+    return exported[0]
+
+
+@pytest.mark.slow
+def test_the_export_keeps_torch_out_of_the_process(exported: tuple[Path, str]) -> None:
+    assert exported[1] == "True False False"
 
 
 @pytest.fixture(scope="module")
@@ -242,3 +262,13 @@ def test_concurrent_searches_answer_as_one_at_a_time(onnx_model: OnnxEmbedder, t
     from tests.search.test_query_batcher import concurrent_equals_alone
 
     concurrent_equals_alone(onnx_model, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_failed_export_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
+    model = copy_model(tmp_path)
+    (model / "model.safetensors").write_bytes(b"these are not weights")
+    cache = tmp_path / "cache"
+    with pytest.raises(ServiceUnavailable, match="exporting .* to ONNX failed"):
+        OnnxEmbedder(str(model), cache_dir=cache).load()
+    assert not list(cache.rglob("*.onnx"))  # no half-written model for the next start
