@@ -155,7 +155,7 @@ def scifact_texts(root: Path, passages: int, queries: int) -> tuple[list[str], l
 
 
 def sentences(count: int, seed: int = 3) -> list[str]:
-    """``count`` distinct synthetic sentences of exactly 20 words."""
+    """``count`` synthetic sentences: 20 random words and the sentence's number (distinct)."""
     rng = random.Random(seed)
     return [" ".join(rng.choices(WORDS, k=SENTENCE_WORDS)) + f" {i}" for i in range(count)]
 
