@@ -19,9 +19,10 @@ file (no torch import, ~1 s). A cache directory rather than the package director
 
 Why weight-only int8 (``MatMulNBits``, 8 bits, blocks of 32, int8 compute): ONNX Runtime's
 dynamic quantisation quantises activations with one scale per *tensor*, so a text's vector
-depends on the other texts of its batch (up to 0.05 per component measured) and mean cosine to
-the torch model falls to 0.93 on SciFact; with one scale per block of each row a text's vector
-is the same bits alone or in any batch (tested), and cosine to the torch model stays > 0.999.
+depends on the other texts of its batch (up to 0.05 per component measured), and its mean
+cosine to the torch model on 48 SciFact abstracts was 0.933 (0.993 with per-channel weights).
+With one scale per block of each row a text's vector is the same bits alone or in any batch
+(tested), and the mean cosine was 0.9996 (minimum 0.9995).
 
 Every vector is float32 with unit L2 norm, like every embedder's.
 """
@@ -127,18 +128,6 @@ def check_pipeline(model_path: str | os.PathLike[str]) -> None:
 
 
 @contextmanager
-def _root_logging_kept() -> Iterator[None]:
-    """Undo changes to the root logger (ONNX Runtime's tools configure it as they run)."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-
-
-@contextmanager
 def _exclusive(lock_path: Path) -> Iterator[None]:
     """An exclusive lock between processes (and threads) on ``lock_path``."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -216,11 +205,10 @@ def _build(source: Path, work: Path) -> Path:
     """Export fp32 with torch, fuse, quantise; the path of the int8 file inside ``work``."""
     os.environ.update(_OFFLINE_ENV)  # read by huggingface_hub at import time
     try:
-        with _root_logging_kept():  # the quantiser calls logging.basicConfig(INFO) on import
-            import onnx
-            from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-            from onnxruntime.transformers import optimizer
-            from onnxruntime.transformers.fusion_options import FusionOptions
+        import onnx
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+        from onnxruntime.transformers import optimizer
+        from onnxruntime.transformers.fusion_options import FusionOptions
     except ImportError as exc:
         raise _missing(exc.name or "onnxruntime") from exc
     try:
@@ -261,17 +249,16 @@ def _build(source: Path, work: Path) -> Path:
             input_names=list(_INPUTS), output_names=["last_hidden_state"], opset_version=17,
             dynamic_axes={name: {0: "batch", 1: "sequence"}
                           for name in (*_INPUTS, "last_hidden_state")})
-    with _root_logging_kept():
-        options = FusionOptions("bert")
-        # the fused Attention op would keep its weights in fp32: fuse only layer norms, GELUs
-        options.enable_attention = False
-        fused = optimizer.optimize_model(
-            str(fp32), model_type="bert", num_heads=int(config.num_attention_heads),
-            hidden_size=int(config.hidden_size), optimization_options=options)
-        # int8 weights in blocks of 32, int8 products with one scale per block of each row
-        quantizer = MatMulNBitsQuantizer(fused.model, bits=8, block_size=32,
-                                         is_symmetric=True, accuracy_level=4)
-        quantizer.process()
+    options = FusionOptions("bert")
+    # the fused Attention op would keep its weights in fp32: fuse only layer norms and GELUs
+    options.enable_attention = False
+    fused = optimizer.optimize_model(
+        str(fp32), model_type="bert", num_heads=int(config.num_attention_heads),
+        hidden_size=int(config.hidden_size), optimization_options=options)
+    # int8 weights in blocks of 32, int8 products with one scale per block of each row
+    quantizer = MatMulNBitsQuantizer(fused.model, bits=8, block_size=32, is_symmetric=True,
+                                     accuracy_level=4)
+    quantizer.process()
     out = work / _BUILT
     onnx.save_model(quantizer.model.model, str(out))
     return out
