@@ -94,7 +94,6 @@ def make_embedder(settings: Settings) -> Embedder:
         return HashEmbedder()
     if settings.embedder == ONNX_EMBEDDER:
         return OnnxEmbedder(settings.model_path, cache_dir=settings.onnx_cache_dir,
-                            batch_size=settings.embed_batch_size,
                             num_threads=settings.onnx_threads or None)
     threads = settings.torch_threads or None
     if settings.embedder == "minilm":
