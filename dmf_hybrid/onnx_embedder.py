@@ -275,6 +275,9 @@ class OnnxEmbedder:
 
     #: A text's vector is the same bits alone and in any batch (see the module doc).
     batch_invariant = True
+    #: Each text runs alone, so queuing queries into shared calls only serialises them:
+    #: bench_http measured 66 req/s with the query batcher against 80 without, 16 clients.
+    gains_from_batching = False
 
     def __init__(self, model_path: str | None = None, *,
                  cache_dir: str | os.PathLike[str] | None = None,

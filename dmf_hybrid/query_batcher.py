@@ -82,6 +82,8 @@ def make_query_batcher(embedder: Embedder, settings: Settings) -> QueryBatcher |
     whose vectors depend on their batch: each search then embeds its own query)."""
     if not settings.query_batch_size or not batch_invariant(embedder):
         return None
+    if getattr(embedder, "gains_from_batching", True) is False:
+        return None  # it runs each text alone anyway: sharing calls only serialises them
     return QueryBatcher(embedder, max_batch=settings.query_batch_size,
                         max_wait_ms=settings.query_batch_wait_ms)
 

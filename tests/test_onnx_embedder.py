@@ -259,7 +259,10 @@ def test_search_with_it_and_a_switch_is_an_audited_re_embed(onnx_model: OnnxEmbe
 @pytest.mark.slow
 def test_concurrent_searches_answer_as_one_at_a_time(onnx_model: OnnxEmbedder, tmp_path: Path
                                                      ) -> None:
+    from dmf_hybrid.query_batcher import make_query_batcher
     from tests.search.test_query_batcher import concurrent_equals_alone
+
+    assert make_query_batcher(onnx_model, Settings()) is None  # runs texts alone: no gain
 
     concurrent_equals_alone(onnx_model, tmp_path)
 
