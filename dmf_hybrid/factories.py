@@ -16,7 +16,9 @@ from .vector.exact import ExactIndex
 def make_embedder(settings: Settings) -> Embedder:
     """The embedder a Settings names: a bundled model, the hash embedder or a model path."""
     return embedder_named(settings.embedder, model_path=settings.model_path,
-                          num_threads=settings.torch_threads or None)
+                          num_threads=settings.torch_threads or None,
+                          onnx_threads=settings.onnx_threads or None,
+                          onnx_cache_dir=settings.onnx_cache_dir)
 
 
 def make_vector_index(settings: Settings, directory: Path | None) -> VectorIndex:

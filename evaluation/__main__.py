@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--embedder", default="minilm",
                        help=f"one of {', '.join(EMBEDDERS)} or a model directory "
                             "(default minilm)")
-        p.add_argument("--threads", type=int, default=None, help="torch threads for the model")
+        p.add_argument("--threads", type=int, default=None,
+                       help="threads of the model's runtime (torch or ONNX)")
         p.add_argument("--limit", type=int, default=None,
                        help="evaluate only the first N queries (partial figures)")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")

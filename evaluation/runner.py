@@ -90,10 +90,10 @@ class RunOptions:
     workdir: Path | None = None
     """Memory directory reused across runs; None = ``results/work/<dataset hash>``."""
     embedder: str = "minilm"
-    """An ``embedder`` setting: ``"minilm"``, ``"m3e-small"``, ``"e5-small"``, ``"hash"`` or
-    a model directory (``dmf_hybrid.embeddings.embedder_named``)."""
+    """An ``embedder`` setting: ``"minilm"``, ``"minilm-onnx"``, ``"m3e-small"``,
+    ``"e5-small"``, ``"hash"`` or a model directory (``dmf_hybrid.embeddings.embedder_named``)."""
     threads: int | None = None
-    """Torch threads for the model (None = torch's default)."""
+    """Threads of the model's runtime, torch or ONNX (None = the runtime's default)."""
     context: int = 0
     """LoCoMo: embed each turn after the unit texts of up to this many preceding turns of its
     session (neighbouring-turn context); 0 = the paper's protocol (the turn alone)."""
@@ -144,7 +144,7 @@ def make_embedder(name: str, threads: int | None = None) -> Embedder:
     """The embedder an option names (one per process: the model loads once)."""
     from dmf_hybrid.embeddings import embedder_named
 
-    return embedder_named(name, num_threads=threads)
+    return embedder_named(name, num_threads=threads, onnx_threads=threads)
 
 
 def default_workdir(dataset_sha256: str, variant: str = "") -> Path:

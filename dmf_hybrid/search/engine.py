@@ -40,6 +40,7 @@ import numpy as np
 
 from ..config import Settings
 from ..embeddings import Embedder, embed_queries
+from ..embeddings.batching import make_query_batcher
 from ..filters import parse_filter
 from ..indexer import Indexer
 from ..mirrors.keyword import exact_leg
@@ -76,6 +77,7 @@ class SearchEngine:
         self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size)
         self.filters = FilterCache(settings.exact_threshold)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.query_batcher = make_query_batcher(embedder, settings)
         self._cache_lock = threading.Lock()
         self._previous_model: str | None = None  # a model change not yet caught up with
 
@@ -151,6 +153,8 @@ class SearchEngine:
 
     def close(self) -> None:
         """Apply what is pending and release the vector index client."""
+        if self.query_batcher is not None:
+            self.query_batcher.close()
         try:
             self.indexer.drain()
         except Exception:  # noqa: BLE001 - pending rows are replayed on the next open
@@ -166,7 +170,8 @@ class SearchEngine:
             if vec is not None:
                 self._query_cache.move_to_end(text)
                 return vec
-        vec = embed_queries(self.embedder, [text])[0]
+        vec = (self.query_batcher.embed(text) if self.query_batcher is not None
+               else embed_queries(self.embedder, [text])[0])
         with self._cache_lock:
             self._query_cache[text] = vec
             while len(self._query_cache) > QUERY_CACHE_SIZE:
