@@ -65,7 +65,7 @@ import json, sys, time
 import numpy as np
 started = time.perf_counter()
 from dmf_hybrid.config import Settings
-from dmf_hybrid.search.engine import make_embedder
+from dmf_hybrid.factories import make_embedder
 name, threads, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None
 settings = Settings(embedder=name, torch_threads=threads, onnx_threads=threads,
                     onnx_cache_dir=cache)

@@ -26,7 +26,7 @@ from dmf_hybrid.embeddings.onnx_int8 import (
     source_key,
 )
 from dmf_hybrid.errors import ServiceUnavailable
-from dmf_hybrid.search.engine import make_embedder
+from dmf_hybrid.factories import make_embedder
 from tests.conftest import define_travel
 
 ROOT = Path(__file__).resolve().parent.parent
