@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench reliability eval-scifact eval-locomo clean
+.PHONY: serve test lint browser bench reliability eval-scifact eval-locomo clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,7 +20,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy dmf_hybrid
 
-test: lint
+# The UI tests drive Debian's headless Chromium; a CJK font lets it draw Chinese text.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && fc-list :lang=zh 2>/dev/null | grep -q .; \
+	then :; elif [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -q chromium chromium-driver fonts-wqy-microhei; \
+	else echo "the UI tests need chromium, chromium-driver and fonts-wqy-microhei:" \
+	  "run 'make browser' as root"; fi
+
+test: lint browser
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
