@@ -30,6 +30,7 @@ from .routes import (
     search,
     tools,
     types,
+    whoami,
 )
 from .schemas import ErrorBody
 
@@ -46,6 +47,7 @@ ROUTERS: list[APIRouter] = [
     plans.router,
     tools.router,
     lifecycle.router,
+    whoami.router,
     docs.router,
 ]
 
