@@ -30,6 +30,7 @@ from .routes import (
     search,
     tools,
     types,
+    ui,
     whoami,
 )
 from .schemas import ErrorBody
@@ -49,6 +50,7 @@ ROUTERS: list[APIRouter] = [
     lifecycle.router,
     whoami.router,
     docs.router,
+    ui.router,
 ]
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {

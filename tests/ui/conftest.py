@@ -40,11 +40,11 @@ KEYS = ("ui-admin:default:admin,ui-writer:default:writer,ui-reader:default:reade
         "ui-other:other:writer")
 WAIT = 30.0  # seconds an element may take to appear on a busy 2-core machine (not asserted)
 CLOCK_START = dt.datetime(2025, 4, 20, 9, 0, tzinfo=dt.UTC)
-WINDOW = (1400, 1000)
+WINDOW = (1400, 900)  # the viewport (pages and screenshots), set through DevTools
 CHROME_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-                f"--window-size={WINDOW[0]},{WINDOW[1]}", "--hide-scrollbars",
+                f"--window-size={WINDOW[0]},{WINDOW[1] + 200}", "--hide-scrollbars",
                 "--force-device-scale-factor=1", "--lang=en-US",
                 "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1")
 DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
@@ -191,7 +191,7 @@ class Browser:
         except TimeoutException:
             page = self.driver.execute_script("return document.body ? document.body.innerText : ''")
             raise AssertionError(f"no element {css!r}" + (f" with text {text!r}" if text else "")
-                                 + f" at {self.driver.current_url}; the page says:\n{page[:1500]}"
+                                 + f" at {self.driver.current_url}; the page says:\n{page[:4000]}"
                                  ) from None
 
     def all(self, css: str) -> list[Any]:
@@ -267,6 +267,8 @@ def chromium() -> Iterator[Any]:
                               options=options)
     try:
         driver.set_page_load_timeout(WAIT)
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": WINDOW[0], "height": WINDOW[1], "deviceScaleFactor": 1, "mobile": False})
         yield driver
     finally:
         driver.quit()
