@@ -87,3 +87,50 @@ export function errorNotice(err) {
   }
   return notice("error", ...parts);
 }
+
+/** "← Previous · page N · Next →"; `go(-1)` or `go(1)` when a button is clicked. */
+export function pager(page, hasNext, go) {
+  const prev = h("button", { type: "button", id: "prev-page", disabled: page === 0 },
+    "← Previous");
+  const next = h("button", { type: "button", id: "next-page", disabled: !hasNext }, "Next →");
+  prev.addEventListener("click", () => go(-1));
+  next.addEventListener("click", () => go(1));
+  return h("div", { class: "pager" }, prev, h("span", { class: "muted" }, `page ${page + 1}`),
+    next);
+}
+
+/** A data table: a header row of `columns` (strings) and the body `rows`. */
+export function table(attrs, columns, rows) {
+  return h("table", attrs,
+    h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, c)))),
+    h("tbody", {}, rows));
+}
+
+/**
+ * Pages of a list drawn into `el`: `load(cursor, page)` resolves to `{next_cursor, ...}` and
+ * `draw(result, page, pagerElement)` fills `el`; Previous goes back through the cursors seen.
+ * An error of `load` shows as a notice in `el`. Resolves once the first page is drawn.
+ */
+export function pagedList(el, ctx, load, draw) {
+  const cursors = [null];
+  let page = 0;
+  async function show() {
+    fill(el, h("p", { class: "muted" }, "Loading…"));
+    try {
+      const result = await load(cursors[page], page);
+      if (!ctx.current()) return;
+      cursors[page + 1] = result.next_cursor;
+      draw(result, page, pager(page, result.next_cursor !== null && result.next_cursor !== undefined,
+        (step) => { page += step; show(); }));
+    } catch (err) {
+      if (ctx.current()) fill(el, errorNotice(err));
+    }
+  }
+  return show();
+}
+
+/** " · read at audit seq N" for a page read at a pinned seq (nothing when read live). */
+export function seqNote(seq) {
+  return seq === null || seq === undefined ? null
+    : h("span", { class: "muted" }, ` · read at audit seq ${seq}`);
+}

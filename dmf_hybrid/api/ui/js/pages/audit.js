@@ -1,6 +1,6 @@
 // The audit log: the hash chain's status, filtered events (paged), details and time travel.
 import * as api from "../api.js";
-import { errorNotice, fill, h, labelled, notice, route, select } from "../dom.js";
+import { errorNotice, fill, h, labelled, notice, pagedList, route, select, table } from "../dom.js";
 import { diffTable, entityLink, opBadge, time } from "../format.js";
 
 const OPS = ["create", "update", "append", "delete", "restore", "erase", "link", "unlink",
@@ -93,8 +93,7 @@ export async function auditPage(view, ctx) {
   const toSeq = params.get("to_seq") ? Number(params.get("to_seq")) : null;
   const entity = params.get("entity");
   const pageSize = 50;
-  const starts = [Math.max(0, fromSeq - 1)]; // since_seq of each page
-  let page = 0;
+  const start = Math.max(0, fromSeq - 1); // since_seq of the first page
 
   async function entityEvents() {
     const all = await api.history(entity);
@@ -122,32 +121,18 @@ export async function auditPage(view, ctx) {
     return { found, next: end ? null : cursor, scannedTo: cursor };
   }
 
-  async function show() {
-    fill(list, h("p", { class: "muted" }, "Loading…"));
-    try {
-      const { found, next, scannedTo } = await scan(starts[page]);
-      if (!ctx.current()) return;
-      starts[page + 1] = next;
-      const prev = h("button", { type: "button", id: "prev-page", disabled: page === 0 }, "← Previous");
-      const more = h("button", { type: "button", id: "next-page", disabled: next === null }, "Next →");
-      prev.addEventListener("click", () => { page -= 1; show(); });
-      more.addEventListener("click", () => { page += 1; show(); });
-      fill(list,
-        h("p", { class: "summary", id: "audit-summary" }, h("strong", {}, String(found.length)),
-          ` matching events on this page`,
-          found.length < pageSize && next !== null && scannedTo !== null
-            ? h("span", { class: "muted" }, ` · scanned up to seq ${scannedTo}; Next scans on`) : null),
-        found.length ? h("table", { class: "grid audit" },
-          h("thead", {}, h("tr", {}, ["seq", "time", "op", "type", "entity", "actor", "reason",
-            "trace", "version", ""].map((c) => h("th", {}, c)))),
-          h("tbody", {}, found.map(eventRows)))
-          : h("p", { class: "muted empty" }, "No event matches."),
-        h("div", { class: "pager" }, prev, h("span", { class: "muted" }, `page ${page + 1}`), more));
-    } catch (err) {
-      if (ctx.current()) fill(list, errorNotice(err));
-    }
-  }
-  await show();
+  await pagedList(list, ctx, async (cursor) => {
+    const { found, next, scannedTo } = await scan(cursor ?? start);
+    return { found, next_cursor: next, scannedTo };
+  }, ({ found, next_cursor: next, scannedTo }, page, pages) => fill(list,
+    h("p", { class: "summary", id: "audit-summary" }, h("strong", {}, String(found.length)),
+      " matching events on this page",
+      found.length < pageSize && next !== null && scannedTo !== null
+        ? h("span", { class: "muted" }, ` · scanned up to seq ${scannedTo}; Next scans on`) : null),
+    found.length ? table({ class: "grid audit" }, ["seq", "time", "op", "type", "entity",
+      "actor", "reason", "trace", "version", ""], found.map(eventRows))
+      : h("p", { class: "muted empty" }, "No event matches."),
+    pages));
 }
 
 function eventRows(e) {

@@ -1,7 +1,7 @@
 // The open constraint queue: the rule that raised each, its observed value and threshold,
 // and the suggestions that address it.
 import * as api from "../api.js";
-import { errorNotice, fill, h, labelled, route, select } from "../dom.js";
+import { fill, h, labelled, pagedList, route, select, seqNote, table } from "../dom.js";
 import { entityLabel, entityLink, number, time, value } from "../format.js";
 
 const PAGE_SIZE = 25;
@@ -53,39 +53,21 @@ export async function constraintsPage(view, ctx) {
       "inside the writing transaction or recorded by hand."),
     rulesCard(rules), form, list);
 
-  const cursors = [null];
-  let page = 0;
-  async function show() {
-    fill(list, h("p", { class: "muted" }, "Loading…"));
-    try {
-      const result = await api.constraints({ kind: params.get("kind"), rule: params.get("rule"),
-        subject: params.get("subject"), limit: PAGE_SIZE, cursor: cursors[page] });
-      const [suggestions, subjects] = await Promise.all([
-        suggestionsFor(result.items.map((c) => c.id), types),
-        subjectsOf(result.items, types)]);
-      if (!ctx.current()) return;
-      cursors[page + 1] = result.next_cursor;
-      const prev = h("button", { type: "button", id: "prev-page", disabled: page === 0 }, "← Previous");
-      const next = h("button", { type: "button", id: "next-page", disabled: !result.next_cursor },
-        "Next →");
-      prev.addEventListener("click", () => { page -= 1; show(); });
-      next.addEventListener("click", () => { page += 1; show(); });
-      fill(list,
-        h("p", { class: "summary" }, h("strong", {}, String(result.items.length)),
-          " open constraints on this page",
-          result.as_of_seq === null ? null
-            : h("span", { class: "muted" }, ` · read at audit seq ${result.as_of_seq}`)),
-        result.items.length ? h("table", { class: "grid constraints", id: "constraints" },
-          h("thead", {}, h("tr", {}, ["kind", "rule", "subject", "message", "observed",
-            "threshold", "raised", "suggestions"].map((c) => h("th", {}, c)))),
-          h("tbody", {}, result.items.map((c) => row(c, ruleByName, suggestions.get(c.id) || [], subjects))))
-          : h("p", { class: "muted empty" }, "No open constraint."),
-        h("div", { class: "pager" }, prev, h("span", { class: "muted" }, `page ${page + 1}`), next));
-    } catch (err) {
-      if (ctx.current()) fill(list, errorNotice(err));
-    }
-  }
-  await show();
+  await pagedList(list, ctx, async (cursor) => {
+    const result = await api.constraints({ kind: params.get("kind"), rule: params.get("rule"),
+      subject: params.get("subject"), limit: PAGE_SIZE, cursor });
+    const [suggestions, subjects] = await Promise.all([
+      suggestionsFor(result.items.map((c) => c.id), types), subjectsOf(result.items, types)]);
+    return { ...result, suggestions, subjects };
+  }, (result, page, pages) => fill(list,
+    h("p", { class: "summary" }, h("strong", {}, String(result.items.length)),
+      " open constraints on this page", seqNote(result.as_of_seq)),
+    result.items.length ? table({ class: "grid constraints", id: "constraints" },
+      ["kind", "rule", "subject", "message", "observed", "threshold", "raised", "suggestions"],
+      result.items.map((c) => row(c, ruleByName, result.suggestions.get(c.id) || [],
+        result.subjects)))
+      : h("p", { class: "muted empty" }, "No open constraint."),
+    pages));
 }
 
 function rulesCard(rules) {

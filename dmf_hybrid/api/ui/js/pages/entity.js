@@ -1,7 +1,7 @@
 // One entity: its data (now or as of an audit seq), relations, edits and version timeline.
 import * as api from "../api.js";
 import { errorNotice, fill, h, labelled, link, notice, select } from "../dom.js";
-import { diffTable, entityLabel, entityLink, opBadge, time, value } from "../format.js";
+import { diffTable, entityLabel, opBadge, time, value } from "../format.js";
 
 const typeCache = new Map();
 

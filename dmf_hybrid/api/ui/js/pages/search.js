@@ -1,6 +1,6 @@
 // The search playground: hits with per-leg rank and score, the receipt, and an as_of replay.
 import * as api from "../api.js";
-import { errorNotice, fill, h, labelled, notice, route, select } from "../dom.js";
+import { errorNotice, fill, h, labelled, notice, route, select, table } from "../dom.js";
 import { entityLabel, entityLink, number } from "../format.js";
 
 const MODES = ["hybrid", "vector", "keyword"];
@@ -116,14 +116,13 @@ function legs(hit) {
 
 function hitsTable(hits, typedef) {
   if (!hits.length) return h("p", { class: "muted empty" }, "No hit.");
-  return h("table", { class: "grid hits", id: "hits" },
-    h("thead", {}, h("tr", {}, ["#", "entity", "score", "legs (rank, score)"].map((c) => h("th", {}, c)))),
-    h("tbody", {}, hits.map((hit, i) => h("tr", { dataset: { id: hit.entity.id } },
+  return table({ class: "grid hits", id: "hits" }, ["#", "entity", "score", "legs (rank, score)"],
+    hits.map((hit, i) => h("tr", { dataset: { id: hit.entity.id } },
       h("td", { class: "num" }, i + 1),
       h("td", {}, h("div", {}, entityLink(hit.entity.id, entityLabel(hit.entity, typedef))),
         h("div", { class: "mono small muted" }, hit.entity.id)),
       h("td", { class: "num" }, number(hit.score, 6)),
-      h("td", {}, legs(hit))))));
+      h("td", {}, legs(hit)))));
 }
 
 function receiptCard(receipt) {

@@ -1,6 +1,6 @@
 // Types and their entities: a list of types with counts; per type a filtered, paged table.
 import * as api from "../api.js";
-import { errorNotice, fill, h, labelled, link, route, select } from "../dom.js";
+import { errorNotice, fill, h, labelled, link, pagedList, route, select, seqNote } from "../dom.js";
 import { compileFilter, filterForm } from "../filters.js";
 import { entityLink, time, value } from "../format.js";
 
@@ -89,49 +89,31 @@ export async function typePage(view, ctx) {
   }
   const limit = Number(params.get("limit") || 25);
   const orderBy = params.get("order") || null;
-  const cursors = [null]; // cursors[i] is the cursor of page i
-  let page = 0;
-
-  async function show() {
-    fill(table, h("p", { class: "muted" }, "Loading…"));
-    try {
-      const [matching, total, result] = await Promise.all([
-        api.count(name, where), api.count(name, null),
-        api.query(name, { where, order_by: orderBy, limit, cursor: cursors[page] })]);
-      if (!ctx.current()) return;
-      cursors[page + 1] = result.next_cursor;
-      const first = result.items.length ? page * limit + 1 : 0;
-      const last = page * limit + result.items.length;
-      fill(summary, h("strong", {}, `${matching.count}`),
-        where ? ` of ${total.count} ${name} entities match` : ` ${name} entities`,
-        result.items.length ? ` · showing ${first}–${last}` : "",
-        result.as_of_seq === null ? null
-          : h("span", { class: "muted" }, ` · read at audit seq ${result.as_of_seq}`));
-      const cols = columnsOf(def, result.items);
-      const prev = h("button", { type: "button", id: "prev-page", disabled: page === 0 },
-        "← Previous");
-      const next = h("button", { type: "button", id: "next-page",
-        disabled: !result.next_cursor }, "Next →");
-      prev.addEventListener("click", () => { page -= 1; show(); });
-      next.addEventListener("click", () => { page += 1; show(); });
-      fill(table,
-        result.items.length ? h("div", { class: "table-wrap" }, h("table", { class: "grid entities" },
-          h("thead", {}, h("tr", {}, h("th", {}, "id"), cols.map((c) => h("th", {}, c)),
-            h("th", { class: "num" }, "version"), h("th", {}, "updated"))),
-          h("tbody", {}, result.items.map((e) => h("tr", { dataset: { id: e.id } },
-            h("td", { class: "id-cell" }, entityLink(e.id)),
-            cols.map((c) => h("td", { class: "cell", title: cellTitle(e.data[c]) },
-              value(e.data[c]))),
-            h("td", { class: "num" }, e.version),
-            h("td", { class: "small nowrap" }, time(e.updated_at)))))))
-          : h("p", { class: "muted empty" }, "No entity matches."),
-        h("div", { class: "pager" }, prev,
-          h("span", { class: "muted" }, `page ${page + 1}`), next));
-    } catch (err) {
-      if (ctx.current()) fill(table, errorNotice(err));
-    }
-  }
-  await show();
+  await pagedList(table, ctx, async (cursor) => {
+    const [matching, total, result] = await Promise.all([
+      api.count(name, where), api.count(name, null),
+      api.query(name, { where, order_by: orderBy, limit, cursor })]);
+    return { ...result, matching: matching.count, total: total.count };
+  }, (result, page, pages) => {
+    const first = result.items.length ? page * limit + 1 : 0;
+    const last = page * limit + result.items.length;
+    fill(summary, h("strong", {}, `${result.matching}`),
+      where ? ` of ${result.total} ${name} entities match` : ` ${name} entities`,
+      result.items.length ? ` · showing ${first}–${last}` : "", seqNote(result.as_of_seq));
+    const cols = columnsOf(def, result.items);
+    fill(table,
+      result.items.length ? h("div", { class: "table-wrap" }, h("table", { class: "grid entities" },
+        h("thead", {}, h("tr", {}, h("th", {}, "id"), cols.map((c) => h("th", {}, c)),
+          h("th", { class: "num" }, "version"), h("th", {}, "updated"))),
+        h("tbody", {}, result.items.map((e) => h("tr", { dataset: { id: e.id } },
+          h("td", { class: "id-cell" }, entityLink(e.id)),
+          cols.map((c) => h("td", { class: "cell", title: cellTitle(e.data[c]) },
+            value(e.data[c]))),
+          h("td", { class: "num" }, e.version),
+          h("td", { class: "small nowrap" }, time(e.updated_at)))))))
+        : h("p", { class: "muted empty" }, "No entity matches."),
+      pages);
+  });
 }
 
 function cellTitle(v) {
