@@ -130,3 +130,26 @@ def test_a_reader_key_gets_no_edit_form(server: Server, browser: Browser) -> Non
 def test_an_unknown_entity_says_so(server: Server, browser: Browser) -> None:
     browser.open(server.url, "/entity/PointOfInterest_00000000000000000000", "ui-reader")
     assert "No entity with this ID in tenant default" in browser.wait(".notice.error").text
+
+
+def test_a_long_timeline_comes_in_batches(server: Server, browser: Browser) -> None:
+    mem = server.memory
+    busy = mem.create("PointOfInterest", {"name": "人民广场", "city": "上海"}, actor="test").id
+    for i in range(1, 120):
+        mem.update(busy, {"estimated_cost": float(i)}, actor="test")
+    events = mem.history(busy)
+    assert len(events) == 120
+    browser.open(server.url, f"/entity/{busy}", "ui-reader")
+    browser.wait("#timeline li.event")
+
+    def shown() -> list[int]:
+        return [int(e.get_attribute("data-seq")) for e in browser.all("#timeline li.event")]
+
+    newest_first = [e.seq for e in reversed(events)]
+    assert shown() == newest_first[:50]
+    browser.click("#timeline button.more", "Show 50 more (70 left)")
+    browser.wait(f'#timeline li[data-seq="{newest_first[99]}"]')
+    browser.click("#timeline button.more", "Show 20 more (20 left)")
+    browser.wait(f'#timeline li[data-seq="{newest_first[119]}"]')
+    assert shown() == newest_first
+    assert not browser.wait("#timeline button.more").is_displayed()

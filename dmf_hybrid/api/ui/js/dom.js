@@ -134,3 +134,19 @@ export function seqNote(seq) {
   return seq === null || seq === undefined ? null
     : h("span", { class: "muted" }, ` · read at audit seq ${seq}`);
 }
+
+/** Fill `list` with `render(item)` for the first `size` items; returns a "Show more" button. */
+export function inBatches(list, items, render, size = 50) {
+  const more = h("button", { type: "button", class: "more" });
+  let shown = 0;
+  function next() {
+    add(list, items.slice(shown, shown + size).map(render));
+    shown = Math.min(items.length, shown + size);
+    const left = items.length - shown;
+    more.textContent = `Show ${Math.min(size, left)} more (${left} left)`;
+    more.hidden = left <= 0;
+  }
+  more.addEventListener("click", next);
+  next();
+  return more;
+}

@@ -1,6 +1,6 @@
 // One entity: its data (now or as of an audit seq), relations, edits and version timeline.
 import * as api from "../api.js";
-import { errorNotice, fill, h, labelled, link, notice, select } from "../dom.js";
+import { add, errorNotice, fill, h, inBatches, labelled, link, notice, select } from "../dom.js";
 import { diffTable, entityLabel, opBadge, time, value } from "../format.js";
 
 const typeCache = new Map();
@@ -279,40 +279,47 @@ function restoreCard(entityId, deleteEvent, ctx) {
 // ---------------------------------------------------------------- relations and timeline
 
 function relationsCard(relations, typedefs, asOf) {
-  const rows = (relations || []).map((r) => h("tr", {},
+  const row = (r) => h("tr", {},
     h("td", { class: "dir" }, r.direction === "in" ? "←" : "→"),
     h("td", { class: "mono" }, r.relation),
     h("td", {}, h("span", { class: "tag" }, r.entity.type)),
-    h("td", {}, link(entityLabel(r.entity, typedefs.get(r.entity.type)), `/entity/${encodeURIComponent(r.entity.id)}`,
-      asOf ? { as_of: asOf } : {}))));
-  return h("section", { class: "card", id: "relations" }, h("h2", {}, "Relations"),
-    rows.length ? h("table", { class: "grid compact" }, h("tbody", {}, rows))
-      : h("p", { class: "muted" }, "No relations."));
+    h("td", {}, link(entityLabel(r.entity, typedefs.get(r.entity.type)),
+      `/entity/${encodeURIComponent(r.entity.id)}`, asOf ? { as_of: asOf } : {})));
+  const card = h("section", { class: "card", id: "relations" }, h("h2", {}, "Relations ",
+    h("span", { class: "muted small" }, `${relations.length}`)));
+  if (!relations.length) return add(card, h("p", { class: "muted" }, "No relations."));
+  const body = h("tbody");
+  const more = inBatches(body, relations, row);
+  return add(card, [h("table", { class: "grid compact" }, body), more]);
+}
+
+function eventItem(e, entityId, seq) {
+  const versions = e.version_before || e.version_after
+    ? `v${e.version_before ?? "∅"} → v${e.version_after ?? "∅"}` : "";
+  const classes = ["event"];
+  if (seq !== null && e.seq === seq) classes.push("current");
+  if (seq !== null && e.seq > seq) classes.push("later");
+  return h("li", { class: classes.join(" "), dataset: { seq: e.seq, op: e.op } },
+    h("div", { class: "event-head" },
+      h("span", { class: "seq" }, `#${e.seq}`), opBadge(e.op),
+      h("span", { class: "versions" }, versions),
+      h("span", { class: "when" }, time(e.ts))),
+    h("div", { class: "event-meta" },
+      h("span", {}, h("span", { class: "muted" }, "actor "), e.actor || "—"),
+      e.reason ? h("span", {}, h("span", { class: "muted" }, "reason "), e.reason) : null,
+      e.trace_id ? h("span", {}, h("span", { class: "muted" }, "trace "),
+        h("span", { class: "mono" }, e.trace_id)) : null),
+    diffTable(e, entityId),
+    e.op === "link" || e.op === "unlink" ? null : link("state as of this event",
+      `/entity/${encodeURIComponent(entityId)}`, { as_of: e.seq }, { class: "small as-of" }));
 }
 
 function timeline(events, entityId, asOf) {
   const seq = asOf ? Number(asOf) : null;
-  const items = [...events].reverse().map((e) => {
-    const versions = e.version_before || e.version_after
-      ? `v${e.version_before ?? "∅"} → v${e.version_after ?? "∅"}` : "";
-    const classes = ["event"];
-    if (seq !== null && e.seq === seq) classes.push("current");
-    if (seq !== null && e.seq > seq) classes.push("later");
-    return h("li", { class: classes.join(" "), dataset: { seq: e.seq, op: e.op } },
-      h("div", { class: "event-head" },
-        h("span", { class: "seq" }, `#${e.seq}`), opBadge(e.op),
-        h("span", { class: "versions" }, versions),
-        h("span", { class: "when" }, time(e.ts))),
-      h("div", { class: "event-meta" },
-        h("span", {}, h("span", { class: "muted" }, "actor "), e.actor || "—"),
-        e.reason ? h("span", {}, h("span", { class: "muted" }, "reason "), e.reason) : null,
-        e.trace_id ? h("span", {}, h("span", { class: "muted" }, "trace "),
-          h("span", { class: "mono" }, e.trace_id)) : null),
-      diffTable(e, entityId),
-      e.op === "link" || e.op === "unlink" ? null : link("state as of this event",
-        `/entity/${encodeURIComponent(entityId)}`, { as_of: e.seq }, { class: "small as-of" }));
-  });
-  return h("section", { class: "card", id: "timeline" },
-    h("h2", {}, "Timeline ", h("span", { class: "muted small" }, `${events.length} events, newest first`)),
-    items.length ? h("ol", { class: "timeline" }, items) : h("p", { class: "muted" }, "No events."));
+  const card = h("section", { class: "card", id: "timeline" }, h("h2", {}, "Timeline ",
+    h("span", { class: "muted small" }, `${events.length} events, newest first`)));
+  if (!events.length) return add(card, h("p", { class: "muted" }, "No events."));
+  const list = h("ol", { class: "timeline" });
+  const more = inBatches(list, [...events].reverse(), (e) => eventItem(e, entityId, seq));
+  return add(card, [list, more]);
 }
