@@ -86,23 +86,23 @@ class Story:
 
 def write_story(mem: Memory) -> Story:
     """Chinese places, edits with actors, reasons and trace ids, a rule constraint."""
-    planner = {"actor": "agent:planner"}
-    yu = mem.create("PointOfInterest", YU_GARDEN, reason="用户提到想去豫园", trace_id="trace-0a1",
-                    **planner)
-    nanxiang = mem.create("PointOfInterest", NANXIANG, trace_id="trace-0a1", **planner)
-    mem.update(yu.id, {"estimated_cost": 50.0}, reason="门票涨价 (ticket price rose)",
-               trace_id="trace-0b2", **planner)
+    planner = "agent:planner"
+    yu = mem.create("PointOfInterest", YU_GARDEN, actor=planner, reason="用户提到想去豫园",
+                    trace_id="trace-0a1")
+    nanxiang = mem.create("PointOfInterest", NANXIANG, actor=planner, trace_id="trace-0a1")
+    mem.update(yu.id, {"estimated_cost": 50.0}, actor=planner,
+               reason="门票涨价 (ticket price rose)", trace_id="trace-0b2")
     mem.update(yu.id, {"rating": 4.6, "start_time": "09:30", "duration_hours": 2.5},
                actor="user:linwei", reason="rated after the visit", trace_id="trace-0c3")
     trip = mem.query("Trip", where={"user": "linwei"}).items[0]
-    mem.link(trip.id, "includes", yu.id, reason="add to the itinerary", trace_id="trace-0d4",
-             **planner)
+    mem.link(trip.id, "includes", yu.id, actor=planner, reason="add to the itinerary",
+             trace_id="trace-0d4")
     mem.update(trip.id, {"budget": 150.0}, actor="user:linwei", reason="预算减少",
                trace_id="trace-0e5")
     raised = mem.open_constraints({"subject": trip.id, "rule": "trip_over_budget"}).items
     assert len(raised) == 1, "the budget cut must raise the trip_over_budget constraint"
     mem.create("Suggestion", {"constraint": raised[0].id, "text": "去掉最贵的一站 (drop the "
-                              "priciest stop)", "source": "agent:planner"}, **planner)
+                              "priciest stop)", "source": planner}, actor=planner)
     return Story(yu_garden=yu.id, nanxiang=nanxiang.id, trip=trip.id,
                  budget_constraint=raised[0].id, head=mem.last_seq)
 
@@ -113,7 +113,7 @@ class Server:
 
     url: str
     memory: Memory
-    story: Story | None = None
+    story: Story
 
 
 @contextmanager
@@ -129,7 +129,6 @@ def serving(mem: Memory, tmp: Path, **settings: Any) -> Iterator[str]:
 @pytest.fixture(scope="package")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The example data and the story, served with the test keys."""
-    require_browser()
     root = tmp_path_factory.mktemp("ui")
     mem = Memory.open(root / "data", embedder=HashEmbedder())
     try:

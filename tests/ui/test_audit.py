@@ -29,7 +29,6 @@ def _all_events(mem: Memory) -> list[AuditEvent]:
 
 
 def test_filters_by_actor_entity_op_and_seq(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     events = [e for e in _all_events(server.memory) if e.seq <= server.story.head]
     browser.open(server.url, f"/audit?to_seq={server.story.head}", "ui-reader")
     browser.wait("#verify-status", "Hash chain verified")
@@ -50,7 +49,6 @@ def test_filters_by_actor_entity_op_and_seq(server: Server, browser: Browser) ->
 
 
 def test_filters_by_time(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     events = [e for e in _all_events(server.memory) if e.seq <= server.story.head]
     since, until = events[20].ts, events[29].ts
     browser.open(server.url, f"/audit?since={since:%Y-%m-%dT%H:%M:%S}"
@@ -81,7 +79,6 @@ def test_pages_of_events_and_the_changes_of_one(server: Server, browser: Browser
 
 
 def test_state_as_of_an_event(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     first_update = next(e for e in server.memory.history(server.story.yu_garden)
                         if e.op == "update")
     browser.open(server.url, f"/audit?from_seq={first_update.seq}&to_seq={first_update.seq}",

@@ -7,7 +7,6 @@ from tests.ui.conftest import Browser, Server
 
 def test_open_constraints_with_rule_values_and_suggestions(server: Server,
                                                            browser: Browser) -> None:
-    assert server.story is not None
     raised = server.memory.get(server.story.budget_constraint)
     assert raised.data.rule == "trip_over_budget" and raised.data.threshold == 150.0
     browser.open(server.url, "/constraints", "ui-reader")

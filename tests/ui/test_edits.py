@@ -36,9 +36,10 @@ def test_an_edit_is_an_audited_if_match_write_by_the_key(server: Server, browser
     update = server.memory.history(place)[-1]
     assert update.op == "update" and update.actor == key_label("ui-writer")
     assert update.reason == "菜单换了 (new menu)"
-    assert set(update.after["data"]) == set(update.before["data"])  # the same fields, two changed
-    changed = {k for k in update.after["data"] if update.after["data"][k] !=
-               update.before["data"][k]}
+    assert update.before is not None and update.after is not None
+    before, after = update.before["data"], update.after["data"]
+    assert set(after) == set(before)  # the same fields, two of them changed
+    changed = {k for k in after if after[k] != before[k]}
     assert changed == {"estimated_cost", "description"}
     assert browser.wait("#timeline li.event").get_attribute("data-seq") == str(update.seq)
 

@@ -81,7 +81,6 @@ def test_pages_of_entities(server: Server, browser: Browser) -> None:
 
 
 def test_entity_timeline_shows_each_change(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     yu = server.story.yu_garden
     history = server.memory.history(yu)
     browser.open(server.url, f"/entity/{yu}", "ui-reader")
@@ -109,7 +108,6 @@ def test_entity_timeline_shows_each_change(server: Server, browser: Browser) -> 
 
 
 def test_relations_click_through(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     story = server.story
     browser.open(server.url, f"/entity/{story.yu_garden}", "ui-reader")
     browser.click("#relations a", "linwei")
@@ -120,7 +118,6 @@ def test_relations_click_through(server: Server, browser: Browser) -> None:
 
 
 def test_a_reader_key_gets_no_edit_form(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     browser.open(server.url, f"/entity/{server.story.yu_garden}", "ui-reader")
     browser.wait("#timeline")
     assert not browser.all("#edit-form")

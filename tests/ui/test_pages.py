@@ -25,7 +25,6 @@ def test_each_page_opens(server: Server, browser: Browser, fragment: str, css: s
 
 
 def test_entity_page_opens_with_chinese_text(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     browser.open(server.url, f"/entity/{server.story.yu_garden}", "ui-reader")
     assert browser.wait("#entity-title").text == "豫园"
     data = browser.wait("#entity-data")

@@ -21,7 +21,6 @@ def _size(png: bytes) -> tuple[int, int]:
 
 
 def test_screenshot_of_an_entity_timeline(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     browser.open(server.url, f"/entity/{server.story.yu_garden}", "ui-reader")
     browser.wait("#timeline li.event")
     browser.wait("#relations a", "linwei")
@@ -30,7 +29,6 @@ def test_screenshot_of_an_entity_timeline(server: Server, browser: Browser) -> N
 
 
 def test_screenshot_of_the_search_playground(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     browser.open(server.url, "/search?type=PointOfInterest&text=soup+dumplings&mode=hybrid&k=6"
                              f"&as_of={server.story.head}", "ui-reader")
     browser.wait("#hits")

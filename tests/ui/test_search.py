@@ -48,7 +48,6 @@ def test_search_shows_legs_and_receipt_and_replays_identically(server: Server,
 
 
 def test_search_as_of_a_seq_and_its_link(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     seq = server.story.head
     expected = server.memory.search("PointOfInterest", "garden", k=3, mode="keyword",
                                     as_of=seq)

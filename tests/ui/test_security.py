@@ -102,7 +102,6 @@ def test_the_ui_code_never_parses_data_as_html() -> None:
 
 
 def test_another_tenants_key_sees_nothing(server: Server, browser: Browser) -> None:
-    assert server.story is not None
     browser.open(server.url, "/types", "ui-other")
     browser.wait("#session", "tenant other")
     browser.wait("#types-table td.count")
