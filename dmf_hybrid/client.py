@@ -256,9 +256,10 @@ class MemoryClient(MemoryAPI):
     def define(self, model: type[BaseModel], *, identity: Sequence[str] | None = None,
                relations: Mapping[str, RelationSpec | Mapping[str, Any]] | None = None,
                embed: str | None = None, name: str | None = None,
-               actor: str | None = None, reason: str | None = None) -> EntityType:
+               actor: str | None = None, reason: str | None = None,
+               analyzer: str | None = None) -> EntityType:
         typedef = typedef_from_model(model, name=name, identity=identity, relations=relations,
-                                     embed=embed)
+                                     embed=embed, analyzer=analyzer)
         etype = self.define_type(typedef, actor=actor, reason=reason)
         with self._lock:
             self._user_models[etype.name] = model

@@ -6,6 +6,7 @@ Nothing else in the package reads ``os.environ``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,12 +23,19 @@ DEFAULT_EMBEDDER = "minilm"
 #: up to 10k candidates (17 ms vs 24 ms, ANN recall 0.96), ANN from 20k (17 ms vs 25 ms).
 DEFAULT_EXACT_THRESHOLD = 15_000
 DEFAULT_RRF_K = 60
+#: How hybrid search may fuse its legs (dmf_hybrid.search.fusion); the default was chosen on
+#: SciFact, LoCoMo and CrossWOZ together (README, "Fusion").
+FUSIONS = ("rrf", "minmax", "dbsf", "bm25max")
+DEFAULT_FUSION = "bm25max"
 MAX_K = 1000
 MAX_PAGE_SIZE = 1000
 MAX_PLAN_OPS = 100
 MAX_BODY_BYTES = 2 * 1024 * 1024
 EMBED_BATCH_SIZE = 64
 DEFAULT_TORCH_THREADS = 1
+DEFAULT_ONNX_THREADS = 1
+QUERY_BATCH_SIZE = 32
+QUERY_BATCH_WAIT_MS = 2.0
 
 
 class Settings(BaseSettings):
@@ -40,7 +48,9 @@ class Settings(BaseSettings):
     port: int = Field(DEFAULT_PORT, ge=1, le=65535, description="Port the HTTP service binds.")
     tenant: str = Field(DEFAULT_TENANT, description="Tenant of the embedded Memory.")
     embedder: str = Field(
-        DEFAULT_EMBEDDER, description='"minilm" (bundled model), "hash" (test embedder) or a path.'
+        DEFAULT_EMBEDDER, description='"minilm" (bundled, English), "minilm-onnx" (its int8 '
+        'ONNX build), "m3e-small" (Chinese), "e5-small" (multilingual), "hash" (test embedder) '
+        'or a model directory.'
     )
     model_path: str | None = Field(
         None, description="sentence-transformers model directory; default: the bundled MiniLM."
@@ -53,11 +63,32 @@ class Settings(BaseSettings):
         ge=0,
         description="Filtered candidate sets up to this size are scored exactly.",
     )
+    fusion: Literal[FUSIONS] = Field(  # type: ignore[valid-type]
+        DEFAULT_FUSION, description="How hybrid search fuses its legs: " + ", ".join(FUSIONS)
+        + " (dmf_hybrid.search.fusion; measured in the README).")
     rrf_k: int = Field(DEFAULT_RRF_K, ge=1, description="Reciprocal rank fusion constant.")
     torch_threads: int = Field(
         DEFAULT_TORCH_THREADS, ge=0,
         description="Threads torch may use to embed (0 = torch's default). One thread kept "
         "query embedding at ~25 ms on a busy 2-core machine where two spun up to 1.8 s.",
+    )
+    onnx_threads: int = Field(
+        DEFAULT_ONNX_THREADS, ge=0,
+        description="Threads ONNX Runtime may use to embed (0 = its default), like torch_threads.",
+    )
+    onnx_cache_dir: Path | None = Field(
+        None, description="Where the ONNX embedder keeps its exported model; default "
+        "~/.cache/dmf-hybrid/onnx.",
+    )
+    query_batch_size: int = Field(
+        QUERY_BATCH_SIZE, ge=0,
+        description="Most query texts of concurrent searches embedded in one model call "
+        "(0 = each search embeds its own query).",
+    )
+    query_batch_wait_ms: float = Field(
+        QUERY_BATCH_WAIT_MS, ge=0, le=1000,
+        description="How long a search that finds the model idle waits for others to share "
+        "its call, while searches arrive together (a lone client never waits).",
     )
     embed_batch_size: int = Field(EMBED_BATCH_SIZE, ge=1, description="Texts per model call.")
     max_k: int = Field(MAX_K, ge=1, description="Largest k a search may ask for.")

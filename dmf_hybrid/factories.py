@@ -6,7 +6,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from .config import Settings
-from .embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
+from .embeddings import Embedder, embedder_named
 from .errors import ValidationError
 from .vector.base import VectorIndex
 from .vector.chroma import ChromaIndex
@@ -14,13 +14,11 @@ from .vector.exact import ExactIndex
 
 
 def make_embedder(settings: Settings) -> Embedder:
-    """The embedder a Settings names: the bundled model, the hash embedder or a model path."""
-    if settings.embedder == "hash":
-        return HashEmbedder()
-    threads = settings.torch_threads or None
-    if settings.embedder == "minilm":
-        return SentenceTransformerEmbedder(settings.model_path, num_threads=threads)
-    return SentenceTransformerEmbedder(settings.embedder, num_threads=threads)
+    """The embedder a Settings names: a bundled model, the hash embedder or a model path."""
+    return embedder_named(settings.embedder, model_path=settings.model_path,
+                          num_threads=settings.torch_threads or None,
+                          onnx_threads=settings.onnx_threads or None,
+                          onnx_cache_dir=settings.onnx_cache_dir)
 
 
 def make_vector_index(settings: Settings, directory: Path | None) -> VectorIndex:

@@ -27,7 +27,8 @@ import numpy.typing as npt
 
 from .embeddings import Embedder
 from .ids import sha256_hex, split_vector_id, vector_id
-from .mirrors.keyword import KeywordIndex
+from .mirrors.keyword import KeywordIndex, entity_document, type_analysis
+from .mirrors.text import KeywordDocument, TypeAnalyzer
 from .mirrors.vectors import Key, LocalVectors, key_sql
 from .models import ReconcileCounts, ReindexCounts
 from .schema import EntityType
@@ -38,8 +39,9 @@ from .vector.base import VectorIndex, collection_name
 
 log = logging.getLogger(__name__)
 
-# (id, tenant, version, text_hash, text, DuckDB hash(tenant, id)) of one live entity
-Item = tuple[str, str, int, str, str, int]
+# (id, tenant, version, text_hash, text, DuckDB hash(tenant, id), keyword document) of one
+# live entity
+Item = tuple[str, str, int, str, str, int, KeywordDocument]
 FaultHook = Callable[[str], None]
 #: IDs or hashes per DuckDB lookup (bound as one list parameter).
 LOOKUP_CHUNK = 20_000
@@ -59,6 +61,7 @@ class Indexer:
         self.mirror: dict[str, LocalVectors] = {}  # type name -> loaded exact mirror
         self._keyword: dict[tuple[str, str], KeywordIndex] = {}
         self._keyword_types: set[str] = set()  # types whose keyword indexes are loaded
+        self._keyword_analysis: dict[str, TypeAnalyzer] = {}  # what they were analysed with
         self._lock = threading.RLock()
         self.fault: FaultHook | None = None
 
@@ -172,6 +175,7 @@ class Indexer:
         live = self._live_rows(etype, keys)
         gone = sorted(set(keys or ()) - {(r[1], r[0]) for r in live})
         items: list[Item] = []
+        analysis = type_analysis(etype)
         for eid, tenant, version, text_hash, data, key in live:
             text = etype.embed_text(data)
             if text is None:
@@ -181,7 +185,8 @@ class Indexer:
             if text_hash is not None and th != text_hash:
                 log.warning("text hash of %s differs from the stored one; using the current "
                             "text", eid)
-            items.append((eid, tenant, version, th, text, key))
+            items.append((eid, tenant, version, th, text, key,
+                          entity_document(analysis, etype, data, text)))
         return items, gone
 
     def _apply_type(self, etype: EntityType, keys: Sequence[Key]) -> None:
@@ -227,13 +232,15 @@ class Indexer:
             self._add_keyword(type_name, items)
 
     def _add_keyword(self, type_name: str, items: list[Item]) -> None:
-        by_tenant: dict[str, tuple[list[tuple[str, str]], list[int]]] = {}
-        for eid, tenant, _version, _th, text, key in items:
+        by_tenant: dict[str, tuple[list[tuple[str, KeywordDocument]], list[int]]] = {}
+        for eid, tenant, _version, _th, _text, key, doc in items:
             docs, keys = by_tenant.setdefault(tenant, ([], []))
-            docs.append((eid, text))
+            docs.append((eid, doc))
             keys.append(key)
+        analysis = self._keyword_analysis[type_name]
         for tenant, (docs, keys) in sorted(by_tenant.items()):
-            self._keyword.setdefault((type_name, tenant), KeywordIndex()).upsert(docs, keys)
+            self._keyword.setdefault((type_name, tenant), KeywordIndex(analyzer=analysis)
+                                     ).upsert(docs, keys)
 
     def ensure_local(self, etype: EntityType, keyword: bool = True) -> None:
         """Load the exact mirror (and, with ``keyword``, the BM25 indexes) of a type, once.
@@ -241,7 +248,10 @@ class Indexer:
         Inside a write transaction the load runs on a helper thread, so the mirrors see only
         committed state, never the open transaction's writes.
         """
-        if etype.name in self.mirror and (not keyword or etype.name in self._keyword_types):
+        analysis = type_analysis(etype)
+        loaded = (etype.name in self._keyword_types
+                  and self._keyword_analysis.get(etype.name) == analysis)
+        if etype.name in self.mirror and (not keyword or loaded):
             return
         if self.store.db.in_transaction:
             errors: list[BaseException] = []
@@ -261,10 +271,14 @@ class Indexer:
         with self._lock:
             if etype.name not in self.mirror:
                 self._load_mirror(etype)
-            if keyword and etype.name not in self._keyword_types:
+            if keyword and not (etype.name in self._keyword_types
+                                and self._keyword_analysis.get(etype.name) == analysis):
+                # first load, or the type's analyzer changed (a new type version): every
+                # tenant's index of the type is rebuilt with it, never two analyzers mixed
                 items, _ = self._items(etype, None)
                 for key in [key for key in self._keyword if key[0] == etype.name]:
                     del self._keyword[key]
+                self._keyword_analysis[etype.name] = analysis
                 self._add_keyword(etype.name, items)
                 self._keyword_types.add(etype.name)
 
@@ -307,6 +321,7 @@ class Indexer:
         with self._lock:
             self.mirror.clear()
             self._keyword_types.clear()
+            self._keyword_analysis.clear()
             self._keyword.clear()
 
     # ------------------------------------------------------------------ outbox

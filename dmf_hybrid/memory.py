@@ -140,9 +140,10 @@ class Memory(MemoryAPI):
     def define(self, model: type[BaseModel], *, identity: Sequence[str] | None = None,
                relations: Mapping[str, RelationSpec | Mapping[str, Any]] | None = None,
                embed: str | None = None, name: str | None = None,
-               actor: str | None = None, reason: str | None = None) -> EntityType:
+               actor: str | None = None, reason: str | None = None,
+               analyzer: str | None = None) -> EntityType:
         typedef = typedef_from_model(model, name=name, identity=identity, relations=relations,
-                                     embed=embed)
+                                     embed=embed, analyzer=analyzer)
         return self._store.define(typedef, model, tenant=self.tenant, actor=actor, reason=reason)
 
     def define_type(self, typedef: TypeDef | Mapping[str, Any], *, actor: str | None = None,

@@ -167,6 +167,7 @@ class Receipt(BaseModel):
     model_id: str
     k: int
     rrf_k: int | None = None
+    fusion: str | None = Field(None, description="How a hybrid search fused its legs.")
     dropped: int = Field(0, description="Proposed hits that failed resolution (fail closed).")
     timings_ms: dict[str, float] = Field(default_factory=dict)
 

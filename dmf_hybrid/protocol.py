@@ -53,10 +53,14 @@ class MemoryAPI(Protocol):
     def define(self, model: type[BaseModel], *, identity: Sequence[str] | None = None,
                relations: Mapping[str, RelationSpec | Mapping[str, Any]] | None = None,
                embed: str | None = None, name: str | None = None,
-               actor: str | None = None, reason: str | None = None) -> EntityType:
+               actor: str | None = None, reason: str | None = None,
+               analyzer: str | None = None) -> EntityType:
         """Register a pydantic model as an entity type (or a compatible new version).
 
-        Its entities come back with ``data`` as instances of ``model``.
+        Its entities come back with ``data`` as instances of ``model``. ``analyzer`` names the
+        keyword analyzer of its text (default ``"english"``, which also splits Chinese,
+        Japanese and Korean runs into bigrams; see ``dmf_hybrid.mirrors.text``); a field may
+        name its own with ``Field(json_schema_extra={"analyzer": ...})``.
         """
         ...
 

@@ -1,4 +1,6 @@
-"""Entity types, their fields, identity, relations and embed template; the filter language.
+"""Entity types, their fields, identity, relations and embed template.
+
+The filter language over these types is in :mod:`dmf_hybrid.filters`.
 
 A type is declared either as a pydantic v2 model (``Memory.define``) or as data
 (``indexes/*.toml``, ``TypeDef``); both become the same :class:`EntityType`.
@@ -14,14 +16,15 @@ import tomllib
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from .checks import check_data, check_filter
+from .analyzers import DEFAULT_ANALYZER, check_analyzer
+from .checks import check_data
 from .errors import FilterError, SchemaError, ValidationError
 
 TYPE_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
@@ -35,11 +38,8 @@ SCALAR_KINDS = ("str", "int", "float", "bool", "date", "datetime", "enum")
 FieldKind = Literal["str", "int", "float", "bool", "date", "datetime", "enum", "list"]
 ItemKind = Literal["str", "int", "float", "bool", "date", "datetime"]
 Cardinality = Literal["one", "many"]
-FILTER_OPS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains")
-MAX_FILTER_DEPTH = 16
-MAX_FILTER_NODES = 256
 
-_PY_TYPES: dict[str, Any] = {
+PY_TYPES: dict[str, Any] = {
     "str": str, "int": int, "float": float, "bool": bool, "date": dt.date, "datetime": dt.datetime,
 }
 
@@ -56,6 +56,8 @@ class FieldSpec(BaseModel):
     default: Any = None
     nullable: bool = True
     description: str | None = None
+    analyzer: str | None = Field(
+        None, description="Keyword analyzer of this field's text; None = the type's.")
 
     def python_type(self) -> Any:
         """The Python annotation a value of this field has (without None)."""
@@ -63,8 +65,8 @@ class FieldSpec(BaseModel):
             assert self.values
             return Literal[self.values]  # type: ignore[valid-type]
         if self.type == "list":
-            return list[_PY_TYPES[self.item or "str"]]  # type: ignore[misc]
-        return _PY_TYPES[self.type]
+            return list[PY_TYPES[self.item or "str"]]  # type: ignore[misc]
+        return PY_TYPES[self.type]
 
 
 class RelationSpec(BaseModel):
@@ -90,6 +92,8 @@ class TypeDef(BaseModel):
     relations: dict[str, RelationSpec] = Field(default_factory=dict)
     embed: str | None = Field(None, description="Text template of the embedded text.")
     description: str | None = None
+    analyzer: str = Field(DEFAULT_ANALYZER, description="Keyword analyzer of the type's text "
+                          "(dmf_hybrid.analyzers); changing it re-analyses the type.")
 
     def check(self) -> TypeDef:
         """This definition, or a SchemaError naming what is wrong with it."""
@@ -139,7 +143,23 @@ class TypeDef(BaseModel):
                     raise SchemaError(
                         f"embed template names unknown field {placeholder!r}", field="embed"
                     )
+        self._check_analyzers()
         return self
+
+    def _check_analyzers(self) -> None:
+        check_analyzer(self.analyzer)
+        embedded = set(template_fields(self.embed)) if self.embed is not None else set()
+        for name, spec in self.fields.items():
+            if spec.analyzer is None:
+                continue
+            where = f"fields.{name}.analyzer"
+            check_analyzer(spec.analyzer, where)
+            if spec.type not in ("str", "enum") and spec.item != "str":
+                raise SchemaError(f"only text fields take an analyzer ({name!r} is "
+                                  f"{spec.type})", field=where)
+            if name not in embedded:
+                raise SchemaError(f"field {name!r} has an analyzer but is not in the embed "
+                                  "template, so it is not searched", field=where)
 
 
 def template_fields(template: str) -> list[str]:
@@ -211,8 +231,12 @@ def typedef_from_model(
     identity: Sequence[str] | None = None,
     relations: Mapping[str, Any] | None = None,
     embed: str | None = None,
+    analyzer: str | None = None,
 ) -> TypeDef:
-    """The TypeDef of a pydantic model class (fields from its annotations)."""
+    """The TypeDef of a pydantic model class (fields from its annotations).
+
+    A field names its own keyword analyzer with ``Field(json_schema_extra={"analyzer": ...})``.
+    """
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise SchemaError(f"define() takes a pydantic model class, not {model!r}")
     fields: dict[str, FieldSpec] = {}
@@ -229,9 +253,12 @@ def typedef_from_model(
         if not info.is_required():
             raw = info.get_default(call_default_factory=True)
             default = raw.value if isinstance(raw, enum.Enum) else raw
+        extra = info.json_schema_extra
+        field_analyzer = extra.get("analyzer") if isinstance(extra, dict) else None
         fields[fname] = FieldSpec(
             type=kind, item=item, values=values, required=info.is_required(),  # type: ignore[arg-type]
             default=default, nullable=nullable, description=info.description,
+            analyzer=field_analyzer,  # type: ignore[arg-type]
         )
     rels = {k: v if isinstance(v, RelationSpec) else RelationSpec.model_validate(v)
             for k, v in (relations or {}).items()}
@@ -239,6 +266,7 @@ def typedef_from_model(
         name=name or model.__name__, fields=fields,
         identity=tuple(identity) if identity is not None else None,
         relations=rels, embed=embed, description=(model.__doc__ or "").strip() or None,
+        **({} if analyzer is None else {"analyzer": analyzer}),
     ).check()
 
 
@@ -292,37 +320,47 @@ class EntityType:
                                                                           float("-inf")):
                 raise ValidationError(f"{self.name}.{name} must be a finite number",
                                       field=f"{where}.{name}")
-            if not _fits_int64(value):
+            if not fits_int64(value):
                 raise ValidationError(f"{self.name}.{name} is out of the 64-bit integer range",
                                       field=f"{where}.{name}")
         return instance
 
     def embed_text(self, data: Mapping[str, Any]) -> str | None:
         """The text the embed template makes of an entity's data (None: not embedded)."""
+        parts = self.embed_parts(data)
+        return None if parts is None else " ".join("".join(t for _, t in parts).split())
+
+    def embed_parts(self, data: Mapping[str, Any]) -> list[tuple[str | None, str]] | None:
+        """The rendered template as ``(field, text)`` pieces (``None`` for its own words)."""
         template = self.typedef.embed
         if template is None:
             return None
-        values = {}
-        for name in template_fields(template):
+        parts: list[tuple[str | None, str]] = []
+        for literal, name, _, _ in string.Formatter().parse(template):
+            if literal:
+                parts.append((None, literal))
+            if name is None:
+                continue
             value = data.get(name)
             if value is None:
-                values[name] = ""
+                text = ""
             elif isinstance(value, list):
-                values[name] = ", ".join(str(v) for v in value)
+                text = ", ".join(str(v) for v in value)
             elif isinstance(value, enum.Enum):
-                values[name] = str(value.value)
+                text = str(value.value)
             else:
-                values[name] = str(value)
-        return " ".join(template.format(**values).split())
+                text = str(value)
+            parts.append((name, text))
+        return parts
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _fits_int64(value: Any) -> bool:
+def fits_int64(value: Any) -> bool:
     """False for an int (or a list holding one) that a BIGINT column cannot store."""
     if isinstance(value, list):
-        return all(_fits_int64(v) for v in value)
+        return all(fits_int64(v) for v in value)
     return not isinstance(value, int) or isinstance(value, bool) or (
         INT64_MIN <= value <= INT64_MAX)
 
@@ -390,140 +428,4 @@ def typedefs_from_data(types_data: Mapping[str, Any], source: str = "data") -> l
             loc = ".".join(str(p) for p in first["loc"])
             raise SchemaError(f"{source}: type {tname}: {loc}: {first['msg']}",
                               field=loc) from None
-    return result
-
-
-# ---------------------------------------------------------------- filter language
-
-
-@dataclass(frozen=True)
-class Cmp:
-    """``field <op> value`` with the value already coerced to the field's type."""
-
-    field: str
-    op: str
-    value: Any
-    spec: FieldSpec
-
-
-@dataclass(frozen=True)
-class BoolOp:
-    """``$and`` / ``$or`` over sub-filters."""
-
-    op: Literal["$and", "$or"]
-    items: tuple[FilterNode, ...] = field(default_factory=tuple)
-
-
-FilterNode = Union[Cmp, BoolOp]  # noqa: UP007 - a runtime alias used before 3.12
-
-
-def parse_filter(etype: EntityType, where: Any) -> FilterNode | None:
-    """The validated filter tree of a ``where`` mapping (None: no filter)."""
-    if check_filter(where) is None:
-        return None
-    counter = [0]
-    return _parse(etype, where, 0, counter, "where")
-
-
-def _parse(etype: EntityType, node: Any, depth: int, counter: list[int], path: str) -> FilterNode:
-    if depth > MAX_FILTER_DEPTH:
-        raise FilterError(f"filter nests deeper than {MAX_FILTER_DEPTH}", field=path)
-    if not isinstance(node, Mapping) or not node:
-        raise FilterError("a filter must be a non-empty object", field=path)
-    items: list[FilterNode] = []
-    for key, value in node.items():
-        counter[0] += 1
-        if counter[0] > MAX_FILTER_NODES:
-            raise FilterError(f"filter has more than {MAX_FILTER_NODES} terms", field=path)
-        if not isinstance(key, str):
-            raise FilterError("filter keys must be strings", field=path)
-        if key in ("$and", "$or"):
-            if not isinstance(value, list) or not value:
-                raise FilterError(f"{key} takes a non-empty list of filters", field=f"{path}.{key}")
-            subs = tuple(_parse(etype, v, depth + 1, counter, f"{path}.{key}[{i}]")
-                         for i, v in enumerate(value))
-            items.append(BoolOp(key, subs))  # type: ignore[arg-type]
-        elif key.startswith("$"):
-            raise FilterError(f"unknown filter operator {key!r} (use $and, $or or a field name)",
-                              field=f"{path}.{key}")
-        else:
-            spec = etype.field(key, where=f"{path}.{key}")
-            if isinstance(value, Mapping):
-                if not value:
-                    raise FilterError("an operator object may not be empty", field=f"{path}.{key}")
-                for op, operand in value.items():
-                    items.append(_cmp(etype, key, spec, op, operand, f"{path}.{key}.{op}"))
-            else:
-                items.append(_cmp(etype, key, spec, "$eq", value, f"{path}.{key}"))
-    return items[0] if len(items) == 1 else BoolOp("$and", tuple(items))
-
-
-def _coerce(spec: FieldSpec, value: Any, where: str, element: bool = False) -> Any:
-    annotation = _PY_TYPES[spec.item or "str"] if element else spec.python_type()
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        raise FilterError("filter values must be finite numbers", field=where)
-    try:
-        coerced = TypeAdapter(annotation).validate_python(value)
-    except pydantic.ValidationError as exc:
-        raise FilterError(f"value {value!r} does not fit field type {spec.type}: "
-                          f"{exc.errors()[0]['msg']}", field=where) from None
-    if not _fits_int64(coerced):
-        raise FilterError(f"value {value!r} is out of the 64-bit integer range", field=where)
-    return coerced
-
-
-def _cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
-         where: str) -> Cmp:
-    if op not in FILTER_OPS:
-        raise FilterError(f"unknown operator {op!r} (known: {', '.join(FILTER_OPS)})",
-                          field=where)
-    if operand is None:
-        if op not in ("$eq", "$ne"):
-            raise FilterError(f"{op} does not take null", field=where)
-        return Cmp(name, op, None, spec)
-    if op in ("$in", "$nin"):
-        if not isinstance(operand, list):
-            raise FilterError(f"{op} takes a list", field=where)
-        if len(operand) > 10_000:
-            raise FilterError(f"{op} takes at most 10000 values", field=where)
-        return Cmp(name, op, tuple(_coerce(spec, v, where) for v in operand), spec)
-    if op == "$contains":
-        if spec.type == "list":
-            return Cmp(name, op, _coerce(spec, operand, where, element=True), spec)
-        if spec.type == "str":
-            if not isinstance(operand, str):
-                raise FilterError("$contains on a text field takes a string", field=where)
-            return Cmp(name, op, operand, spec)
-        raise FilterError(f"$contains works on list and str fields, not {spec.type}", field=where)
-    if op in ("$gt", "$gte", "$lt", "$lte") and spec.type in ("list", "bool"):
-        raise FilterError(f"{op} does not apply to a {spec.type} field", field=where)
-    return Cmp(name, op, _coerce(spec, operand, where), spec)
-
-
-def parse_order(etype: EntityType, order_by: str | Sequence[str] | None) -> list[tuple[str, bool]]:
-    """``[(field, descending)]`` from ``"field"`` / ``"-field"`` or a list of those."""
-    if order_by is None:
-        return []
-    if isinstance(order_by, str):
-        items: list[Any] = [order_by]
-    elif isinstance(order_by, Sequence):
-        items = list(order_by)
-    else:
-        raise FilterError("order_by takes a field name or a list of them", field="order_by")
-    result = []
-    for item in items:
-        if not isinstance(item, str) or not item.lstrip("-"):
-            raise FilterError("order_by takes field names, '-' prefixed for descending",
-                              field="order_by")
-        desc = item.startswith("-")
-        name = item.lstrip("-")
-        if name in ("created_at", "updated_at", "version"):
-            result.append((name, desc))
-            continue
-        spec = etype.field(name, where="order_by")
-        if spec.type == "list":
-            raise FilterError(f"cannot order by list field {name!r}", field="order_by")
-        result.append((name, desc))
-    if len(result) > 4:
-        raise FilterError("order_by takes at most 4 fields", field="order_by")
     return result

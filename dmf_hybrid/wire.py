@@ -268,3 +268,12 @@ class PlanResult(BaseModel):
     diff: list[dict[str, Any]]
     committed: bool
     seq_range: list[int] | None = None
+
+
+class WhoAmIPublic(BaseModel):
+    """The caller's tenant, role and key label; ``open`` when the service has no keys."""
+
+    tenant: str
+    role: str = Field(description='"reader", "writer" or "admin".')
+    key_label: str | None = Field(None, description="The actor name writes with this key get.")
+    open: bool = Field(description="True when the service runs without API keys.")

@@ -1,4 +1,4 @@
-"""``python -m evaluation beir|locomo ...``: run a retrieval evaluation and write its report.
+"""``python -m evaluation beir|locomo|crosswoz ...``: run a retrieval evaluation, write its report.
 
 Examples::
 
@@ -6,6 +6,8 @@ Examples::
         --out evaluation/results/scifact.json
     python -m evaluation locomo --data ../shared/datasets/locomo/locomo7.json --mode all \\
         --out evaluation/results/locomo.json
+    python -m evaluation crosswoz --data ../shared/datasets/crosswoz --split val \
+        --out evaluation/results/crosswoz.json
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dmf_hybrid.analyzers import DEFAULT_ANALYZER
+from dmf_hybrid.embeddings import EMBEDDERS
 from dmf_hybrid.errors import DMFError
+from dmf_hybrid.search.fusion import DEFAULT_FUSION, FUSIONS
 from evaluation.runner import ALL_MODES, MODES, RunOptions, run_beir, run_locomo
 
 
@@ -40,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m evaluation``."""
     parser = argparse.ArgumentParser(
         prog="python -m evaluation",
-        description="Retrieval evaluation of dmf-hybrid on BEIR-format datasets and LoCoMo.")
+        description="Retrieval evaluation of dmf-hybrid on BEIR-format datasets, LoCoMo and "
+                    "CrossWOZ.")
     sub = parser.add_subparsers(dest="benchmark", required=True)
     beir = sub.add_parser("beir", help="a BEIR-format dataset directory")
     beir.add_argument("--split", default="test", help="qrels split (default: test)")
@@ -51,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     locomo.add_argument("--neighbour-weight", type=float, default=0.0,
                         help="re-rank hits adding W x the better score of the previous and "
                              "next turn of the session (default 0: off)")
-    for p in (beir, locomo):
+    crosswoz = sub.add_parser("crosswoz", help="a CrossWOZ directory (entities, queries)")
+    crosswoz.add_argument("--split", default="val", help="query split (default: val)")
+    for p in (beir, locomo, crosswoz):
         p.add_argument("--data", required=True, type=Path, help="dataset directory or file")
         p.add_argument("--mode", default="all", choices=[*MODES, "all"],
                        help="search mode, or all three (default)")
@@ -61,14 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="reciprocal rank fusion constant (default: the memory's, 60)")
         p.add_argument("--weights", type=parse_weights, default=None,
                        help="fusion weights, e.g. vector=0.5,keyword=1")
+        p.add_argument("--fusion", choices=FUSIONS, default=None,
+                       help=f"fusion of hybrid search (default: {DEFAULT_FUSION})")
+        p.add_argument("--analyzer", default=None,
+                       help=f"keyword analyzer of the types (default: {DEFAULT_ANALYZER})")
         p.add_argument("--query-stopwords", action="store_true",
                        help="drop English stopwords (question words, pronouns) from queries")
         p.add_argument("--workdir", type=Path, default=None,
                        help="memory directory reused across runs "
                             "(default evaluation/results/work/<dataset hash>)")
         p.add_argument("--embedder", default="minilm",
-                       help='"minilm" (bundled model, default), "hash" or a model directory')
-        p.add_argument("--threads", type=int, default=None, help="torch threads for the model")
+                       help=f"one of {', '.join(EMBEDDERS)} or a model directory "
+                            "(default minilm)")
+        p.add_argument("--threads", type=int, default=None,
+                       help="threads of the model's runtime (torch or ONNX)")
         p.add_argument("--limit", type=int, default=None,
                        help="evaluate only the first N queries (partial figures)")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -87,10 +101,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         weights=args.weights, workdir=args.workdir, embedder=args.embedder,
         threads=args.threads, limit=args.limit, progress=not args.no_progress,
         context=getattr(args, "context", 0), query_stopwords=args.query_stopwords,
-        neighbour_weight=getattr(args, "neighbour_weight", 0.0))
+        neighbour_weight=getattr(args, "neighbour_weight", 0.0), fusion=args.fusion,
+        analyzer=args.analyzer)
     try:
         if args.benchmark == "beir":
             results = run_beir(args.data, args.split, options)
+        elif args.benchmark == "crosswoz":
+            from evaluation.crosswoz import run_crosswoz
+
+            results = run_crosswoz(args.data, args.split, options)
         else:
             results = run_locomo(args.data, options)
     except (DMFError, FileNotFoundError) as exc:

@@ -88,6 +88,10 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
             Step("coldstart", "evaluation.bench_coldstart",
                  [("--n", "100"), ("--embedder", "hash"), ("--runs", "1"), out("coldstart")],
                  300),
+            Step("embed", "evaluation.bench_embed",
+                 [("--scifact", str(scifact)), ("--variants", "hash"), ("--rounds", "1"),
+                  ("--passages", "8"), ("--sentences", "8"), ("--queries", "5"), out("embed")],
+                 300, [scifact]),
         ]
     # Sizes measured to fit ~20 minutes on the shared 2-core machine (load average ~10);
     # MiniLM embeds only ~10 texts/s there, so the model-backed steps stay at 1000 entities.
@@ -104,6 +108,8 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
         Step("coldstart", "evaluation.bench_coldstart",
              [("--n", "1000"), ("--embedder", "minilm"), ("--runs", "3"), out("coldstart")],
              540),
+        Step("embed", "evaluation.bench_embed",
+             [("--scifact", str(scifact)), ("--rounds", "3"), out("embed")], 900, [scifact]),
     ]
 
 

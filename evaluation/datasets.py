@@ -447,3 +447,81 @@ def _normalise_dia_id(raw: str, faults: Counter[str]) -> str | None:
     if match.group(1) != str(session) or match.group(2) != str(turn):
         faults["evidence_leading_zero"] += 1
     return f"D{session}:{turn}"
+
+
+# --------------------------------------------------------------------------- CrossWOZ
+
+#: The slots a free-text lookup names (protocol 2 of the datasets README).
+LOOKUP_SLOTS = ("name", "dishes", "facilities")
+
+
+@dataclass
+class CrossWozQuery:
+    """One user turn with the database query the system made for it."""
+
+    qid: str
+    type: str
+    text: str
+    slots: dict[str, str]
+    where: dict[str, Any] | None
+    gold: list[str]
+
+
+@dataclass
+class CrossWozDataset:
+    """CrossWOZ's entities (type -> name -> attributes) and the queries of one split."""
+
+    entities: dict[str, dict[str, dict[str, Any]]]
+    queries: list[CrossWozQuery]
+    sha256: str
+    faults: dict[str, int] = field(default_factory=dict)
+
+    def lookups(self) -> list[tuple[CrossWozQuery, str, list[str]]]:
+        """Protocol 2: ``(query, slot kind, gold names)`` of the queries whose slots hold
+        exactly one of name / dishes / facilities, named verbatim in the text. Gold: the
+        selected entities for a name, every entity whose list holds the dish or facility
+        otherwise; queries with no gold entity are left out (counted in ``faults``)."""
+        out = []
+        for q in self.queries:
+            kinds = [k for k in q.slots if k in LOOKUP_SLOTS]
+            if len(kinds) != 1 or q.slots[kinds[0]] not in q.text:
+                continue
+            kind, value = kinds[0], q.slots[kinds[0]]
+            if kind == "name":
+                gold = sorted(set(q.gold))
+            else:
+                gold = sorted(name for name, attrs in self.entities.get(q.type, {}).items()
+                              if value in (attrs.get(kind) or []))
+            if gold:
+                out.append((q, kind, gold))
+        return out
+
+
+def load_crosswoz(path: str | Path, split: str = "val") -> CrossWozDataset:
+    """Parse ``entities.jsonl`` and ``queries-<split>.jsonl`` of a CrossWOZ directory."""
+    root = Path(path)
+    entities_path, queries_path = root / "entities.jsonl", root / f"queries-{split}.jsonl"
+    for needed in (entities_path, queries_path):
+        if not needed.is_file():
+            raise FileNotFoundError(f"CrossWOZ file not found: {needed}")
+    digest = hashlib.sha256()
+    entities: dict[str, dict[str, dict[str, Any]]] = {}
+    faults: Counter[str] = Counter()
+    raw = entities_path.read_bytes()
+    digest.update(raw)
+    for _, record in _jsonl_records(raw.decode("utf-8"), entities_path):
+        by_name = entities.setdefault(str(record["type"]), {})
+        if record["name"] in by_name:
+            faults["entities_duplicate_name"] += 1
+            continue
+        by_name[str(record["name"])] = dict(record["attributes"])
+    raw = queries_path.read_bytes()
+    digest.update(raw)
+    queries = []
+    for number, record in _jsonl_records(raw.decode("utf-8"), queries_path):
+        queries.append(CrossWozQuery(
+            qid=f"{record['dialog']}:{record['turn']}:{number}", type=str(record["type"]),
+            text=str(record["text"]), slots={k: str(v) for k, v in record["slots"].items()},
+            where=record.get("where"), gold=[str(g) for g in record.get("gold", [])]))
+    faults["queries_where_unparsed"] = sum(1 for q in queries if q.where is None)
+    return CrossWozDataset(entities, queries, digest.hexdigest(), dict(faults))

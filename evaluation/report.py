@@ -42,6 +42,15 @@ REFERENCE: dict[str, list[dict[str, Any]]] = {
         {"label": "reference: RRF k=60, test split", "metrics": {"ndcg@10": 0.713}},
         {"label": "reference: RRF k=20, test split", "metrics": {"ndcg@10": 0.721}},
     ],
+    "crosswoz": [
+        {"label": "reference: BM25 whitespace tokens, val lookups",
+         "metrics": {"success@5": 0.305}},
+        {"label": "reference: BM25 jieba words, val lookups", "metrics": {"success@5": 0.750}},
+        {"label": "reference: BM25 character bigrams, val lookups",
+         "metrics": {"success@5": 0.922}},
+        {"label": "reference: RRF of m3e-small and bigram BM25, val lookups",
+         "metrics": {"success@5": 0.82}},
+    ],
     "locomo": [
         {"label": "reference: BM25, 10 conversations",
          "metrics": {"recall@10": 0.599, "recall@50": 0.755}},
@@ -54,9 +63,9 @@ REFERENCE: dict[str, list[dict[str, Any]]] = {
 
 
 def baseline_key(results: Mapping[str, Any]) -> str:
-    """Which published figures apply: ``"locomo"``, or the BEIR dataset's name."""
-    if results["benchmark"] == "locomo":
-        return "locomo"
+    """Which published figures apply: ``"locomo"``, ``"crosswoz"``, or the BEIR dataset's."""
+    if results["benchmark"] in ("locomo", "crosswoz"):
+        return str(results["benchmark"])
     return str(results["dataset"]["name"]).lower()
 
 
@@ -121,6 +130,20 @@ def markdown(document: Mapping[str, Any], plot_stem: str | None = None) -> str:
         lines += ["Rows labelled *published* are figures from the literature on the protocol "
                   "described in the datasets README, not produced by this code; *reference* rows "
                   "are simple implementations measured on this machine (same README).", ""]
+    if document["benchmark"] == "crosswoz":
+        lines += ["## Lookups per slot kind", ""]
+        header = ["mode", "slot", "queries", "success@1", "success@5", "mrr@5"]
+        rows = [[mode, kind, str(values["queries"])]
+                + [_fmt(values[n], False) for n in header[3:]]
+                for mode, figures in modes.items()
+                for kind, values in figures["per_category"].items()]
+        lines += _table(header, rows) + ["", "## Filtered search (k = 50)", ""]
+        header = ["mode", "queries", "exact", "with a hit failing the filter",
+                  "missing an entity", "p50 ms"]
+        rows = [[mode, *(str(figures["filtered"][n]) for n in (
+            "queries", "exact", "with_violating_hit", "incomplete")),
+            str(figures["filtered"]["latency_ms"]["p50"])] for mode, figures in modes.items()]
+        lines += _table(header, rows) + [""]
     if locomo:
         lines += ["## Per category (recall in %)", ""]
         header = ["mode", "category", "questions", *names]
@@ -130,7 +153,7 @@ def markdown(document: Mapping[str, Any], plot_stem: str | None = None) -> str:
                 rows.append([mode, category, str(values["questions"])]
                             + [_fmt(values.get(n), True) for n in names])
         lines += _table(header, rows) + [""]
-    lines += ["## Timings", ""]
+    lines += ["## Timings" + (" (lookups)" if document["benchmark"] == "crosswoz" else ""), ""]
     timings = document["timings"]
     rows = [[k, str(v)] for k, v in timings.items() if k != "first_ingest"]
     if timings.get("first_ingest"):
@@ -169,8 +192,9 @@ def write_plots(results: Mapping[str, Any], out: Path) -> list[Path]:
                     marker="x", color="grey", label=baseline["label"].split(",")[0])
     ax.set_xscale("log")
     ax.set_xlabel("k")
-    ax.set_ylabel("recall@k")
-    ax.set_title(f"{title}: recall@k per mode")
+    measure = "success@k" if results["benchmark"] == "crosswoz" else "recall@k"
+    ax.set_ylabel(measure)
+    ax.set_title(f"{title}: {measure} per mode")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

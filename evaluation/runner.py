@@ -36,6 +36,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from dmf_hybrid import Hit, Memory, Settings
+from dmf_hybrid.analyzers import DEFAULT_ANALYZER
 from dmf_hybrid.embeddings import Embedder
 from dmf_hybrid.errors import ValidationError
 from evaluation import datasets as ds
@@ -80,14 +81,19 @@ class RunOptions:
     """The main cutoff (nDCG@k, recall@k, MRR@k); searches fetch at least the curve depth."""
     rrf_k: int | None = None
     """Reciprocal rank fusion constant; None keeps the memory's setting (60)."""
+    fusion: str | None = None
+    """Fusion method of hybrid search (``dmf_hybrid.search.fusion``); None = the default."""
+    analyzer: str | None = None
+    """Keyword analyzer the evaluation types are defined with; None = the default."""
     weights: Mapping[str, float] | None = None
     """Fusion weight per leg (``{"vector": w, "keyword": w}``); None = equal."""
     workdir: Path | None = None
     """Memory directory reused across runs; None = ``results/work/<dataset hash>``."""
     embedder: str = "minilm"
-    """``"minilm"`` (the bundled model), ``"hash"`` (test embedder) or a model directory."""
+    """An ``embedder`` setting: ``"minilm"``, ``"minilm-onnx"``, ``"m3e-small"``,
+    ``"e5-small"``, ``"hash"`` or a model directory (``dmf_hybrid.embeddings.embedder_named``)."""
     threads: int | None = None
-    """Torch threads for the model (None = torch's default)."""
+    """Threads of the model's runtime, torch or ONNX (None = the runtime's default)."""
     context: int = 0
     """LoCoMo: embed each turn after the unit texts of up to this many preceding turns of its
     session (neighbouring-turn context); 0 = the paper's protocol (the turn alone)."""
@@ -136,13 +142,9 @@ class ModeRun:
 
 def make_embedder(name: str, threads: int | None = None) -> Embedder:
     """The embedder an option names (one per process: the model loads once)."""
-    from dmf_hybrid.embeddings import HashEmbedder, SentenceTransformerEmbedder
+    from dmf_hybrid.embeddings import embedder_named
 
-    if name == "hash":
-        return HashEmbedder()
-    if name == "minilm":
-        return SentenceTransformerEmbedder(num_threads=threads)
-    return SentenceTransformerEmbedder(name, num_threads=threads)
+    return embedder_named(name, num_threads=threads, onnx_threads=threads)
 
 
 def default_workdir(dataset_sha256: str, variant: str = "") -> Path:
@@ -170,9 +172,12 @@ def code_version() -> str:
             return "unknown"
 
 
-def open_memory(workdir: Path, embedder: Embedder, rrf_k: int | None) -> Memory:
-    """The memory in ``workdir`` with this embedder (fusion constant ``rrf_k`` if given)."""
-    settings = Settings() if rrf_k is None else Settings(rrf_k=rrf_k)
+def open_memory(workdir: Path, embedder: Embedder, rrf_k: int | None,
+                fusion: str | None = None) -> Memory:
+    """The memory in ``workdir`` with this embedder (fusion constant ``rrf_k`` and fusion
+    method ``fusion`` if given)."""
+    overrides: dict[str, Any] = {"rrf_k": rrf_k, "fusion": fusion}
+    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     return Memory.open(workdir, embedder=embedder, settings=settings)
 
 
@@ -232,12 +237,12 @@ def ingest(mem: Memory, type_name: str, rows: Sequence[BaseModel], *, dataset_sh
     return stats
 
 
-def define_types(mem: Memory) -> None:
-    """Register (idempotently) the evaluation entity types."""
+def define_types(mem: Memory, analyzer: str | None = None) -> None:
+    """Register (idempotently) the evaluation entity types (keyword ``analyzer`` if given)."""
     mem.define(Document, identity=list(DOCUMENT_IDENTITY), embed=DOCUMENT_EMBED,
-               name=DOCUMENT_TYPE)
+               name=DOCUMENT_TYPE, analyzer=analyzer)
     mem.define(DialogTurn, identity=list(DIALOG_TURN_IDENTITY), embed=DIALOG_TURN_EMBED,
-               name=DIALOG_TURN_TYPE)
+               name=DIALOG_TURN_TYPE, analyzer=analyzer)
 
 
 #: NLTK's English stopword list (179 words), used to strip queries (``query_stopwords``).
@@ -361,10 +366,10 @@ def _check_options(options: RunOptions) -> None:
         raise ValidationError("neighbour_weight must be a finite number >= 0",
                               field="neighbour_weight")
     if options.weights is not None:
-        bad = sorted(set(options.weights) - {"vector", "keyword"})
+        bad = sorted(set(options.weights) - {"vector", "keyword", "exact"})
         if bad or any(not math.isfinite(w) or w < 0 for w in options.weights.values()):
-            raise ValidationError("weights take vector=<w>,keyword=<w> with finite w >= 0",
-                                  field="weights")
+            raise ValidationError("weights take vector=<w>,keyword=<w>,exact=<w> with finite "
+                                  "w >= 0", field="weights")
 
 
 def machine_load() -> dict[str, Any]:
@@ -381,6 +386,8 @@ def _config(options: RunOptions, embedder: Embedder, data_path: Path, sha256: st
     return {
         "model": embedder.model_id, "modes": list(options.modes), "k": options.k,
         "rrf_k": options.rrf_k if options.rrf_k is not None else Settings().rrf_k,
+        "fusion": options.fusion or Settings().fusion,
+        "analyzer": options.analyzer or DEFAULT_ANALYZER,
         "weights": dict(options.weights) if options.weights is not None else None,
         "dataset_path": str(data_path), "dataset_sha256": sha256,
         "code_version": code_version(), "data_faults": dict(faults),
@@ -400,6 +407,20 @@ def _timings(ingest_stats: IngestStats, runs: Mapping[str, ModeRun], headline: s
             "index_load_s": round(runs[headline].index_load_s, 3),
             "query_p50_ms": head["p50"], "query_p95_ms": head["p95"],
             "query_latency_mode": headline}
+
+
+def begin(options: RunOptions | None) -> tuple[RunOptions, dict[str, Any]]:
+    """The checked options of a run (defaults if None) and the machine's load at its start."""
+    options = options or RunOptions()
+    _check_options(options)
+    return options, machine_load()
+
+
+def ready_embedder(options: RunOptions, embedder: Embedder | None
+                   ) -> tuple[Embedder, float | None]:
+    """The run's embedder (the given one, else the option's), loaded; and its load seconds."""
+    embedder = embedder or make_embedder(options.embedder, options.threads)
+    return embedder, _load_model(embedder)
 
 
 def _load_model(embedder: Embedder) -> float | None:
@@ -426,9 +447,7 @@ def beir_metric_names(k: int) -> list[str]:
 def run_beir(data: str | Path, split: str = "test", options: RunOptions | None = None, *,
              embedder: Embedder | None = None) -> dict[str, Any]:
     """Ingest and evaluate a BEIR-format dataset; the results document (see report.py)."""
-    options = options or RunOptions()
-    _check_options(options)
-    machine_at_start = machine_load()
+    options, machine_at_start = begin(options)
     path = Path(data)
     dataset = ds.load_beir(path, split)
     corpus_ids = {d.id for d in dataset.docs}
@@ -438,12 +457,11 @@ def run_beir(data: str | Path, split: str = "test", options: RunOptions | None =
         "qrels_documents_not_in_corpus": sum(
             1 for judged in dataset.qrels.values() for doc in judged if doc not in corpus_ids),
     }
-    embedder = embedder or make_embedder(options.embedder, options.threads)
-    model_load_s = _load_model(embedder)
+    embedder, model_load_s = ready_embedder(options, embedder)
     workdir = options.workdir or default_workdir(dataset.sha256)
     rows = [Document(doc_id=d.id, title=d.title, text=d.text) for d in dataset.docs]
-    with open_memory(workdir, embedder, options.rrf_k) as mem:
-        define_types(mem)
+    with open_memory(workdir, embedder, options.rrf_k, options.fusion) as mem:
+        define_types(mem, options.analyzer)
         stats = ingest(mem, DOCUMENT_TYPE, rows, dataset_sha256=dataset.sha256,
                        progress=options.progress)
     queries = list(dataset.queries.items())[: options.limit]
@@ -454,7 +472,7 @@ def run_beir(data: str | Path, split: str = "test", options: RunOptions | None =
     modes: dict[str, Any] = {}
     runs: dict[str, ModeRun] = {}
     for mode in options.modes:
-        with open_memory(workdir, embedder, options.rrf_k) as mem:
+        with open_memory(workdir, embedder, options.rrf_k, options.fusion) as mem:
             run = run_queries(mem, DOCUMENT_TYPE, queries, mode=mode, depth=depth,
                               key_field="doc_id", weights=options.weights,
                               query_stopwords=options.query_stopwords,
@@ -524,19 +542,16 @@ def _parse_date(value: str) -> dt.datetime | None:
 def run_locomo(data: str | Path, options: RunOptions | None = None, *,
                embedder: Embedder | None = None) -> dict[str, Any]:
     """Ingest and evaluate LoCoMo (evidence recall@k per question); the results document."""
-    options = options or RunOptions()
-    _check_options(options)
-    machine_at_start = machine_load()
+    options, machine_at_start = begin(options)
     path = Path(data)
     dataset = ds.load_locomo(path)
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-    embedder = embedder or make_embedder(options.embedder, options.threads)
-    model_load_s = _load_model(embedder)
+    embedder, model_load_s = ready_embedder(options, embedder)
     variant = f"context{options.context}" if options.context else ""
     workdir = options.workdir or default_workdir(sha256, variant)
     rows = locomo_turn_rows(dataset, options.context)
-    with open_memory(workdir, embedder, options.rrf_k) as mem:
-        define_types(mem)
+    with open_memory(workdir, embedder, options.rrf_k, options.fusion) as mem:
+        define_types(mem, options.analyzer)
         stats = ingest(mem, DIALOG_TURN_TYPE, rows, dataset_sha256=sha256, variant=variant,
                        progress=options.progress)
     questions = dataset.questions[: options.limit]
@@ -554,7 +569,7 @@ def run_locomo(data: str | Path, options: RunOptions | None = None, *,
     modes: dict[str, Any] = {}
     runs: dict[str, ModeRun] = {}
     for mode in options.modes:
-        with open_memory(workdir, embedder, options.rrf_k) as mem:
+        with open_memory(workdir, embedder, options.rrf_k, options.fusion) as mem:
             run = run_queries(
                 mem, DIALOG_TURN_TYPE, [(q, by_id[q].question) for q in qids], mode=mode,
                 depth=depth, key_field="dia_id",

@@ -51,3 +51,57 @@ class DialogTurn(BaseModel):
     turn_index: int = Field(description="0-based position in the conversation.")
     unit_text: str = Field(description="The paper's memory-unit text of this turn.")
     context: str = Field("", description="Unit texts of preceding turns, embedded before it.")
+
+
+# --------------------------------------------------------------------------- CrossWOZ
+#
+# CrossWOZ's Beijing database (``../shared/datasets/crosswoz/entities.jsonl``): attractions,
+# restaurants and hotels, attribute names in English, values in Chinese. Identity is the name
+# (unique per type in the data). Each type is embedded, and BM25-indexed, as its name, the
+# list that lookups ask about (dishes, facilities) after a Chinese label, and the address;
+# lists render as "a, b, c".
+
+CROSSWOZ_IDENTITY = ("name",)
+CROSSWOZ_EMBED = {
+    "Attraction": "{name}，{address}",
+    "Restaurant": "{name}，推荐菜：{dishes}，{address}",
+    "Hotel": "{name}，设施：{facilities}，{address}",
+}
+
+
+class _CrossWozPlace(BaseModel):
+    name: str
+    address: str | None = None
+    metro: str | None = None
+    phone: str | None = None
+    rating: float | None = None
+    nearby_attractions: list[str] = Field(default_factory=list)
+    nearby_restaurants: list[str] = Field(default_factory=list)
+    nearby_hotels: list[str] = Field(default_factory=list)
+
+
+class Attraction(_CrossWozPlace):
+    """A CrossWOZ attraction (景点)."""
+
+    ticket: float | None = Field(None, description="Ticket price in CNY; 0 = free.")
+    duration: str | None = Field(None, description='Suggested visit, e.g. "3小时 - 4小时".')
+
+
+class Restaurant(_CrossWozPlace):
+    """A CrossWOZ restaurant (餐馆)."""
+
+    hours: str | None = None
+    dishes: list[str] = Field(default_factory=list, description="Recommended dishes.")
+    price_per_person: float | None = None
+
+
+class Hotel(_CrossWozPlace):
+    """A CrossWOZ hotel (酒店)."""
+
+    hotel_type: str | None = None
+    facilities: list[str] = Field(default_factory=list)
+    price: float | None = None
+
+
+CROSSWOZ_MODELS: dict[str, type[_CrossWozPlace]] = {
+    "Attraction": Attraction, "Restaurant": Restaurant, "Hotel": Hotel}

@@ -22,6 +22,7 @@ from .errors import GuardMiddleware, install_error_handlers
 from .routes import (
     admin,
     audit,
+    docs,
     entities,
     health,
     lifecycle,
@@ -30,6 +31,8 @@ from .routes import (
     search,
     tools,
     types,
+    ui,
+    whoami,
 )
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,9 @@ ROUTERS: list[APIRouter] = [
     plans.router,
     tools.router,
     lifecycle.router,
+    whoami.router,
+    docs.router,
+    ui.router,
 ]
 
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
@@ -91,7 +97,8 @@ def create_app(settings: Settings, memory: Memory | None = None, *,
             state.close()
 
     app = FastAPI(title="dmf-hybrid", version=__version__, description=DESCRIPTION,
-                  lifespan=lifespan, responses=ERROR_RESPONSES)
+                  lifespan=lifespan, responses=ERROR_RESPONSES,
+                  docs_url=None, redoc_url=None)  # served offline by routes/docs.py
     app.state.dmf = state
     install_error_handlers(app)
     app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes)

@@ -59,10 +59,11 @@ import duckdb
 
 from ..clock import to_naive_utc, utcnow
 from ..errors import NotFound, SchemaError
+from ..filters import parse_filter
 from ..ids import canonical_json
 from ..models import RuleInfo
 from ..ruledefs import CONSTRAINT_TYPE, TRIGGER_OPS, RuleDef, rule_from_data
-from ..schema import EntityType, parse_filter
+from ..schema import EntityType
 from ..store import Store
 from ..store.sql import compile_filter
 from ..store.tables import table_name

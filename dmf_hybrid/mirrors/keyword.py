@@ -44,15 +44,24 @@ import itertools
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from dmf_hybrid.errors import ValidationError
 from dmf_hybrid.mirrors.keys import KeyIndex, key_index, positions_of
-from dmf_hybrid.mirrors.text import Analyzer
+from dmf_hybrid.mirrors.text import (
+    Analyzer,
+    FieldedDocument,
+    KeywordDocument,
+    TypeAnalyzer,
+    keyword_document,
+)
+
+if TYPE_CHECKING:
+    from dmf_hybrid.schema import EntityType
 
 DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4
@@ -62,12 +71,30 @@ _IntArray = npt.NDArray[np.int64]
 _KeyArray = npt.NDArray[np.uint64]
 _DocTerms = tuple[tuple[str, ...], tuple[int, ...]]
 _NO_TERMS: _DocTerms = ((), ())
+_Values = tuple[frozenset[str], ...]
 #: Index generations: unique across indexes, so a rebuilt index never matches an old memo.
 _GENERATIONS = itertools.count(1)
 
 
+class TextAnalysis(Protocol):
+    """What turns documents and queries into terms (an Analyzer, or a type's TypeAnalyzer)."""
+
+    def document_terms(self, document: KeywordDocument) -> list[str]:
+        """The index terms of a document."""
+        ...
+
+    def query_terms(self, text: str) -> list[str]:
+        """The terms of a query."""
+        ...
+
+
 class KeywordIndex:
-    """BM25 over entity texts of one collection; kept in step with writes; exact under filters."""
+    """BM25 over entity texts of one collection; kept in step with writes; exact under filters.
+
+    ``analyzer`` analyses documents and queries (default: an :class:`Analyzer` with
+    ``stemmer`` and ``stopwords``); documents are texts or, for a type with field analyzers,
+    the segments its analysis takes.
+    """
 
     def __init__(
         self,
@@ -76,6 +103,7 @@ class KeywordIndex:
         b: float = DEFAULT_B,
         stemmer: str | None = "english",
         stopwords: str | None = "en",
+        analyzer: TextAnalysis | None = None,
     ) -> None:
         if not (k1 >= 0.0 and math.isfinite(k1)):
             raise ValidationError(f"k1 must be a finite number >= 0, got {k1!r}", field="k1")
@@ -83,7 +111,8 @@ class KeywordIndex:
             raise ValidationError(f"b must be between 0 and 1, got {b!r}", field="b")
         self.k1 = float(k1)
         self.b = float(b)
-        self._analyzer = Analyzer(stemmer=stemmer, stopwords=stopwords)
+        self.analyzer: TextAnalysis = (analyzer if analyzer is not None
+                                       else Analyzer(stemmer=stemmer, stopwords=stopwords))
         self._lock = threading.Lock()
         # A document lives in a slot (an index into the arrays below); freed slots are reused,
         # lowest first, so the layout depends only on the sequence of writes.
@@ -91,6 +120,8 @@ class KeywordIndex:
         self._id_of_slot: list[str | None] = []
         # per slot: its distinct terms and their frequencies (two tuples, not one per posting)
         self._terms_of_slot: list[_DocTerms] = []
+        # per slot: the term sets of its field values (see exact)
+        self._values_of_slot: list[_Values] = []
         self._doc_len: _FloatArray = np.zeros(64, dtype=np.float64)
         self._free_slots: list[int] = []
         self._total_len = 0
@@ -108,8 +139,8 @@ class KeywordIndex:
 
     # ------------------------------------------------------------------ writes
 
-    def upsert(self, items: Sequence[tuple[str, str]], keys: Sequence[int] | None = None
-               ) -> None:
+    def upsert(self, items: Sequence[tuple[str, KeywordDocument]],
+               keys: Sequence[int] | None = None) -> None:
         """Index each ``(entity_id, text)``, replacing any earlier text of that ID (last wins).
 
         ``keys``: a 64-bit key per item (the engine passes DuckDB's ``hash(tenant, id)``), by
@@ -117,22 +148,27 @@ class KeywordIndex:
         """
         if keys is not None and len(keys) != len(items):
             raise ValidationError("keys must be as long as items", field="keys")
-        analysed: list[tuple[str, _DocTerms, int, int | None]] = []
+        analysed: list[tuple[str, _DocTerms, int, int | None, _Values]] = []
+        value_terms = getattr(self.analyzer, "value_terms", None)
         for i, item in enumerate(items):
             entity_id, text = _check_item(item)
-            terms = self._analyzer.terms(text)
+            terms = self.analyzer.document_terms(text)
             counter = Counter(terms)
             counts = (tuple(counter), tuple(counter.values()))
-            analysed.append((entity_id, counts, len(terms), None if keys is None else keys[i]))
+            values: _Values = value_terms(text) if value_terms is not None else ()
+            analysed.append((entity_id, counts, len(terms), None if keys is None else keys[i],
+                             values))
         with self._lock:
-            for entity_id, counts, length, key in analysed:
+            for entity_id, counts, length, key, values in analysed:
                 slot = self._slot_of.get(entity_id)
                 if slot is not None:
                     if self._terms_of_slot[slot] == counts and (
                             key or 0) == int(self._key_of_slot[slot]):
+                        self._values_of_slot[slot] = values
                         continue  # same terms: nothing to do, keep the caches warm
                     self._remove_slot(slot)
                 self._add(entity_id, counts, length, key)
+                self._values_of_slot[self._slot_of[entity_id]] = values
 
     def delete(self, ids: Sequence[str]) -> None:
         """Remove these IDs from the index; unknown IDs are ignored."""
@@ -153,6 +189,7 @@ class KeywordIndex:
             slot = len(self._id_of_slot)
             self._id_of_slot.append(entity_id)
             self._terms_of_slot.append(counts)
+            self._values_of_slot.append(())
             if slot >= len(self._doc_len):
                 grown = np.zeros(2 * len(self._doc_len), dtype=np.float64)
                 grown[: len(self._doc_len)] = self._doc_len
@@ -199,6 +236,7 @@ class KeywordIndex:
         self.generation = next(_GENERATIONS)
         self._id_of_slot[slot] = None
         self._terms_of_slot[slot] = _NO_TERMS
+        self._values_of_slot[slot] = ()
         del self._slot_of[entity_id]
         heapq.heappush(self._free_slots, slot)
 
@@ -230,6 +268,28 @@ class KeywordIndex:
         found = self._search(query, k, None if candidates is None
                              else lambda: self._slots_of_ids(candidates))
         assert found is not None  # IDs always say which documents they are
+        return found
+
+    def exact(self, query: str, hits: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+        """The ``hits`` (e.g. this index's own ranking) that the query *names*: one of their
+        field values has all of its terms among the query's terms.
+
+        A query that holds a document's name, or one element of its list of dishes, names
+        it, however many other words the query has ("我想吃驴杂汤这道菜" names every document
+        whose dishes include 驴杂汤). Documents indexed without field values never match.
+        """
+        if isinstance(query, str):
+            wanted = set(self.analyzer.query_terms(query))
+        else:
+            raise ValidationError("query must be a string", field="query")
+        if not wanted:
+            return []
+        found = []
+        with self._lock:
+            for entity_id, score in hits:
+                slot = self._slot_of.get(entity_id)
+                if slot is not None and any(v <= wanted for v in self._values_of_slot[slot]):
+                    found.append((entity_id, score))
         return found
 
     def _slots_of_ids(self, candidates: Collection[str]) -> _IntArray:
@@ -271,7 +331,7 @@ class KeywordIndex:
         """Top ``k`` over every document, or over ``allowed_slots()`` (None: it cannot say)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValidationError(f"k must be a positive integer, got {k!r}", field="k")
-        query_counts = Counter(self._analyzer.terms(query))
+        query_counts = Counter(self.analyzer.query_terms(query))
         if not query_counts:
             return []
         with self._lock:
@@ -344,7 +404,7 @@ class KeywordIndex:
         return hits[:k]
 
 
-def _check_item(item: tuple[str, str]) -> tuple[str, str]:
+def _check_item(item: tuple[str, KeywordDocument]) -> tuple[str, KeywordDocument]:
     try:
         entity_id, text = item
     except (TypeError, ValueError):
@@ -355,6 +415,49 @@ def _check_item(item: tuple[str, str]) -> tuple[str, str]:
         raise ValidationError(
             f"entity_id must be a non-empty string, got {entity_id!r}", field="entity_id"
         )
-    if not isinstance(text, str):
+    if not isinstance(text, str | tuple | FieldedDocument):
         raise ValidationError(f"text of {entity_id!r} must be a string", field="text")
     return entity_id, text
+
+
+def type_analysis(etype: EntityType) -> TypeAnalyzer:
+    """The keyword analysis a type's definition declares (its analyzer, its fields')."""
+    return TypeAnalyzer.of(etype.typedef)
+
+
+def entity_document(analysis: TypeAnalyzer, etype: EntityType, data: Mapping[str, Any],
+                    text: str) -> KeywordDocument:
+    """What the keyword index of a type analyses of one entity (``text``: its embed text):
+    the text (or its segments) and the values of its embedded text fields."""
+    parts = etype.embed_parts(data) or []
+    body = text if not analysis.mixed else keyword_document(analysis, parts)
+    values: list[tuple[str, str]] = []
+    for name, _ in parts:
+        spec = etype.fields.get(name) if name is not None else None
+        if name is None or spec is None or not (spec.type in ("str", "enum") or spec.item == "str"):
+            continue
+        analyzer = analysis.fields.get(name, analysis.analyzer)
+        value = data.get(name)
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None:
+                values.append((analyzer, str(getattr(item, "value", item))))
+    return FieldedDocument(body, tuple(values)) if values else body
+
+
+def entity_documents(etype: EntityType, rows: Sequence[tuple[str, Mapping[str, Any]]]
+                     ) -> list[tuple[str, KeywordDocument]]:
+    """``(entity_id, keyword document)`` of the ``(entity_id, data)`` rows that are embedded."""
+    analysis = type_analysis(etype)
+    docs: list[tuple[str, KeywordDocument]] = []
+    for entity_id, data in rows:
+        text = etype.embed_text(data)
+        if text is not None:
+            docs.append((entity_id, entity_document(analysis, etype, data, text)))
+    return docs
+
+
+def exact_leg(index: KeywordIndex | None, query: str, ranked: Sequence[tuple[str, float]]
+              ) -> list[tuple[str, float]]:
+    """The *exact* leg of a hybrid search: the keyword leg's hits the query names
+    (:meth:`KeywordIndex.exact`), in the keyword leg's order."""
+    return [] if index is None or not ranked else index.exact(query, ranked)

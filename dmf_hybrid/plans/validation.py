@@ -17,7 +17,8 @@ from pydantic import TypeAdapter
 
 from ..embedded import EmbeddedMemory
 from ..errors import DMFError, NotFound
-from ..schema import EntityType, parse_filter, parse_order
+from ..filters import parse_filter, parse_order
+from ..schema import EntityType
 from .ops import (
     DIRECTIONS,
     ID_PATTERN,

@@ -39,14 +39,17 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings
-from ..embeddings import Embedder
+from ..embeddings import Embedder, embed_queries
+from ..embeddings.batching import make_query_batcher
+from ..filters import parse_filter
 from ..indexer import Indexer
+from ..mirrors.keyword import exact_leg
 from ..models import Receipt, ReconcileCounts, ReindexCounts, SearchResult
-from ..schema import EntityType, parse_filter
+from ..schema import EntityType
 from ..store import Store
 from ..vector.base import VectorIndex, collection_name
 from .filter_cache import FilterCache
-from .fusion import rrf
+from .fusion import fuse
 from .keyword_leg import keyword_leg
 from .ranking import Ranking
 from .replay import replay_legs
@@ -74,6 +77,7 @@ class SearchEngine:
         self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size)
         self.filters = FilterCache(settings.exact_threshold)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.query_batcher = make_query_batcher(embedder, settings)
         self._cache_lock = threading.Lock()
         self._previous_model: str | None = None  # a model change not yet caught up with
 
@@ -149,6 +153,8 @@ class SearchEngine:
 
     def close(self) -> None:
         """Apply what is pending and release the vector index client."""
+        if self.query_batcher is not None:
+            self.query_batcher.close()
         try:
             self.indexer.drain()
         except Exception:  # noqa: BLE001 - pending rows are replayed on the next open
@@ -164,7 +170,8 @@ class SearchEngine:
             if vec is not None:
                 self._query_cache.move_to_end(text)
                 return vec
-        vec = np.asarray(self.embedder.embed([text]), dtype=np.float32)[0]
+        vec = (self.query_batcher.embed(text) if self.query_batcher is not None
+               else embed_queries(self.embedder, [text])[0])
         with self._cache_lock:
             self._query_cache[text] = vec
             while len(self._query_cache) > QUERY_CACHE_SIZE:
@@ -221,7 +228,8 @@ class SearchEngine:
                     depth = k if mode != "hybrid" else max(k, FUSION_DEPTH)
                     while True:
                         rankings, plan = self._legs(scope, mode, text, qvec, depth, lap)
-                        fused = (rrf(rankings, k=self.settings.rrf_k, weights=weights)
+                        fused = (fuse(rankings, self.settings.fusion, k=self.settings.rrf_k,
+                                      weights=weights, depth=depth)
                                  if mode == "hybrid" else rankings[mode])
                         hits, dropped = resolve_hits(
                             scope, self.store, None if seq is not None else
@@ -245,6 +253,7 @@ class SearchEngine:
             resolved_at_seq=scope.seen_seq, mode=mode, plan=plan, candidates=scope.count,
             model_id=self.embedder.model_id, k=k,
             rrf_k=self.settings.rrf_k if mode == "hybrid" else None, dropped=dropped,
+            fusion=self.settings.fusion if mode == "hybrid" else None,
             timings_ms=timings,
         )
         return SearchResult(hits=hits, receipt=receipt)
@@ -265,9 +274,11 @@ class SearchEngine:
                 self.settings.exact_threshold)
             lap("vector_ms")
         if mode != "vector":
-            rankings["keyword"] = keyword_leg(
-                scope, self.indexer.keyword_index(scope.etype.name, scope.tenant), text, depth,
-                self.settings.exact_threshold)
+            kw = self.indexer.keyword_index(scope.etype.name, scope.tenant)
+            rankings["keyword"] = keyword_leg(scope, kw, text, depth,
+                                              self.settings.exact_threshold)
+            if mode == "hybrid":
+                rankings["exact"] = exact_leg(kw, text, rankings["keyword"])
             lap("keyword_ms")
         return rankings, plan
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..indexer import Indexer
-from ..mirrors.keyword import KeywordIndex
+from ..mirrors.keyword import KeywordIndex, entity_documents, exact_leg, type_analysis
 from ..schema import EntityType
 from ..store import Store
 from ..vector.exact import normalise_rows
@@ -51,10 +51,13 @@ def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: s
         source = store.source_sql(etype, scope.tenant, scope.seq, params)
         every = scope.con.execute(f"SELECT id, text_hash, {cols} FROM {source} ORDER BY id",
                                   params).fetchall()
-        kw = KeywordIndex()
-        kw.upsert([(r[0], t) for r in every if (t := _text(etype, r)) is not None])
+        kw = KeywordIndex(analyzer=type_analysis(etype))
+        kw.upsert(entity_documents(
+            etype, [(r[0], dict(zip(etype.fields, r[2:], strict=True))) for r in every]))
         rankings["keyword"] = (kw.search(text, depth, candidates=[r[0] for r in rows])
                                if rows else [])
+        if mode == "hybrid":
+            rankings["exact"] = exact_leg(kw, text, rankings["keyword"])
     return rankings
 
 

@@ -13,9 +13,10 @@ import duckdb
 import numpy as np
 import numpy.typing as npt
 
+from ..filters import FilterNode
 from ..mirrors.keys import locate
 from ..mirrors.vectors import LocalVectors, key_sql
-from ..schema import EntityType, FilterNode
+from ..schema import EntityType
 from ..store import Store
 from ..store.sql import compile_filter, q
 from ..store.tables import SYSTEM_COLUMNS, table_name

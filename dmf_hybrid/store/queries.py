@@ -9,8 +9,9 @@ from ..checks import (
     AsOf,
     check_page,
 )
+from ..filters import parse_filter, parse_order
 from ..models import Page
-from ..schema import EntityType, parse_filter, parse_order
+from ..schema import EntityType
 from .sql import (
     bind_value,
     compile_filter,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import duckdb
 from pydantic import BaseModel
 
+from ..analyzers import check_runnable
 from ..clock import to_naive_utc, utcnow
 from ..errors import (
     SchemaError,
@@ -38,6 +39,10 @@ class TypeRegistry(RowReader):
                trace_id: str | None = None) -> EntityType:
         """Register a type or a compatible new version of it (an online migration)."""
         typedef = typedef.check()
+        for where, name in [("analyzer", typedef.analyzer)] + [
+                (f"fields.{f}.analyzer", s.analyzer) for f, s in typedef.fields.items()
+                if s.analyzer is not None]:
+            check_runnable(name, where)
         with self.db.write() as con:
             current = self._types.get(typedef.name)
             clash = [n for n in self._types if n.lower() == typedef.name.lower()

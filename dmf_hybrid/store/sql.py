@@ -9,8 +9,9 @@ import json
 from typing import Any
 
 from ..errors import FilterError
+from ..filters import BoolOp, Cmp, FilterNode
 from ..ids import canonical_json, content_hash
-from ..schema import BoolOp, Cmp, EntityType, FieldSpec, FilterNode
+from ..schema import EntityType, FieldSpec
 
 SQL_TYPES = {
     "str": "VARCHAR", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",

@@ -85,7 +85,8 @@ def test_bench_coldstart_smoke(tmp_path: Path) -> None:
 def test_bench_all_plans_every_benchmark(tmp_path: Path) -> None:
     for quick in (False, True):
         steps = bench_all.plan(tmp_path, tmp_path / "scifact", quick)
-        assert [s.name for s in steps] == ["store", "search", "keyword", "http", "coldstart"]
+        assert [s.name for s in steps] == ["store", "search", "keyword", "http", "coldstart",
+                                           "embed"]
         for step in steps:
             assert ("--out", str(tmp_path / f"bench_{step.name}.json")) in step.flags
 

@@ -156,13 +156,19 @@ def item_rows(n: int = N_ITEMS, seed: int = 3) -> list[dict[str, Any]]:
 def brute_force(rows: list[dict[str, Any]], ids: list[str], text: str,
                 where: dict[str, Any] | None, k: int = 10) -> list[str]:
     """Top-k IDs by numpy over the same HashEmbedder vectors with a Python filter."""
+    return [eid for eid, _ in brute_force_scored(rows, ids, text, where, k)]
+
+
+def brute_force_scored(rows: list[dict[str, Any]], ids: list[str], text: str,
+                       where: dict[str, Any] | None, k: int = 10) -> list[tuple[str, float]]:
+    """Top-k (ID, cosine) by numpy over the same HashEmbedder vectors with a Python filter."""
     emb = HashEmbedder()
     keep = [i for i, row in enumerate(rows) if evaluate(where, row)]
     matrix = normalise_rows(emb.embed([f"{rows[i]['title']} {rows[i]['colour']}" for i in keep]))
     query = emb.embed([text])[0].astype(np.float64)
     scores = (matrix.astype(np.float64) * (query / np.linalg.norm(query))).sum(axis=1)
     order = sorted(range(len(keep)), key=lambda j: (-scores[j], ids[keep[j]]))
-    return [ids[keep[j]] for j in order[:k]]
+    return [(ids[keep[j]], float(scores[j])) for j in order[:k]]
 
 
 @pytest.fixture(scope="module", params=[("exact", None), ("exact", 5), ("chroma", 5)],
@@ -208,13 +214,16 @@ def test_keyword_and_hybrid_are_exact_under_filters_on_every_plan(
     """Candidates listed by hash (or by ID) restrict both legs exactly, on the exact plan and
     on the ANN plan (where the list confirms ANN proposals instead of per-ID lookups)."""
     from dmf_hybrid.mirrors.keyword import KeywordIndex
-    from dmf_hybrid.search.fusion import rrf
+    from dmf_hybrid.mirrors.text import FieldedDocument, TypeAnalyzer
+    from dmf_hybrid.search.fusion import fuse
 
     mem, rows, ids = items
     where = SELECTIVITY[selectivity]
-    truth_index = KeywordIndex()  # BM25 statistics of every document, as the tenant's index
-    truth_index.upsert([(eid, f"{row['title']} {row['colour']}")
-                        for eid, row in zip(ids, rows, strict=True)])
+    # BM25 statistics of every document, as the tenant's index; field values for the exact leg
+    truth_index = KeywordIndex(analyzer=TypeAnalyzer())
+    truth_index.upsert([(eid, FieldedDocument(f"{row['title']} {row['colour']}", (
+        ("english", row["title"]), ("english", row["colour"]))))
+        for eid, row in zip(ids, rows, strict=True)])
     candidates = [eid for eid, row in zip(ids, rows, strict=True) if evaluate(where, row)]
     rng = random.Random(f"kw{selectivity}")
     for _ in range(4):
@@ -223,8 +232,9 @@ def test_keyword_and_hybrid_are_exact_under_filters_on_every_plan(
         res = mem.search("Item", text, where=where, k=10, mode="keyword")
         assert [(h.entity.id, h.score) for h in res.hits] == [
             (eid, round(score, 6)) for eid, score in keyword[:10]]
-        vector = [(eid, 0.0) for eid in brute_force(rows, ids, text, where, k=100)]
-        fused = rrf({"vector": vector, "keyword": keyword}, k=mem.settings.rrf_k)
+        vector = brute_force_scored(rows, ids, text, where, k=100)
+        legs = {"vector": vector, "keyword": keyword, "exact": truth_index.exact(text, keyword)}
+        fused = fuse(legs, mem.settings.fusion, k=mem.settings.rrf_k, depth=100)
         res = mem.search("Item", text, where=where, k=10, mode="hybrid")
         assert [h.entity.id for h in res.hits] == [eid for eid, _ in fused[:10]]
         assert res.receipt.candidates == len(candidates)

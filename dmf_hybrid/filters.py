@@ -1,0 +1,154 @@
+"""The filter language: ``where`` mappings validated against an entity type's fields.
+
+A filter is data, never SQL text: field names are checked against the schema and values are
+coerced to the field's type here; ``store.sql`` compiles the tree with bound parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+import pydantic
+from pydantic import TypeAdapter
+
+from .checks import check_filter
+from .errors import FilterError
+from .schema import PY_TYPES, EntityType, FieldSpec, fits_int64
+
+FILTER_OPS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains")
+MAX_FILTER_DEPTH = 16
+MAX_FILTER_NODES = 256
+
+@dataclass(frozen=True)
+class Cmp:
+    """``field <op> value`` with the value already coerced to the field's type."""
+
+    field: str
+    op: str
+    value: Any
+    spec: FieldSpec
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    """``$and`` / ``$or`` over sub-filters."""
+
+    op: Literal["$and", "$or"]
+    items: tuple[FilterNode, ...] = field(default_factory=tuple)
+
+
+FilterNode = Union[Cmp, BoolOp]  # noqa: UP007 - a runtime alias used before 3.12
+
+
+def parse_filter(etype: EntityType, where: Any) -> FilterNode | None:
+    """The validated filter tree of a ``where`` mapping (None: no filter)."""
+    if check_filter(where) is None:
+        return None
+    counter = [0]
+    return _parse(etype, where, 0, counter, "where")
+
+
+def _parse(etype: EntityType, node: Any, depth: int, counter: list[int], path: str) -> FilterNode:
+    if depth > MAX_FILTER_DEPTH:
+        raise FilterError(f"filter nests deeper than {MAX_FILTER_DEPTH}", field=path)
+    if not isinstance(node, Mapping) or not node:
+        raise FilterError("a filter must be a non-empty object", field=path)
+    items: list[FilterNode] = []
+    for key, value in node.items():
+        counter[0] += 1
+        if counter[0] > MAX_FILTER_NODES:
+            raise FilterError(f"filter has more than {MAX_FILTER_NODES} terms", field=path)
+        if not isinstance(key, str):
+            raise FilterError("filter keys must be strings", field=path)
+        if key in ("$and", "$or"):
+            if not isinstance(value, list) or not value:
+                raise FilterError(f"{key} takes a non-empty list of filters", field=f"{path}.{key}")
+            subs = tuple(_parse(etype, v, depth + 1, counter, f"{path}.{key}[{i}]")
+                         for i, v in enumerate(value))
+            items.append(BoolOp(key, subs))  # type: ignore[arg-type]
+        elif key.startswith("$"):
+            raise FilterError(f"unknown filter operator {key!r} (use $and, $or or a field name)",
+                              field=f"{path}.{key}")
+        else:
+            spec = etype.field(key, where=f"{path}.{key}")
+            if isinstance(value, Mapping):
+                if not value:
+                    raise FilterError("an operator object may not be empty", field=f"{path}.{key}")
+                for op, operand in value.items():
+                    items.append(_cmp(etype, key, spec, op, operand, f"{path}.{key}.{op}"))
+            else:
+                items.append(_cmp(etype, key, spec, "$eq", value, f"{path}.{key}"))
+    return items[0] if len(items) == 1 else BoolOp("$and", tuple(items))
+
+
+def _coerce(spec: FieldSpec, value: Any, where: str, element: bool = False) -> Any:
+    annotation = PY_TYPES[spec.item or "str"] if element else spec.python_type()
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        raise FilterError("filter values must be finite numbers", field=where)
+    try:
+        coerced = TypeAdapter(annotation).validate_python(value)
+    except pydantic.ValidationError as exc:
+        raise FilterError(f"value {value!r} does not fit field type {spec.type}: "
+                          f"{exc.errors()[0]['msg']}", field=where) from None
+    if not fits_int64(coerced):
+        raise FilterError(f"value {value!r} is out of the 64-bit integer range", field=where)
+    return coerced
+
+
+def _cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
+         where: str) -> Cmp:
+    if op not in FILTER_OPS:
+        raise FilterError(f"unknown operator {op!r} (known: {', '.join(FILTER_OPS)})",
+                          field=where)
+    if operand is None:
+        if op not in ("$eq", "$ne"):
+            raise FilterError(f"{op} does not take null", field=where)
+        return Cmp(name, op, None, spec)
+    if op in ("$in", "$nin"):
+        if not isinstance(operand, list):
+            raise FilterError(f"{op} takes a list", field=where)
+        if len(operand) > 10_000:
+            raise FilterError(f"{op} takes at most 10000 values", field=where)
+        return Cmp(name, op, tuple(_coerce(spec, v, where) for v in operand), spec)
+    if op == "$contains":
+        if spec.type == "list":
+            return Cmp(name, op, _coerce(spec, operand, where, element=True), spec)
+        if spec.type == "str":
+            if not isinstance(operand, str):
+                raise FilterError("$contains on a text field takes a string", field=where)
+            return Cmp(name, op, operand, spec)
+        raise FilterError(f"$contains works on list and str fields, not {spec.type}", field=where)
+    if op in ("$gt", "$gte", "$lt", "$lte") and spec.type in ("list", "bool"):
+        raise FilterError(f"{op} does not apply to a {spec.type} field", field=where)
+    return Cmp(name, op, _coerce(spec, operand, where), spec)
+
+
+def parse_order(etype: EntityType, order_by: str | Sequence[str] | None) -> list[tuple[str, bool]]:
+    """``[(field, descending)]`` from ``"field"`` / ``"-field"`` or a list of those."""
+    if order_by is None:
+        return []
+    if isinstance(order_by, str):
+        items: list[Any] = [order_by]
+    elif isinstance(order_by, Sequence):
+        items = list(order_by)
+    else:
+        raise FilterError("order_by takes a field name or a list of them", field="order_by")
+    result = []
+    for item in items:
+        if not isinstance(item, str) or not item.lstrip("-"):
+            raise FilterError("order_by takes field names, '-' prefixed for descending",
+                              field="order_by")
+        desc = item.startswith("-")
+        name = item.lstrip("-")
+        if name in ("created_at", "updated_at", "version"):
+            result.append((name, desc))
+            continue
+        spec = etype.field(name, where="order_by")
+        if spec.type == "list":
+            raise FilterError(f"cannot order by list field {name!r}", field="order_by")
+        result.append((name, desc))
+    if len(result) > 4:
+        raise FilterError("order_by takes at most 4 fields", field="order_by")
+    return result
