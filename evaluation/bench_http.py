@@ -51,7 +51,7 @@ from typing import Any
 
 import httpx
 
-from evaluation.chroma_peer import ChromaPeer, rss_mb, running_peer
+from evaluation.chroma_peer import ChromaPeer, rss_mb, running_peer, stop_process
 from evaluation.plotting import environment, latency_summary, line_plots, markdown_table, write_json
 
 log = logging.getLogger("bench_http")
@@ -199,19 +199,9 @@ class ServerProcess:
         After a graceful shutdown the code is ``-SIGTERM``: uvicorn re-raises the signal it
         caught once the app's shutdown (which closes the memory) has completed.
         """
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("server %d ignored SIGTERM for %.0f s: killing it", self.proc.pid,
-                            timeout)
-                self.proc.kill()
-                self.proc.wait(timeout)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        return int(self.proc.returncode)
+        code = stop_process(self.proc, self._log_file, timeout)
+        self._log_file = None
+        return code
 
 
 @contextmanager

@@ -73,17 +73,25 @@ class ChromaPeer:
 
     def stop(self, timeout: float = 30.0) -> int:
         """Stop the server by its PID (SIGTERM, then SIGKILL); its exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        return int(self.proc.returncode)
+        code = stop_process(self.proc, self._log_file, timeout)
+        self._log_file = None
+        return code
+
+
+def stop_process(proc: subprocess.Popen[bytes], log_file: Any, timeout: float) -> int:
+    """Stop a child by its PID (SIGTERM, then SIGKILL after ``timeout``), close its log file;
+    its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("process %d ignored SIGTERM for %.0f s: killing it", proc.pid, timeout)
+            proc.kill()
+            proc.wait(timeout)
+    if log_file is not None:
+        log_file.close()
+    return int(proc.returncode)
 
 
 @contextmanager
