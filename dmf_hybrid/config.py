@@ -36,6 +36,9 @@ DEFAULT_TORCH_THREADS = 1
 DEFAULT_ONNX_THREADS = 1
 QUERY_BATCH_SIZE = 32
 QUERY_BATCH_WAIT_MS = 2.0
+#: Row cache entries (dmf_hybrid.search.row_cache); a row of a few short fields is well under
+#: a kilobyte, so the default bounds it to some MB.
+ROW_CACHE_SIZE = 20_000
 
 
 class Settings(BaseSettings):
@@ -89,6 +92,11 @@ class Settings(BaseSettings):
         QUERY_BATCH_WAIT_MS, ge=0, le=1000,
         description="How long a search that finds the model idle waits for others to share "
         "its call, while searches arrive together (a lone client never waits).",
+    )
+    row_cache_size: int = Field(
+        ROW_CACHE_SIZE, ge=0,
+        description="Rows (and filter outcomes) search resolution keeps in memory until the "
+        "next commit, so a repeated search reads nothing from DuckDB (0 = off).",
     )
     embed_batch_size: int = Field(EMBED_BATCH_SIZE, ge=1, description="Texts per model call.")
     max_k: int = Field(MAX_K, ge=1, description="Largest k a search may ask for.")

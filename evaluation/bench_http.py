@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,6 +51,7 @@ from typing import Any
 
 import httpx
 
+from evaluation.chroma_peer import ChromaPeer, rss_mb, running_peer, stop_process
 from evaluation.plotting import environment, latency_summary, line_plots, markdown_table, write_json
 
 log = logging.getLogger("bench_http")
@@ -58,7 +59,9 @@ log = logging.getLogger("bench_http")
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "evaluation" / "results" / "bench_http.json"
 MODES = ("hybrid", "vector", "keyword")
-LEVELS = (1, 4, 16)
+LEVELS = (1, 4, 16, 64)
+#: The mode name of the Chroma-server peer's cells (a vector search, embedded client-side).
+PEER = "chroma-peer"
 TYPE_NAME = "BenchNote"
 CATEGORIES = tuple(f"topic{i}" for i in range(10))
 BENCH_TYPE: dict[str, Any] = {
@@ -196,19 +199,9 @@ class ServerProcess:
         After a graceful shutdown the code is ``-SIGTERM``: uvicorn re-raises the signal it
         caught once the app's shutdown (which closes the memory) has completed.
         """
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("server %d ignored SIGTERM for %.0f s: killing it", self.proc.pid,
-                            timeout)
-                self.proc.kill()
-                self.proc.wait(timeout)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        return int(self.proc.returncode)
+        code = stop_process(self.proc, self._log_file, timeout)
+        self._log_file = None
+        return code
 
 
 @contextmanager
@@ -270,9 +263,32 @@ class Cell:
     round_rps: list[float] = field(default_factory=list)
 
 
-def drive(client: httpx.Client, bodies: Sequence[Mapping[str, Any]], concurrency: int,
+Send = Callable[[Mapping[str, Any]], tuple[int, float | None]]
+
+
+def post_search(client: httpx.Client) -> Send:
+    """A sender of bodies to POST /search: (status, the server's own total ms)."""
+
+    def send(body: Mapping[str, Any]) -> tuple[int, float | None]:
+        response = client.post("/search", json=body)
+        status = response.status_code
+        return status, (response.json()["receipt"].get("timings_ms", {}).get("total_ms")
+                        if status == 200 else None)
+    return send
+
+
+def peer_search(peer: ChromaPeer) -> Send:
+    """A sender of bodies to the Chroma peer: embed the text here, query the server."""
+
+    def send(body: Mapping[str, Any]) -> tuple[int, float | None]:
+        peer.search(body["text"], body["k"])
+        return 200, None
+    return send
+
+
+def drive(send: Send, bodies: Sequence[Mapping[str, Any]], concurrency: int,
           deadline: float, cell: Cell) -> None:
-    """Send ``bodies`` to POST /search from ``concurrency`` closed-loop clients into ``cell``."""
+    """Send ``bodies`` from ``concurrency`` closed-loop clients into ``cell``."""
     lock = threading.Lock()
     next_index = 0
     barrier = threading.Barrier(concurrency + 1)
@@ -289,11 +305,8 @@ def drive(client: httpx.Client, bodies: Sequence[Mapping[str, Any]], concurrency
                 return samples
             start = time.perf_counter()
             try:
-                response = client.post("/search", json=bodies[index])
-                status = response.status_code
-                server = (response.json()["receipt"].get("timings_ms", {}).get("total_ms")
-                          if status == 200 else None)
-            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                status, server = send(bodies[index])
+            except Exception as exc:  # noqa: BLE001 - counted as an error of the cell
                 log.warning("request failed: %s", exc)
                 status, server = 0, None
             samples.append((time.perf_counter() - start, status, server))
@@ -322,10 +335,14 @@ def drive(client: httpx.Client, bodies: Sequence[Mapping[str, Any]], concurrency
 
 
 def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[int],
-              requests: int, rounds: int, k: int, max_seconds: float, seed: int
-              ) -> list[Cell]:
-    """Every (mode, level) cell driven with ``requests`` distinct queries over ``rounds``."""
-    cells = {(m, c): Cell(m, c) for m in modes for c in levels}
+              requests: int, rounds: int, k: int, max_seconds: float, seed: int,
+              peer: ChromaPeer | None = None) -> list[Cell]:
+    """Every (mode, level) cell driven with ``requests`` distinct queries over ``rounds``
+    (with ``peer``, its cells too, in the same rotation)."""
+    senders = {m: post_search(client) for m in modes}
+    if peer is not None:
+        senders[PEER] = peer_search(peer)
+    cells = {(m, c): Cell(m, c) for m in senders for c in levels}
     per_round = [requests // rounds + (1 if r < requests % rounds else 0) for r in range(rounds)]
     queries = iter(make_queries(len(cells) * requests, seed=seed))
     deadline = time.perf_counter() + max_seconds
@@ -338,7 +355,7 @@ def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[in
                       for _ in range(per_round[r])]
             # a cell may use its share of the time left: fast cells leave more to slow ones
             now = time.perf_counter()
-            drive(client, bodies, level, now + max(deadline - now, 0.0) / remaining,
+            drive(senders[mode], bodies, level, now + max(deadline - now, 0.0) / remaining,
                   cells[(mode, level)])
             remaining -= 1
             log.info("round %d %s x%d: %d ok so far", r + 1, mode, level,
@@ -360,7 +377,7 @@ def summarise(cell: Cell) -> dict[str, Any]:
         "mean_ms": latency["mean_ms"],
         "rps": round(cell.ok / cell.wall, 2) if cell.wall > 0 else 0.0,
         "rps_per_round": cell.round_rps,
-        "server_p50_ms": server["p50_ms"],
+        "server_p50_ms": server["p50_ms"] if cell.server_ms else None,  # the peer has none
         "truncated": cell.truncated,
     }
 
@@ -372,11 +389,12 @@ def run(*, n: int = 2000, embedder: str = "minilm", modes: Sequence[str] = MODES
         levels: Sequence[int] = LEVELS, requests: int = 120, rounds: int = 3, k: int = 10,
         batch: int = 250, warmup: int = 5, max_seconds: float = 600.0,
         ready_timeout: float = 300.0, seed: int = 7, workdir: Path | None = None,
-        server_env: Mapping[str, str] | None = None) -> dict[str, Any]:
+        server_env: Mapping[str, str] | None = None, peer: bool = True) -> dict[str, Any]:
     """Start the service, ingest ``n`` notes, load-test /search; the results document.
 
     ``server_env``: extra environment variables of the server process (e.g.
-    ``OMP_NUM_THREADS``), recorded in the configuration.
+    ``OMP_NUM_THREADS``), recorded in the configuration. ``peer``: also start a ``chroma
+    run`` server with the same rows and measure it in the same rounds (:mod:`.chroma_peer`).
     """
     if rounds < 1 or requests < rounds:
         raise ValueError("need rounds >= 1 and requests >= rounds")
@@ -401,8 +419,13 @@ def run(*, n: int = 2000, embedder: str = "minilm", modes: Sequence[str] = MODES
                     for text in make_queries(warmup, seed=seed + 1000):
                         client.post("/search", json={"type": TYPE_NAME, "text": text, "k": k,
                                                      "mode": mode}).raise_for_status()
-                cells = load_test(client, modes=modes, levels=levels, requests=requests,
-                                  rounds=rounds, k=k, max_seconds=max_seconds, seed=seed)
+                rss = {"after_ingest_mb": rss_mb(server.proc.pid)}
+                with peer_for(peer, rows, embedder, tmp, ready_timeout, warmup, k,
+                              seed) as (chroma, peer_info):
+                    cells = load_test(client, modes=modes, levels=levels, requests=requests,
+                                      rounds=rounds, k=k, max_seconds=max_seconds, seed=seed,
+                                      peer=chroma)
+                rss["after_load_mb"] = rss_mb(server.proc.pid)
         results = [summarise(c) for c in cells]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -416,10 +439,55 @@ def run(*, n: int = 2000, embedder: str = "minilm", modes: Sequence[str] = MODES
         "environment": environment(),
         "server": {**startup, "ingest_s": round(ingest_s, 3),
                    "ingest_per_s": round(n / ingest_s, 1) if ingest_s > 0 else None,
-                   "ingest_to_indexed_s": round(indexed_s, 3)},
+                   "ingest_to_indexed_s": round(indexed_s, 3), "rss": rss},
+        "peer": peer_info,
         "results": results,
+        "ratios": ratios(results),
         "elapsed_s": round(time.perf_counter() - began, 1),
     }
+
+
+@contextmanager
+def peer_for(enabled: bool, rows: Sequence[Mapping[str, Any]], embedder: str, tmp: Path,
+             ready_timeout: float, warmup: int, k: int, seed: int
+             ) -> Iterator[tuple[ChromaPeer | None, dict[str, Any] | None]]:
+    """The loaded, warmed Chroma peer (or None when not ``enabled``) and what it took."""
+    if not enabled:
+        yield None, None
+        return
+    from dmf_hybrid.embeddings import embedder_named
+
+    model = embedder_named(embedder, num_threads=1, onnx_threads=1)
+    with running_peer(tmp / "chroma", free_port(), model, tmp / "chroma.log",
+                      ready_timeout) as (chroma, ready_s):
+        load_s = chroma.load([f"note-{i}" for i in range(len(rows))],
+                             [f"{r['title']}: {r['body']}" for r in rows],
+                             [{"category": r["category"], "year": r["year"]} for r in rows])
+        for text in make_queries(warmup, seed=seed + 1000):
+            chroma.search(text, k)
+        yield chroma, {"kind": "chroma run + chromadb.HttpClient, query embedded client-side",
+                       "model_id": getattr(model, "model_id", embedder),
+                       "spawn_to_heartbeat_s": round(ready_s, 3),
+                       "embed_and_load_s": round(load_s, 3),
+                       "rss_mb": rss_mb(chroma.proc.pid)}
+
+
+def ratios(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Throughput of the most clients over one client per mode, and ours over the peer's."""
+    by = {(r["mode"], r["concurrency"]): r for r in results}
+    levels = sorted({r["concurrency"] for r in results})
+    out: dict[str, Any] = {}
+    for mode in sorted({r["mode"] for r in results}):
+        one, top = by.get((mode, levels[0])), by.get((mode, levels[-1]))
+        if one and top and one["rps"]:
+            out[f"{mode}_rps_{levels[-1]}_over_{levels[0]}"] = round(top["rps"] / one["rps"], 2)
+        for level in levels:
+            mine, peer = by.get((mode, level)), by.get((PEER, level))
+            if mode != PEER and mine and peer and peer["rps"]:
+                out[f"{mode}_over_peer_rps_at_{level}"] = round(mine["rps"] / peer["rps"], 2)
+                out[f"{mode}_over_peer_p50_at_{level}"] = round(
+                    mine["p50_ms"] / peer["p50_ms"], 2) if peer["p50_ms"] else None
+    return out
 
 
 def markdown(doc: Mapping[str, Any]) -> str:
@@ -439,9 +507,15 @@ def markdown(doc: Mapping[str, Any]) -> str:
         f"({doc['environment']['cpus']} CPUs, load average "
         f"{doc['environment']['load_average']}).\n"
         f"Server: spawn → /healthz {server['spawn_to_healthz_s']} s, → /readyz "
-        f"{server['spawn_to_readyz_s']} s; HTTP ingest {server['ingest_per_s']} entities/s.\n\n"
-        + markdown_table(["mode", "clients", "requests", "p50 ms", "p95 ms", "req/s",
-                          "server p50 ms", "errors"], rows)
+        f"{server['spawn_to_readyz_s']} s; HTTP ingest {server['ingest_per_s']} entities/s; "
+        f"service RSS {server.get('rss', {}).get('after_ingest_mb')} MB after ingest, "
+        f"{server.get('rss', {}).get('after_load_mb')} MB after the load.\n"
+        + (f"Peer (`{PEER}`): {doc['peer']['kind']}, model `{doc['peer']['model_id']}`, "
+           f"server RSS {doc['peer']['rss_mb']} MB.\n" if doc.get("peer") else "")
+        + "\n" + markdown_table(["mode", "clients", "requests", "p50 ms", "p95 ms", "req/s",
+                                 "server p50 ms", "errors"], rows)
+        + "\n" + "\n".join(f"- {name}: {value}" for name, value in doc.get("ratios", {}).items())
+        + "\n"
     )
 
 
@@ -502,6 +576,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="parent of the temp dir")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="skip the chroma run server peer (measured by default)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
@@ -516,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   requests=args.requests, rounds=args.rounds, k=args.k, batch=args.batch,
                   warmup=args.warmup, max_seconds=args.max_seconds,
                   ready_timeout=args.ready_timeout, seed=args.seed, workdir=args.workdir,
-                  server_env=server_env)
+                  server_env=server_env, peer=not args.no_peer)
     except (RuntimeError, ValueError, httpx.HTTPError) as exc:
         print(f"bench_http failed: {exc}", file=sys.stderr)
         return 1

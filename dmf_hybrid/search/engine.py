@@ -55,6 +55,7 @@ from .ranking import Ranking
 from .replay import replay_legs
 from .request import check_request, related_ids
 from .resolution import resolve_hits
+from .row_cache import RowCache
 from .scope import Moved, Scope
 from .vector_leg import WIDEN, vector_leg
 
@@ -76,6 +77,7 @@ class SearchEngine:
         self.vectors = vectors
         self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size)
         self.filters = FilterCache(settings.exact_threshold)
+        self.rows = RowCache(settings.row_cache_size)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.query_batcher = make_query_batcher(embedder, settings)
         self._cache_lock = threading.Lock()
@@ -213,6 +215,8 @@ class SearchEngine:
                         self.store.last_seq if db.in_transaction else visible)
                     scope = Scope(db.reader(), self.store, etype, tenant, seq, at_seq, node,
                                   related)
+                    if seq is None and not db.in_transaction:
+                        self.rows.attach(scope, generation)
                     local = self.indexer.local(etype.name)
                     kw = self.indexer.keyword_index(etype.name, tenant)
                     # candidates are listed by 64-bit hash(tenant, id), not as strings, while
@@ -283,5 +287,6 @@ class SearchEngine:
         return rankings, plan
 
     def forget_candidates(self) -> None:
-        """Drop the cached candidate counts and lists (they are rebuilt on demand)."""
+        """Drop the cached candidate counts, lists and rows (they are rebuilt on demand)."""
         self.filters.forget()
+        self.rows.forget()

@@ -60,7 +60,8 @@ class FilterCache:
                 with_list=guess is None or guess <= threshold or scope.list_large)
             with self._lock:  # only a planning hint: safe to keep whatever happens
                 _remember(self._guesses, shape, count)
-            found = scope.listed() if count <= threshold or scope.list_large else None
+            # a list read anyway is kept, large or not: the next search confirms by it
+            found = scope.listed()
             if cacheable:
                 fresh: dict[str, Any] = {}
                 scope.row_memo = fresh

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import duckdb
 import numpy as np
@@ -29,6 +29,13 @@ _TENANT = SYSTEM_COLUMNS.index("tenant")
 _DELETED = SYSTEM_COLUMNS.index("deleted_at")
 
 Row = tuple[Any, ...]
+
+
+class RowSource(Protocol):
+    """Where a scope's rows come from instead of DuckDB alone (:mod:`.row_cache`)."""
+
+    def select(self, ids: Sequence[str]) -> list[Row]:
+        """The rows of those ``ids`` that are candidates."""
 
 
 class Moved(Exception):
@@ -75,6 +82,7 @@ class Scope:
         self.proven: set[str] = set()
         # cache writes made only once the search is known to have read one state
         self.on_valid: list[Callable[[], None]] = []
+        self.row_cache: RowSource | None = None  # rows kept since the last commit, if any
 
     def count_candidates(self, with_list: bool = False) -> int:
         """How many candidates there are; ``with_list``: also the candidates, in one scan."""
@@ -158,7 +166,8 @@ class Scope:
         """The full rows of those ``ids`` that are candidates (live, in tenant, filter holds)."""
         wanted = [i for i in dict.fromkeys(ids) if i not in self._checked]
         if wanted:
-            for row in self._select_rows(wanted):
+            for row in (self._select_rows(wanted) if self.row_cache is None
+                        else self.row_cache.select(wanted)):
                 self.rows[row[0]] = row
             self._checked.update(wanted)
         return {i: self.rows[i] for i in ids if i in self.rows}

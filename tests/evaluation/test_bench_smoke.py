@@ -48,7 +48,9 @@ def test_bench_http_smoke(tmp_path: Path) -> None:
     # stopped gracefully by SIGTERM (uvicorn re-raises the signal after its shutdown)
     assert doc["server"]["exit_code"] in (0, -signal.SIGTERM)
     cells = {(r["mode"], r["concurrency"]) for r in doc["results"]}
-    assert cells == {("hybrid", 1), ("hybrid", 2), ("keyword", 1), ("keyword", 2)}
+    assert cells == {(m, c) for m in ("hybrid", "keyword", bench_http.PEER) for c in (1, 2)}
+    assert doc["peer"]["rss_mb"] > 0 and doc["server"]["rss"]["after_load_mb"] > 0
+    assert "hybrid_over_peer_rps_at_2" in doc["ratios"]
     for row in doc["results"]:
         assert RESULT_KEYS <= set(row)
         assert row["requests"] == 4 and row["errors"] == 0 and not row["truncated"]

@@ -1,0 +1,141 @@
+"""The peer ``bench_http`` measures the service against: a ``chroma run`` server, queried over
+HTTP by a client that embeds each query itself with the same model.
+
+That is what a user would otherwise deploy: Chroma's own server process holding the same
+vectors (the rows embedded once here, with the service's model), and in the agent's process the
+model plus ``chromadb.HttpClient``. Each request embeds its query (no cache: the query texts are
+distinct) and asks the server for the ``k`` nearest, like ``POST /search`` with mode "vector"
+does, minus filters, keyword leg, resolution and audit.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+log = logging.getLogger("bench_http")
+
+COLLECTION = "bench_notes"
+#: Rows per ``collection.add`` call while loading.
+LOAD_BATCH = 500
+
+
+def chroma_executable() -> str:
+    """The ``chroma`` command installed beside this Python (RuntimeError if missing)."""
+    found = shutil.which("chroma", path=str(Path(sys.executable).parent)) or shutil.which(
+        "chroma")
+    if found is None:
+        raise RuntimeError("the chroma command is not installed (pip install chromadb)")
+    return found
+
+
+class ChromaPeer:
+    """A running ``chroma run`` server, its collection and the query-side model."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, embedder: Any,
+                 log_file: Any) -> None:
+        import chromadb
+
+        self.proc, self.port, self.embedder, self._log_file = proc, port, embedder, log_file
+        self.client = chromadb.HttpClient(host="127.0.0.1", port=port)
+        self.collection: Any = None
+
+    def load(self, ids: Sequence[str], texts: Sequence[str],
+             metadatas: Sequence[Mapping[str, Any]]) -> float:
+        """Embed ``texts`` here and add them to a fresh cosine collection; seconds taken."""
+        start = time.perf_counter()
+        self.collection = self.client.get_or_create_collection(
+            COLLECTION, metadata={"hnsw:space": "cosine"})
+        for i in range(0, len(ids), LOAD_BATCH):
+            part = list(texts[i:i + LOAD_BATCH])
+            vectors = self.embedder.embed(part)
+            self.collection.add(ids=list(ids[i:i + LOAD_BATCH]), embeddings=vectors,
+                                documents=part, metadatas=[dict(m) for m in
+                                                           metadatas[i:i + LOAD_BATCH]])
+        return time.perf_counter() - start
+
+    def search(self, text: str, k: int) -> list[str]:
+        """The IDs of the ``k`` nearest notes to ``text`` (embedded here, queried there)."""
+        vector = self.embedder.embed([text])
+        found = self.collection.query(query_embeddings=vector, n_results=k,
+                                      include=["distances", "documents", "metadatas"])
+        return list(found["ids"][0])
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """Stop the server by its PID (SIGTERM, then SIGKILL); its exit code."""
+        code = stop_process(self.proc, self._log_file, timeout)
+        self._log_file = None
+        return code
+
+
+def stop_process(proc: subprocess.Popen[bytes], log_file: Any, timeout: float) -> int:
+    """Stop a child by its PID (SIGTERM, then SIGKILL after ``timeout``), close its log file;
+    its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("process %d ignored SIGTERM for %.0f s: killing it", proc.pid, timeout)
+            proc.kill()
+            proc.wait(timeout)
+    if log_file is not None:
+        log_file.close()
+    return int(proc.returncode)
+
+
+@contextmanager
+def running_peer(path: Path, port: int, embedder: Any, log_path: Path,
+                 ready_timeout: float) -> Iterator[tuple[ChromaPeer, float]]:
+    """A started ``chroma run`` server over ``path`` (and seconds to its heartbeat)."""
+    log_file = open(log_path, "wb")  # closed in stop()
+    started = time.perf_counter()
+    proc = subprocess.Popen([chroma_executable(), "run", "--path", str(path), "--host",
+                             "127.0.0.1", "--port", str(port)], stdout=log_file,
+                            stderr=subprocess.STDOUT)
+    peer: ChromaPeer | None = None
+    try:
+        deadline = started + ready_timeout
+        with httpx.Client(timeout=2.0) as probe:
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"chroma run exited with code {proc.returncode}")
+                try:
+                    if probe.get(f"http://127.0.0.1:{port}/api/v2/heartbeat").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"chroma run did not answer within {ready_timeout:.0f} s")
+                time.sleep(0.05)
+        ready = time.perf_counter() - started
+        peer = ChromaPeer(proc, port, embedder, log_file)
+        yield peer, ready
+    finally:
+        if peer is not None:
+            peer.stop()
+        else:
+            proc.kill()
+            proc.wait(30)
+            log_file.close()
+
+
+def rss_mb(pid: int) -> float | None:
+    """The resident memory of a process in MB (Linux ``/proc``), or None."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
