@@ -461,7 +461,8 @@ def _search_all(mem: EmbeddedMemory, step: dict[str, Any], actor: str | None,
         problems = Problems([{**p, "step": 0} for p in exc.details.get("problems", [])][:1])
         raise problems.error("search call is invalid and changed nothing", steps=False
                              ) from None
-    hits = [h for result in outcome["results"] for h in result["hits"]]
+    results: list[Any] = list(outcome["results"])
+    hits: list[dict[str, Any]] = [h for result in results for h in result["hits"]]
     hits.sort(key=lambda h: (-h["score"], h["entity"]["id"]))
     return {"hits": hits[:k] if isinstance(k, int) else hits, "types": names}
 

@@ -277,7 +277,7 @@ class ArchiveRequest(Request):
 # ---------------------------------------------------------------- plans
 
 
-PLAN_EXAMPLES = {"examples": [{"ops": [
+PLAN_EXAMPLES: dict[str, Any] = {"examples": [{"ops": [
     {"op": "create", "type": "Trip", "data": {"user": "ana", "destination": "Shanghai",
                                               "budget": 5000}},
     {"op": "create", "type": "PointOfInterest", "on_conflict": "return",
