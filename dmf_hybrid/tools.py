@@ -496,5 +496,10 @@ def _as_step(mem: EmbeddedMemory, name: Any, args: dict[str, Any]) -> dict[str, 
             problems = Problems()
             problems.add(0, "type", f"{name} takes no argument 'type'", f"use {op} for that")
             raise problems.error()
+        if op == "create" and "data" not in args and set(args) - set(OPERATIONS["create"].names):
+            problems = Problems()
+            problems.add(0, "data", f"{name} takes the fields in data",
+                         f"call it as {{\"data\": {{{', '.join(map(repr, sorted(args)))}: ...}}}}")
+            raise problems.error(f"{name} call is invalid and changed nothing", steps=False)
         return {"op": op, "type": name[len(op) + 1:], **args}
     return {"op": name, **args}

@@ -74,8 +74,10 @@ def test_create_and_update_take_data_in_both_profiles(travel: Memory) -> None:
     assert "data.city" in {p["field"] for p in err.value.details["problems"]}
     with pytest.raises(PlanError):
         travel.call_tool("create_PointOfInterest", {"type": "Trip", "data": poi})
-    with pytest.raises(PlanError):  # the flat per-type shape is gone
+    with pytest.raises(PlanError) as err:  # the flat per-type shape is gone, with a hint
         travel.call_tool("create_PointOfInterest", poi)
+    assert err.value.details["problems"][0]["field"] == "data"
+    assert "data" in err.value.details["problems"][0]["hint"]
 
 
 def test_search_without_a_type_searches_every_searchable_type(travel: Memory) -> None:

@@ -48,6 +48,11 @@ class Operation:
     role: str
 
     @property
+    def names(self) -> tuple[str, ...]:
+        """The names of its arguments in a plan step."""
+        return tuple(a.name for a in self.args)
+
+    @property
     def writes(self) -> bool:
         """Whether the operation changes the memory (and takes the audit context)."""
         return self.role == WRITER
