@@ -107,3 +107,9 @@ def test_plans_and_tools_take_on_conflict(mem: Memory) -> None:
                            "data": {"name": "Bund", "city": "Shanghai"}}])
     assert err.value.details["problems"][0]["field"] == "on_conflict"
     assert mem.get(gid).fields()["cost"] == 41
+
+
+def test_a_caller_chosen_id_names_no_fact_and_may_change_its_identity(mem: Memory) -> None:
+    chosen = mem.create("Poi", {"name": "Yu Garden", "city": "Shanghai"}, id="garden-1")
+    renamed = mem.update(chosen.id, {"name": "Yu Yuan"})
+    assert renamed.version == 2 and renamed.fields()["name"] == "Yu Yuan"
