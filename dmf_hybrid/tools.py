@@ -453,7 +453,7 @@ def _search_all(mem: EmbeddedMemory, step: dict[str, Any], actor: str | None,
     names = [t.name for t in visible_types(mem) if t.typedef.embed is not None]
     if not names:
         return {"hits": [], "types": []}
-    k = step.get("k", OPERATIONS["search"].args[3].default)
+    k = step.get("k", next(a.default for a in OPERATIONS["search"].args if a.name == "k"))
     ops = [{**step, "type": n} for n in names]
     try:
         outcome = execute_plan(mem, ops, actor=actor, reason=reason, trace_id=trace_id)
