@@ -297,20 +297,10 @@ def test_ingest_continues_past_bad_lines_and_takes_example_rows(data: Path,
 
 def test_ingest_shows_the_model_load(capsys: pytest.CaptureFixture[str]) -> None:
     from dmf_hybrid.cli_support import load_model_with_bar
+    from tests.conftest import LoadsOnFirstUse, host_of
 
-    class SlowToLoad:
-        """An embedder that reports itself unloaded until it has embedded once."""
-
-        loaded = False
-
-        def embed(self, texts: list[str]) -> Any:
-            SlowToLoad.loaded = True
-            return HashEmbedder().embed(texts)
-
-    class Host:
-        engine = type("Engine", (), {"embedder": SlowToLoad()})()
-
-    load_model_with_bar(Host(), progress=True)  # type: ignore[arg-type]
-    assert SlowToLoad.loaded and "loading model" in capsys.readouterr().err
-    load_model_with_bar(Host(), progress=True)  # type: ignore[arg-type]
+    embedder = LoadsOnFirstUse()
+    load_model_with_bar(host_of(embedder), progress=True)
+    assert embedder.loaded and "loading model" in capsys.readouterr().err
+    load_model_with_bar(host_of(embedder), progress=True)
     assert capsys.readouterr().err == ""  # loaded: no bar

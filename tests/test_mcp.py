@@ -130,27 +130,16 @@ def test_mcp_from_an_empty_directory_over_stdio(tmp_path: Path) -> None:
     assert out["unknown"].is_error
 
 
-def test_the_model_loads_when_the_server_starts(mem: Memory) -> None:
+def test_the_model_loads_when_the_server_starts() -> None:
     from dmf_hybrid.mcp_server import start_model_load
+    from tests.conftest import LoadsOnFirstUse, host_of
 
-    class SlowToLoad:
-        """An embedder that reports itself unloaded until it has embedded once."""
-
-        model_id = "hash-test"
-        loaded = False
-
-        def embed(self, texts: list[str]) -> Any:
-            SlowToLoad.loaded = True
-            return HashEmbedder().embed(texts)
-
-    class Host:
-        engine = type("Engine", (), {"embedder": SlowToLoad()})()
-
+    embedder = LoadsOnFirstUse()
     said: list[str] = []
-    thread = start_model_load(Host(), said.append)  # type: ignore[arg-type]
+    thread = start_model_load(host_of(embedder), said.append)
     assert thread is not None
     thread.join(TIMEOUT)
-    assert SlowToLoad.loaded
-    assert said[0].startswith("dmf-hybrid: loading the embedding model hash-test")
+    assert embedder.loaded
+    assert said[0].startswith(f"dmf-hybrid: loading the embedding model {embedder.model_id}")
     assert said[1].startswith("dmf-hybrid: embedding model ready after")
-    assert start_model_load(Host(), said.append) is None  # loaded: nothing to wait for
+    assert start_model_load(host_of(embedder), said.append) is None  # nothing to wait for
