@@ -27,6 +27,12 @@ MAX_SEQ = 2**63 - 1
 MAX_DEPTH = 5
 DIRECTIONS = ("out", "in", "both")
 
+#: What ``create`` does when the identity (or ID) already exists: return the stored entity
+#: as it is (``differs`` names the given fields whose values differ), raise ``Conflict`` when
+#: a given field differs, or update the stored entity to the given values (one audited update).
+ON_CONFLICT = ("return", "raise", "update")
+DEFAULT_ON_CONFLICT = "return"
+
 #: ``as_of``: an audit seq, a datetime, or None for "now".
 AsOf = int | dt.datetime | None
 
@@ -36,6 +42,14 @@ def check_id(value: Any, field: str = "id") -> str:
     if not isinstance(value, str) or not ID_RE.match(value):
         raise ValidationError(f"{field} must be an ID string matching {ID_PATTERN}", field=field)
     return value
+
+
+def check_on_conflict(value: Any) -> str:
+    """A create's ``on_conflict`` policy, one of ``ON_CONFLICT``."""
+    if value not in ON_CONFLICT:
+        raise ValidationError(f"on_conflict must be one of {', '.join(ON_CONFLICT)}",
+                              field="on_conflict")
+    return str(value)
 
 
 def check_type_name(value: Any, field: str = "type") -> str:

@@ -1,154 +1,55 @@
-"""The ``dmf`` command: serve, ingest, read, search, audit and maintain a memory.
+"""The ``dmf`` command: serve, ingest, create and change, read, search, audit and maintain.
 
 Every data command works against a local memory directory (``--data DIR``, default the
 ``DMF_DATA_DIR`` setting) or a running server (``--url URL --api-key KEY``). DuckDB lets one
-process open a directory, so while ``dmf serve`` runs, talk to it with ``--url``.
+process open a directory, so while ``dmf serve`` runs, talk to it with ``--url``. Reads never
+create a memory directory; ``define``, ``ingest`` and ``create`` may.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import re
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import BaseModel
 
-from .client import MemoryClient
-from .config import Settings
-from .errors import DMFError, PlanError, StoreLocked, ValidationError
-from .protocol import MemoryAPI
+from .checks import ON_CONFLICT
+from .cli_support import (
+    MAX_ERRORS_SHOWN,
+    DataOpt,
+    JsonOpt,
+    KeyOpt,
+    UrlOpt,
+    WhereOpt,
+    entity_data,
+    fail,
+    ingest_rows,
+    load_model_with_bar,
+    parse_json_option,
+    print_entities,
+    print_json,
+    print_table,
+    read_rows,
+    settings_from,
+    target,
+)
+from .errors import DMFError, StoreLocked
 from .schema import load_toml
 
+# rich markup would swallow "[types.Name]" in help texts: plain text it is
 app = typer.Typer(help="dmf-hybrid: a deterministic memory for AI agents.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 INGEST_BATCH = 500
-MAX_CELL = 60
-MAX_ERRORS_SHOWN = 10
-
-DataOpt = Annotated[Path | None, typer.Option(
-    "--data", help="Memory directory (default: the DMF_DATA_DIR setting, ./dmf-data).")]
-UrlOpt = Annotated[str | None, typer.Option(
-    "--url", help="Talk to a running server instead, e.g. http://127.0.0.1:8000.")]
-KeyOpt = Annotated[str | None, typer.Option("--api-key", help="API key for --url.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-WhereOpt = Annotated[str | None, typer.Option(
-    "--where", help='Filter as JSON, e.g. \'{"budget": {"$lte": 5000}}\'.')]
-
-
-# ---------------------------------------------------------------- plumbing
-
-
-def settings_from(**overrides: Any) -> Settings:
-    """Settings from DMF_* variables with the given (non-None) command-line values on top."""
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
-
-
-@contextmanager
-def target(data: Path | None, url: str | None, api_key: str | None,
-           settings: Settings | None = None) -> Iterator[MemoryAPI]:
-    """A Memory on ``data`` or a MemoryClient on ``url``; errors become a message and exit code."""
-    try:
-        if url:
-            client = MemoryClient(url, api_key=api_key)
-            try:
-                yield client
-            finally:
-                close = getattr(client, "close", None)
-                if callable(close):
-                    close()
-            return
-        from .memory import Memory  # start-up cost: DuckDB and Chroma, not needed with --url
-
-        settings = settings or settings_from(data_dir=data)
-        try:
-            mem = Memory.open(settings.data_dir, settings=settings)
-        except StoreLocked as exc:
-            raise _fail(
-                f"{exc.message}\nhint: {settings.data_dir} is in use by another process "
-                "(probably `dmf serve`); run this command with --url http://HOST:PORT "
-                "(and --api-key KEY) to talk to that server.", 2) from None
-        with mem:
-            yield mem
-    except PlanError as exc:
-        for problem in exc.details.get("problems", []):
-            typer.echo(f"  step {problem.get('step')} {problem.get('field') or ''}: "
-                       f"{problem.get('problem')}"
-                       + (f" ({problem['hint']})" if problem.get("hint") else ""), err=True)
-        raise _fail(f"{exc.code}: {exc.message}") from None
-    except DMFError as exc:
-        raise _fail(f"{exc.code}: {exc.message}") from None
-
-
-def to_jsonable(value: Any) -> Any:
-    """Models, lists and dicts of them as JSON values."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, dict):
-        return {k: to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    return value
-
-
-def print_json(value: Any) -> None:
-    """Print a value as indented JSON."""
-    typer.echo(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False, default=str))
-
-
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(to_jsonable(value),
-                                                           ensure_ascii=False, default=str)
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
-
-
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print rows as an aligned plain-text table."""
-    cells = [[_cell(c) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    typer.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    typer.echo("  ".join("-" * w for w in widths))
-    for row in cells:
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-
-
-def _data(entity: Any) -> dict[str, Any]:
-    data = to_jsonable(entity.data)
-    return data if isinstance(data, dict) else {}
-
-
-def print_entities(entities: Sequence[Any]) -> None:
-    """Print entities as a table: ID, type, version and their non-empty fields."""
-    names: list[str] = []
-    for entity in entities:
-        for name, value in _data(entity).items():
-            if value not in (None, [], "") and name not in names:
-                names.append(name)
-    rows = [[e.id, e.type, e.version] + [_data(e).get(n) for n in names] for e in entities]
-    print_table(["id", "type", "v"] + names, rows)
-
-
-def parse_json_option(text: str | None, name: str) -> Any:
-    """A JSON command-line option, or a usage error naming it."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"not valid JSON: {exc}", param_hint=name) from None
-
+OnConflictOpt = Annotated[str, typer.Option(
+    "--on-conflict", help=f"When the identity exists: {' | '.join(ON_CONFLICT)} (return: keep "
+                          "the stored entity and say which fields differ; raise: an error; "
+                          "update: change it to the given values).")]
+AuditReasonOpt = Annotated[str | None, typer.Option("--reason", help="Audit reason.")]
+VersionOpt = Annotated[int | None, typer.Option(
+    "--expected-version", help="Fail unless the entity is at this version.")]
 
 # ---------------------------------------------------------------- service
 
@@ -165,10 +66,10 @@ def serve(
     try:
         run(settings_from(data_dir=data, host=host, port=port))
     except StoreLocked as exc:
-        raise _fail(f"{exc.message}\nhint: is a server already running on it? Talk to it "
+        raise fail(f"{exc.message}\nhint: is a server already running on it? Talk to it "
                     "with --url, or serve another --data DIR.", 2) from None
     except DMFError as exc:
-        raise _fail(f"{exc.code}: {exc.message}") from None
+        raise fail(f"{exc.code}: {exc.message}") from None
 
 
 @app.command()
@@ -176,7 +77,7 @@ def mcp(data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None) -> Non
     """Run an MCP server on stdio exposing the memory tools (for agent hosts)."""
     from .mcp_server import serve_stdio  # the mcp package, only for this command
 
-    with target(data, url, api_key) as mem:
+    with target(data, url, api_key, create=True) as mem:
         serve_stdio(mem)
 
 
@@ -192,98 +93,52 @@ def eval_(ctx: typer.Context) -> None:
 # ---------------------------------------------------------------- writes
 
 
-def read_rows(path: Path, fmt: str | None = None) -> list[dict[str, Any]]:
-    """The rows of a JSONL or CSV file (CSV: empty cells omitted, JSON-looking cells parsed)."""
-    kind = fmt or ("csv" if path.suffix.lower() == ".csv" else "jsonl")
-    if kind not in ("csv", "jsonl"):
-        raise ValidationError("format must be csv or jsonl", field="format")
-    rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8", newline="") as handle:
-        if kind == "csv":
-            for record in csv.DictReader(handle):
-                row: dict[str, Any] = {}
-                for key, cell in record.items():
-                    if key is None or cell is None or cell == "":
-                        continue
-                    if cell[:1] in "[{":
-                        try:
-                            row[key] = json.loads(cell)
-                            continue
-                        except json.JSONDecodeError:
-                            pass
-                    row[key] = cell
-                rows.append(row)
-            return rows
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValidationError(f"{path}:{number}: not valid JSON: {exc}",
-                                      field="file") from None
-            if not isinstance(value, dict):
-                raise ValidationError(f"{path}:{number}: each line must be a JSON object",
-                                      field="file")
-            rows.append(value)
-    return rows
-
-
-def ingest_rows(mem: MemoryAPI, type_name: str, rows: list[dict[str, Any]], batch: int,
-                progress: bool = True) -> dict[str, Any]:
-    """Create rows in batches; bad rows are counted and skipped. {created, existing, errors}."""
-    from tqdm import tqdm  # start-up cost: only ingest draws a progress bar
-
-    created = existing = 0
-    errors: list[tuple[int, str]] = []
-    bar = tqdm(total=len(rows), desc=f"ingest {type_name}", unit="row", disable=not progress,
-               file=sys.stderr)
-    try:
-        for start in range(0, len(rows), batch):
-            pending = list(range(start, min(start + batch, len(rows))))
-            while pending:
-                try:
-                    entities = mem.create_many(type_name, [rows[i] for i in pending])
-                except ValidationError as exc:
-                    bad = exc.details.get("row") if len(pending) > 1 else 0
-                    if not isinstance(bad, int) or not 0 <= bad < len(pending):
-                        raise
-                    errors.append((pending[bad] + 1, re.sub(r"^row \d+: ", "", exc.message)))
-                    del pending[bad]
-                    continue
-                created += sum(1 for e in entities if e.created)
-                existing += sum(1 for e in entities if not e.created)
-                break
-            bar.update(min(batch, len(rows) - start))
-    finally:
-        bar.close()
-    return {"created": created, "existing": existing, "errors": len(errors),
-            "error_rows": [{"row": r, "message": m} for r, m in errors]}
-
-
 @app.command()
 def ingest(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
                                          help="A .jsonl or .csv file, one entity per row.")],
-    type_name: Annotated[str, typer.Option("--type", "-t", help="Entity type of the rows.")],
+    type_name: Annotated[str | None, typer.Option(
+        "--type", "-t", help="Entity type of the rows (not needed for {type, data} rows).")
+    ] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="csv or jsonl (default: "
                                                              "from the file suffix).")] = None,
     batch: Annotated[int, typer.Option(min=1, max=100_000,
                                        help="Rows per create_many call.")] = INGEST_BATCH,
+    on_conflict: OnConflictOpt = "return",
+    strict: Annotated[bool, typer.Option("--strict", help="Stop at the first bad row.")
+                      ] = False,
     data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
 ) -> None:
-    """Create entities from a JSONL or CSV file, in batches, with a progress bar."""
-    with target(data, url, api_key) as mem:
+    """Create entities from a JSONL or CSV file, in batches, with a progress bar.
+
+    A JSONL row is the entity's fields, or {"type": ..., "data": {...}} as in
+    indexes/examples/*.jsonl. Bad rows are skipped and listed with their reasons (--strict
+    stops at the first); the exit code is 1 if any row failed.
+    """
+    if on_conflict not in ON_CONFLICT:
+        raise typer.BadParameter(f"one of {', '.join(ON_CONFLICT)}", param_hint="--on-conflict")
+    with target(data, url, api_key, create=True) as mem:
         rows = read_rows(file, fmt)
-        summary = ingest_rows(mem, type_name, rows, batch, progress=not as_json)
+        load_model_with_bar(mem, progress=not as_json)
+        summary = ingest_rows(mem, type_name, rows, batch, on_conflict=on_conflict,
+                              strict=strict, progress=not as_json)
     if as_json:
-        print_json({"file": str(file), "type": type_name, **summary})
+        print_json({"file": str(file), "type": type_name, **summary.as_json()})
     else:
-        for err in summary["error_rows"][:MAX_ERRORS_SHOWN]:
-            typer.echo(f"  row {err['row']}: {err['message']}", err=True)
-        typer.echo(f"ingested {file.name} into {type_name}: {summary['created']} created, "
-                   f"{summary['existing']} existing, {summary['errors']} errors")
-    if summary["errors"]:
+        if summary.errors:
+            print_table(["row", "reason"], [[e["row"], e["message"]]
+                                            for e in summary.errors[:MAX_ERRORS_SHOWN]])
+            if len(summary.errors) > MAX_ERRORS_SHOWN:
+                typer.echo(f"... and {len(summary.errors) - MAX_ERRORS_SHOWN} more "
+                           "(--json lists them all)")
+        into = f" into {type_name}" if type_name else ""
+        typer.echo(f"ingested {file.name}{into}: {summary.created} created, "
+                   f"{summary.existing} existing ({summary.differ} with other values, "
+                   f"{summary.updated} updated), "
+                   + (f"{summary.links} links, " if summary.links else "")
+                   + f"{len(summary.errors)} errors"
+                   + (" (stopped: --strict)" if strict and summary.errors else ""))
+    if summary.errors:
         raise typer.Exit(1)
 
 
@@ -294,7 +149,7 @@ def define(
     data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Register the entity types of a TOML definition file (like indexes/travel.toml)."""
-    with target(data, url, api_key) as mem:
+    with target(data, url, api_key, create=True) as mem:
         if url:
             types = [mem.define_type(t.model_dump(mode="json")) for t in load_toml(file)]
         else:
@@ -304,6 +159,143 @@ def define(
         print_json(out)
     else:
         print_table(["type", "version"], [[t["name"], t["version"]] for t in out])
+
+
+def _show(entity: Any, as_json: bool, note: str = "") -> None:
+    if as_json:
+        print_json(entity)
+        return
+    print_entities([entity])
+    if note:
+        typer.echo(note)
+
+
+@app.command()
+def create(
+    type_name: Annotated[str, typer.Argument(metavar="TYPE", help="Entity type.")],
+    fields: Annotated[str, typer.Argument(metavar="DATA",
+                                          help='The fields as JSON, e.g. \'{"name": "Bund"}\'.')],
+    entity_id: Annotated[str | None, typer.Option(
+        "--id", help="A chosen ID instead of the one derived from the identity.")] = None,
+    on_conflict: OnConflictOpt = "return", reason: AuditReasonOpt = None,
+    data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Create an entity; the same identity again meets --on-conflict (default: return)."""
+    values = parse_json_option(fields, "DATA")
+    with target(data, url, api_key, create=True) as mem:
+        entity = mem.create(type_name, values, id=entity_id, on_conflict=on_conflict,
+                            reason=reason)
+    note = "created" if entity.created else "exists" + (
+        f"; differs: {', '.join(entity.differs)}" + (" (updated)" if on_conflict == "update"
+                                                     else " (kept; --on-conflict update)")
+        if entity.differs else "")
+    _show(entity, as_json, note)
+
+
+@app.command()
+def update(
+    entity_id: Annotated[str, typer.Argument(metavar="ID", help="Entity ID.")],
+    fields: Annotated[str, typer.Argument(metavar="DATA",
+                                          help='Fields to change as JSON, e.g. \'{"cost": 5}\'.')],
+    expected_version: VersionOpt = None, reason: AuditReasonOpt = None,
+    data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Change fields of an entity (identity fields cannot change)."""
+    values = parse_json_option(fields, "DATA")
+    with target(data, url, api_key) as mem:
+        entity = mem.update(entity_id, values, expected_version=expected_version,
+                            reason=reason)
+    _show(entity, as_json)
+
+
+@app.command()
+def delete(
+    entity_id: Annotated[str, typer.Argument(metavar="ID", help="Entity ID.")],
+    expected_version: VersionOpt = None, reason: AuditReasonOpt = None,
+    data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Soft-delete an entity (restorable with `dmf restore`)."""
+    with target(data, url, api_key) as mem:
+        entity = mem.delete(entity_id, expected_version=expected_version, reason=reason)
+    _show(entity, as_json, f"deleted {entity.id} (version {entity.version})")
+
+
+@app.command()
+def restore(
+    entity_id: Annotated[str, typer.Argument(metavar="ID", help="Entity ID.")],
+    expected_version: VersionOpt = None, reason: AuditReasonOpt = None,
+    data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Undo the soft delete of an entity."""
+    with target(data, url, api_key) as mem:
+        entity = mem.restore(entity_id, expected_version=expected_version, reason=reason)
+    _show(entity, as_json)
+
+
+FromArg = Annotated[str, typer.Argument(metavar="FROM_ID", help="Source entity ID.")]
+RelationArg = Annotated[str, typer.Argument(metavar="RELATION", help="Relation name.")]
+ToArg = Annotated[str, typer.Argument(metavar="TO_ID", help="Target entity ID.")]
+
+
+@app.command()
+def link(
+    from_id: FromArg, relation: RelationArg, to_id: ToArg,
+    reason: AuditReasonOpt = None,
+    data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Link two entities by a relation of the first one's type."""
+    with target(data, url, api_key) as mem:
+        linked = mem.link(from_id, relation, to_id, reason=reason)
+    if as_json:
+        print_json({"linked": linked, "from_id": from_id, "relation": relation, "to_id": to_id})
+    else:
+        typer.echo(f"{'linked' if linked else 'already linked'}: {from_id} -{relation}-> {to_id}")
+
+
+@app.command()
+def unlink(
+    from_id: FromArg, relation: RelationArg, to_id: ToArg,
+    reason: AuditReasonOpt = None,
+    data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Remove a link between two entities."""
+    with target(data, url, api_key) as mem:
+        seq = mem.unlink(from_id, relation, to_id, reason=reason)
+    if as_json:
+        print_json({"unlinked": True, "seq": seq})
+    else:
+        typer.echo(f"unlinked {from_id} -{relation}-> {to_id} (seq {seq})")
+
+
+@app.command()
+def types(data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None,
+          as_json: JsonOpt = False) -> None:
+    """List the registered entity types: version, identity, fields, searchable."""
+    with target(data, url, api_key) as mem:
+        found = mem.types()
+    if as_json:
+        print_json([{"name": t.name, "version": t.version,
+                     "definition": t.typedef.model_dump(mode="json")} for t in found])
+        return
+    print_table(["type", "version", "identity", "fields", "searchable"], [
+        [t.name, t.version, ", ".join(t.typedef.identity or ()) or "(all fields)",
+         ", ".join(t.typedef.fields), "yes" if t.typedef.embed else "no"] for t in found])
+
+
+@app.command()
+def count(
+    type_name: Annotated[str, typer.Argument(metavar="TYPE", help="Entity type.")],
+    where: WhereOpt = None,
+    data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """How many entities of a type match an exact filter."""
+    filt = parse_json_option(where, "--where")
+    with target(data, url, api_key) as mem:
+        n = mem.count(type_name, filt)
+    if as_json:
+        print_json({"type": type_name, "count": n})
+    else:
+        typer.echo(str(n))
 
 
 # ---------------------------------------------------------------- reads
@@ -323,7 +315,7 @@ def get(
         return
     rows: list[list[Any]] = [["id", entity.id], ["type", entity.type],
                              ["version", entity.version], ["updated_at", entity.updated_at]]
-    print_table(["field", "value"], rows + [[k, v] for k, v in _data(entity).items()])
+    print_table(["field", "value"], rows + [[k, v] for k, v in entity_data(entity).items()])
 
 
 @app.command()
@@ -367,7 +359,7 @@ def search(
         return
     rows = [[rank, f"{hit.score:.4f}", hit.entity.id,
              ",".join(f"{leg}#{s.rank}" for leg, s in sorted(hit.legs.items())),
-             _data(hit.entity)] for rank, hit in enumerate(result.hits, 1)]
+             entity_data(hit.entity)] for rank, hit in enumerate(result.hits, 1)]
     print_table(["#", "score", "id", "legs", "data"], rows)
     r = result.receipt
     typer.echo(f"{len(result.hits)} hit(s); mode {r.mode}, plan {r.plan}, {r.candidates} "
@@ -449,8 +441,8 @@ def snapshot(
         typer.echo(f"snapshot written to {dest}: last seq {manifest.get('last_seq')}")
 
 
-@app.command()
-def restore(
+@app.command(name="restore-snapshot")
+def restore_snapshot(
     src: Annotated[Path, typer.Argument(help="A snapshot directory (from `dmf snapshot`).")],
     dest: Annotated[Path, typer.Argument(help="New (or empty) memory directory.")],
     as_json: JsonOpt = False,
@@ -464,7 +456,7 @@ def restore(
             report = mem.verify_audit()
             counts = {t.name: mem.count(t.name) for t in mem.types()}
     except DMFError as exc:
-        raise _fail(f"{exc.code}: {exc.message}") from None
+        raise fail(f"{exc.code}: {exc.message}") from None
     if as_json:
         print_json({"dest": str(dest), "last_seq": report.last_seq, "counts": counts})
     else:

@@ -34,6 +34,7 @@ from .checks import (
     check_data,
     check_expected_version,
     check_id,
+    check_on_conflict,
     check_page,
     check_related,
     check_rows,
@@ -315,18 +316,20 @@ class MemoryClient(MemoryAPI):
     # ---------------------------------------------------------------- entities
 
     def create(self, type_name: str, data: Mapping[str, Any] | BaseModel, *,
-               id: str | None = None, actor: str | None = None, reason: str | None = None,
-               trace_id: str | None = None) -> Entity:
+               id: str | None = None, on_conflict: str = "return", actor: str | None = None,
+               reason: str | None = None, trace_id: str | None = None) -> Entity:
         body = {"data": check_data(jsonable(data, "data")),
-                "id": None if id is None else check_id(id)}
+                "id": None if id is None else check_id(id),
+                "on_conflict": check_on_conflict(on_conflict)}
         return self._get(Entity, "POST", f"/entities/{type_segment(type_name)}", json=body,
                          headers=self._audit(actor, reason, trace_id))
 
     def create_many(self, type_name: str, rows: Sequence[Mapping[str, Any] | BaseModel], *,
                     progress: Callable[[int], None] | bool | None = None,
-                    actor: str | None = None, reason: str | None = None,
-                    trace_id: str | None = None) -> list[Entity]:
-        body = {"rows": [row_json(i, r) for i, r in enumerate(check_rows(rows))]}
+                    on_conflict: str = "return", actor: str | None = None,
+                    reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
+        body = {"rows": [row_json(i, r) for i, r in enumerate(check_rows(rows))],
+                "on_conflict": check_on_conflict(on_conflict)}
         entities = self._list(Entity, "POST", f"/entities/{type_segment(type_name)}/batch",
                               json=body, headers=self._audit(actor, reason, trace_id))
         if callable(progress):
@@ -490,8 +493,11 @@ class MemoryClient(MemoryAPI):
 
     # ---------------------------------------------------------------- agent tools
 
-    def tools(self, format: str = "openai") -> list[JSONObject]:
-        definitions: list[JSONObject] = self._call("GET", "/tools", params={"format": format})
+    def tools(self, format: str = "openai", *, profile: str = "compact",
+              internal: bool = False) -> list[JSONObject]:
+        definitions: list[JSONObject] = self._call(
+            "GET", "/tools", params={"format": format, "profile": profile,
+                                     "internal": "true" if internal else "false"})
         return definitions
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,

@@ -184,15 +184,16 @@ class Memory(MemoryAPI):
     # ---------------------------------------------------------------- entities
 
     def create(self, type_name: str, data: Mapping[str, Any] | BaseModel, *,
-               id: str | None = None, actor: str | None = None, reason: str | None = None,
-               trace_id: str | None = None) -> Entity:
-        return self._store.create(self.tenant, type_name, _as_data(data), id=id, actor=actor,
-                                  reason=reason, trace_id=trace_id)
+               id: str | None = None, on_conflict: str = "return", actor: str | None = None,
+               reason: str | None = None, trace_id: str | None = None) -> Entity:
+        return self._store.create(self.tenant, type_name, _as_data(data), id=id,
+                                  on_conflict=on_conflict, actor=actor, reason=reason,
+                                  trace_id=trace_id)
 
     def create_many(self, type_name: str, rows: Sequence[Mapping[str, Any] | BaseModel], *,
                     progress: Callable[[int], None] | bool | None = None,
-                    actor: str | None = None, reason: str | None = None,
-                    trace_id: str | None = None) -> list[Entity]:
+                    on_conflict: str = "return", actor: str | None = None,
+                    reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
         check_rows(rows)
         callback = progress if callable(progress) else None
         bar = None
@@ -203,8 +204,8 @@ class Memory(MemoryAPI):
             callback = bar.update
         try:
             entities = self._store.create_many(
-                self.tenant, type_name, [_as_data(r) for r in rows], actor=actor,
-                reason=reason, trace_id=trace_id, progress=callback)
+                self.tenant, type_name, [_as_data(r) for r in rows], on_conflict=on_conflict,
+                actor=actor, reason=reason, trace_id=trace_id, progress=callback)
         finally:
             if bar is not None:
                 bar.close()
@@ -388,8 +389,9 @@ class Memory(MemoryAPI):
 
     # ---------------------------------------------------------------- agent tools & plans
 
-    def tools(self, format: str = "openai") -> list[JSONObject]:
-        return tools.tool_definitions(self, format)
+    def tools(self, format: str = "openai", *, profile: str = "compact",
+              internal: bool = False) -> list[JSONObject]:
+        return tools.tool_definitions(self, format, profile, internal)
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,
                   actor: str | None = None, reason: str | None = None,

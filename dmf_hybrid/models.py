@@ -67,6 +67,10 @@ class Entity(BaseModel):
     updated_at: dt.datetime
     deleted_at: dt.datetime | None = None
     created: bool = Field(False, description="True when this call created the entity.")
+    differs: list[str] = Field(
+        default_factory=list,
+        description="create of an existing identity: the given fields whose stored values "
+                    "differ (on_conflict=\"update\": the fields it changed).")
 
     @field_validator("data")
     @classmethod

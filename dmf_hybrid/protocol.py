@@ -97,19 +97,26 @@ class MemoryAPI(Protocol):
     # ---------------------------------------------------------------- entities
 
     def create(self, type_name: str, data: Mapping[str, Any] | BaseModel, *,
-               id: str | None = None, actor: str | None = None, reason: str | None = None,
-               trace_id: str | None = None) -> Entity:
-        """Create an entity; the same identity again returns the existing one (created=False)."""
+               id: str | None = None, on_conflict: str = "return", actor: str | None = None,
+               reason: str | None = None, trace_id: str | None = None) -> Entity:
+        """Create an entity; the same identity (ID) again meets ``on_conflict``.
+
+        ``"return"`` (default): the stored entity unchanged, ``created=False``, ``differs``
+        naming the given fields whose stored values differ. ``"raise"``: ``Conflict`` when a
+        given field differs (the same values return the entity). ``"update"``: the stored
+        entity changed to the given values in one audited update (``differs``: what changed).
+        """
         ...
 
     def create_many(self, type_name: str, rows: Sequence[Mapping[str, Any] | BaseModel], *,
                     progress: Callable[[int], None] | bool | None = None,
-                    actor: str | None = None, reason: str | None = None,
-                    trace_id: str | None = None) -> list[Entity]:
+                    on_conflict: str = "return", actor: str | None = None,
+                    reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
         """Create many entities: validated first, written and embedded in batches.
 
         ``progress``: a callback given the number of rows done (True: a progress bar,
         embedded only). Over HTTP the rows go in one request and progress is reported once.
+        ``on_conflict`` as in ``create``, for every row.
         """
         ...
 
@@ -131,7 +138,11 @@ class MemoryAPI(Protocol):
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
-        """Change fields; VersionConflict if ``expected_version`` is stale (HTTP: If-Match)."""
+        """Change fields; VersionConflict if ``expected_version`` is stale (HTTP: If-Match).
+
+        Identity fields cannot change (ValidationError): the ID derives from them. To rename,
+        create the new entity and delete the old one.
+        """
         ...
 
     def append(self, entity_id: str, field: str, values: list[Any], *,
@@ -263,8 +274,14 @@ class MemoryAPI(Protocol):
 
     # ---------------------------------------------------------------- agent tools & plans
 
-    def tools(self, format: str = "openai") -> list[JSONObject]:
-        """Function-calling definitions of the memory operations ("openai" or "json_schema")."""
+    def tools(self, format: str = "openai", *, profile: str = "compact",
+              internal: bool = False) -> list[JSONObject]:
+        """Function-calling definitions of the memory operations ("openai" or "json_schema").
+
+        ``profile``: ``"compact"`` (generic tools taking ``type``, the types described once)
+        or ``"per_type"`` (``create_<Type>``, ``query_<Type>``, ``search_<Type>``).
+        ``internal``: include the memory's own types (``MemorySummary``).
+        """
         ...
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,

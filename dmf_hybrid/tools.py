@@ -1,11 +1,17 @@
 """Agent tools: function-calling definitions of the memory operations, and one-call execution.
 
-``tool_definitions(mem)`` lists, for every defined type ``T``, ``create_T``, ``query_T`` and
-(when ``T`` is embedded) ``search_T`` with JSON-Schema parameters generated from the type's
-pydantic model, plus the type-independent ``get``, ``update``, ``append``, ``delete``,
-``restore``, ``link``, ``unlink``, ``related``, ``history`` and ``execute_plan``.
-``call_tool(mem, name, arguments)`` turns a call into a one-step plan and runs it, so a bad
-call raises the same :class:`PlanError` (with ``details["problems"]``) as a bad plan.
+Two profiles. ``compact`` (the default): generic ``create``, ``query`` and ``search`` tools
+taking ``type``, the types and their fields described once (in ``create``), plus the
+type-independent tools below; its size does not grow with the number of fields. ``per_type``:
+for every type ``T``, ``create_T``, ``query_T`` and (when ``T`` is embedded) ``search_T`` with
+JSON-Schema parameters generated from the type's pydantic model. Both add ``get``, ``update``,
+``append``, ``delete``, ``restore``, ``link``, ``unlink``, ``related``, ``history``,
+``execute_plan`` and ``context``; create and update take the fields as ``data`` everywhere.
+Internal types (``MemorySummary``) are left out unless ``internal=True``.
+``call_tool(mem, name, arguments)`` accepts the tools of either profile: it turns a call into
+a plan and runs it, so a bad call raises the same :class:`PlanError` (with
+``details["problems"]``) as a bad plan. ``search`` without ``type`` searches every embedded
+type and merges the hits by score.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from .checks import ID_PATTERN
 from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
 from .lifecycle.context import call_context_tool, context_tool_definition
+from .lifecycle.summaries import SUMMARY_TYPE
 from .plans import (
     DIRECTIONS,
     OPERATIONS,
@@ -30,12 +37,19 @@ from .plans import (
     Problems,
     execute_plan,
 )
+from .plans.ops import ON_CONFLICT_POLICIES
 from .schema import EntityType
 
 log = logging.getLogger(__name__)
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 FORMATS = ("openai", "json_schema")
+PROFILES = ("compact", "per_type")
+#: Types the memory keeps for itself: hidden from the tools unless asked for.
+INTERNAL_TYPES = (SUMMARY_TYPE,)
+FILTER_DOC = ("Filter: {field: value} (equals) or {field: {op: value}}; ops $eq $ne $gt $gte "
+              "$lt $lte $in $nin (a list) and $contains (a list field's item or a substring); "
+              "several fields must all hold; {\"$and\": [filters]}, {\"$or\": [filters]}.")
 ID_SCHEMA: dict[str, Any] = {
     "type": "string", "pattern": ID_PATTERN,
     "description": "An entity ID, as returned by create/query/search.",
@@ -47,17 +61,29 @@ VERSION_SCHEMA: dict[str, Any] = {
 ENTITY_RESULT = "Returns the entity as {id, type, version, data}."
 GENERIC_TOOLS = ("get", "update", "append", "delete", "restore", "link", "unlink", "related",
                  "history", "execute_plan", "context")
+COMPACT_TOOLS = ("create", "query", "search")
 
 
-def tool_definitions(mem: EmbeddedMemory, format: str = "openai") -> list[dict[str, Any]]:
+def visible_types(mem: EmbeddedMemory, internal: bool = False) -> list[EntityType]:
+    """The types the tools describe (internal ones only when asked for)."""
+    return [t for t in mem.types() if internal or t.name not in INTERNAL_TYPES]
+
+
+def tool_definitions(mem: EmbeddedMemory, format: str = "openai", profile: str = "compact",
+                     internal: bool = False) -> list[dict[str, Any]]:
     """Function-calling definitions of the memory operations for the defined types."""
     if format not in FORMATS:
         raise ValidationError(f"format must be one of {', '.join(FORMATS)}", field="format")
+    if profile not in PROFILES:
+        raise ValidationError(f"profile must be one of {', '.join(PROFILES)}", field="profile")
     tools: list[dict[str, Any]] = []
-    types = mem.types()
-    for etype in types:
-        tools.extend(_type_tools(mem, etype))
-    tools.extend(_generic_tools(types))
+    types = visible_types(mem, internal)
+    if profile == "compact":
+        tools.extend(_compact_tools(mem, types))
+    else:
+        for etype in types:
+            tools.extend(_type_tools(mem, etype))
+    tools.extend(_generic_tools(types, compact=profile == "compact"))
     tools.append(context_tool_definition())
     tools = [t for t in tools if _valid_name(t["name"])]
     if format == "openai":
@@ -205,14 +231,11 @@ def _type_tools(mem: EmbeddedMemory, etype: EntityType) -> list[dict[str, Any]]:
     td = etype.typedef
     about = f" {td.description}" if td.description else ""
     identity = ", ".join(td.identity) if td.identity else "all given fields"
-    data = model_schema(etype)
-    tools = [{
-        "name": f"create_{td.name}",
-        "description": f"Create a {td.name}.{about} Its ID derives from {identity}: creating "
-                       f"the same again returns the existing one (created=false). "
-                       f"{ENTITY_RESULT}",
-        "parameters": data,
-    }]
+    tools = [_tool(
+        f"create_{td.name}",
+        f"Create a {td.name}.{about} Its ID derives from {identity}: creating the same again "
+        f"meets on_conflict. {ENTITY_RESULT}",
+        {"data": model_schema(etype), **_create_options()}, ["data"])]
     tools.append(_op_tool(
         f"query_{td.name}", "query",
         f"List {td.name} entities matching exact filters, in a stable order, one page at a "
@@ -235,21 +258,108 @@ def _type_tools(mem: EmbeddedMemory, etype: EntityType) -> list[dict[str, Any]]:
     return tools
 
 
-def _generic_tools(types: list[EntityType]) -> list[dict[str, Any]]:
+def _create_options() -> dict[str, Any]:
+    return {
+        "id": {"type": "string", "pattern": ID_PATTERN,
+               "description": "A chosen ID instead of the one derived from the identity."},
+        "on_conflict": {
+            "type": "string", "enum": list(ON_CONFLICT_POLICIES), "default": "return",
+            "description": "When the identity exists: return it (differs lists the given "
+                           "fields that differ), raise a conflict, or update it."}}
+
+
+def field_line(name: str, spec: Any, identity: tuple[str, ...]) -> str:
+    """One field of a type in the compact tool text: ``name*:kind=default (description)``."""
+    kind = spec.type
+    if kind == "enum":
+        kind = "|".join(spec.values or ())
+    elif kind == "list":
+        kind = f"[{spec.item or 'str'}]"
+    text = f"{name}{'*' if name in identity else ''}{'!' if spec.required else ''}:{kind}"
+    if spec.default not in (None, [], ""):
+        text += f"={spec.default}"
+    if spec.description:
+        text += f" ({spec.description.rstrip('.')})"
+    return text
+
+
+def type_summary(etype: EntityType) -> str:
+    """A type in one line: its fields, identity, relations and whether it is searchable."""
+    td = etype.typedef
+    identity = tuple(td.identity or ())
+    fields = ", ".join(field_line(n, s, identity) for n, s in td.fields.items())
+    line = f"{td.name}"
+    if td.description:
+        line += f" - {td.description.rstrip('.')}"
+    line += f": {fields}"
+    if td.relations:
+        line += "; links " + ", ".join(f"{r}->{s.target}" for r, s in td.relations.items())
+    if td.embed is None:
+        line += "; not searchable"
+    return line
+
+
+def _compact_tools(mem: EmbeddedMemory, types: list[EntityType]) -> list[dict[str, Any]]:
+    names = [t.name for t in types]
+    searchable = [t.name for t in types if t.typedef.embed is not None]
+    type_arg: dict[str, Any] = {"type": "string", "description": "The entity type."}
+    if names:
+        type_arg["enum"] = names
+    catalogue = "\n".join(type_summary(t) for t in types) or "(no types defined)"
+    search_type = {**type_arg, "description": "Limit to one type (omit: every searchable "
+                   "type)."}
+    if searchable:
+        search_type["enum"] = searchable
+    order = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"},
+                                             "minItems": 1, "maxItems": 4}],
+             "description": "Field(s) or created_at/updated_at/version to sort by, '-field' "
+                            "descending; ties by ID."}
+    where = {"type": "object", "description": FILTER_DOC}
+    return [
+        _op_tool("create", "create",
+                 "Create an entity. Types (field:kind=default; * identity: the ID derives "
+                 "from these, creating the same again meets on_conflict; ! required):\n"
+                 f"{catalogue}\n{ENTITY_RESULT}",
+                 {"type": type_arg, "data": {"type": "object",
+                                             "description": "{field: value} of the type."},
+                  **_create_options()}),
+        _op_tool("query", "query",
+                 "List entities of a type matching exact filters, in a stable order, one page "
+                 "at a time. Returns {items: [entity], next_cursor}.",
+                 {"type": type_arg, "where": where, "order_by": order,
+                  "limit": {"type": "integer", "minimum": 1,
+                            "maximum": mem.settings.max_page_size},
+                  "cursor": {"type": "string", "description": "next_cursor of the last page."}}),
+        _op_tool("search", "search",
+                 "Find entities by meaning and keywords, optionally under exact filters. "
+                 "Returns {hits: [{entity, score}]}.",
+                 {"text": {"type": "string", "minLength": 1}, "type": search_type,
+                  "where": {**where, "description": "Filter (needs type); see query."},
+                  "k": {"type": "integer", "minimum": 1, "maximum": mem.settings.max_k},
+                  "mode": {"type": "string", "enum": list(SEARCH_MODES)}}),
+    ]
+
+
+def _generic_tools(types: list[EntityType], compact: bool = False) -> list[dict[str, Any]]:
+    """The type-independent tools (``compact``: relations and IDs are described in create's
+    type list, not again in every tool)."""
     relations = sorted({r for t in types for r in t.typedef.relations})
     rel_doc = "; ".join(f"{t.name}.{r} -> {s.target}" for t in types
                         for r, s in sorted(t.typedef.relations.items()))
     relation: dict[str, Any] = {"type": "string",
-                                "description": f"Relation name ({rel_doc or 'none'})."}
+                                "description": "Relation name (see create's types)." if compact
+                                else f"Relation name ({rel_doc or 'none'})."}
     if relations:
         relation["enum"] = relations
     type_names = ", ".join(t.name for t in types) or "none"
-    id_only = {"id": ID_SCHEMA}
+    id_schema = {"type": "string", "pattern": ID_PATTERN} if compact else ID_SCHEMA
+    id_only = {"id": id_schema}
     plan_step = {
         "type": "object", "required": ["op"],
         "properties": {"op": {"type": "string", "enum": list(OPS)}},
         "description": "One operation: {op, ...the arguments of the tool of that name}: "
-                       "create {type, data, id?}; update {id, changes, expected_version?}; "
+                       "create {type, data, id?, on_conflict?}; update {id, data, "
+                       "expected_version?}; "
                        "append {id, field, values}; delete/restore {id}; link/unlink "
                        "{from_id, relation, to_id}; get {id}; query {type, where?, order_by?, "
                        "limit?}; search {type, text, where?, k?, mode?}; related {id, relation?};"
@@ -261,9 +371,10 @@ def _generic_tools(types: list[EntityType]) -> list[dict[str, Any]]:
                  {**id_only, "as_of": {"type": "integer", "minimum": 0,
                                        "description": "Read it as of this audit seq."}}),
         _op_tool("update", "update", "Change some fields of an entity (the fields of its type, see "
-              f"create_<Type>); bumps its version. {ENTITY_RESULT}",
-                 {**id_only, "changes": {"type": "object", "minProperties": 1,
-                                         "description": "{field: new value}"},
+                 "create; identity fields cannot change: create the new entity and delete the "
+                 f"old). {ENTITY_RESULT}",
+                 {**id_only, "data": {"type": "object", "minProperties": 1,
+                                      "description": "{field: new value}"},
                   "expected_version": VERSION_SCHEMA}),
         _op_tool("append", "append",
                  f"Append values to a list field of an entity. {ENTITY_RESULT}",
@@ -276,9 +387,9 @@ def _generic_tools(types: list[EntityType]) -> list[dict[str, Any]]:
                  {**id_only, "expected_version": VERSION_SCHEMA}),
         _op_tool("link", "link", "Link two entities by a relation of the first one's type. "
                  "Returns {linked: false} when the link already existed.",
-                 {"from_id": ID_SCHEMA, "relation": relation, "to_id": ID_SCHEMA}),
+                 {"from_id": id_schema, "relation": relation, "to_id": id_schema}),
         _op_tool("unlink", "unlink", "Remove a link between two entities.",
-                 {"from_id": ID_SCHEMA, "relation": relation, "to_id": ID_SCHEMA}),
+                 {"from_id": id_schema, "relation": relation, "to_id": id_schema}),
         _op_tool("related", "related", "Entities linked to an entity, nearest first. Returns "
                  "[{relation, direction, depth, from_id, entity}].",
                  {**id_only, "relation": relation,
@@ -321,22 +432,44 @@ def call_tool(mem: EmbeddedMemory, name: Any, arguments: Any = None, *, actor: s
         return execute_plan(mem, args["ops"], dry_run=dry_run, actor=actor, reason=reason,
                             trace_id=trace_id)
     op = _as_step(mem, name, args)
+    if op["op"] == "search" and "type" not in op:
+        return _search_all(mem, op, actor, reason, trace_id)
     try:
         outcome = execute_plan(mem, [op], actor=actor, reason=reason, trace_id=trace_id)
     except PlanError as exc:
         problems = Problems([dict(p) for p in exc.details.get("problems", [])])
-        for problem in problems.items:
-            fld = problem.get("field")
-            if op["op"] == "create" and isinstance(fld, str) and fld.startswith("data."):
-                problem["field"] = fld[len("data."):]
         raise problems.error(f"{name} call is invalid and changed nothing", steps=False
                              ) from None
     return outcome["results"][0]
 
 
+def _search_all(mem: EmbeddedMemory, step: dict[str, Any], actor: str | None,
+                reason: str | None, trace_id: str | None) -> dict[str, Any]:
+    """``search`` without a type: every searchable type in one read-only plan, hits merged."""
+    if step.get("where") is not None:
+        problems = Problems()
+        problems.add(0, "where", "a filter needs a type", "add type, or leave out where")
+        raise problems.error()
+    names = [t.name for t in visible_types(mem) if t.typedef.embed is not None]
+    if not names:
+        return {"hits": [], "types": []}
+    k = step.get("k", next(a.default for a in OPERATIONS["search"].args if a.name == "k"))
+    ops = [{**step, "type": n} for n in names]
+    try:
+        outcome = execute_plan(mem, ops, actor=actor, reason=reason, trace_id=trace_id)
+    except PlanError as exc:
+        problems = Problems([{**p, "step": 0} for p in exc.details.get("problems", [])][:1])
+        raise problems.error("search call is invalid and changed nothing", steps=False
+                             ) from None
+    results: list[Any] = list(outcome["results"])
+    hits: list[dict[str, Any]] = [h for result in results for h in result["hits"]]
+    hits.sort(key=lambda h: (-h["score"], h["entity"]["id"]))
+    return {"hits": hits[:k] if isinstance(k, int) else hits, "types": names}
+
+
 def tool_names(mem: EmbeddedMemory) -> list[str]:
-    """The names of the tools ``tool_definitions`` lists (cheap: no schemas are built)."""
-    names = []
+    """The names of every tool ``call_tool`` accepts, of either profile (no schemas built)."""
+    names = list(COMPACT_TOOLS)
     for etype in mem.types():
         names += [f"create_{etype.name}", f"query_{etype.name}"]
         if etype.typedef.embed is not None:
@@ -358,9 +491,15 @@ def _as_step(mem: EmbeddedMemory, name: Any, args: dict[str, Any]) -> dict[str, 
         problems.add(0, "op", f"{name} takes no argument 'op'")
         raise problems.error()
     op = tool_operation(name)
-    if op in ("create", "query", "search") and name != op:
-        type_name = name[len(op) + 1:]
-        if op == "create":
-            return {"op": "create", "type": type_name, "data": args}
-        return {"op": op, "type": type_name, **args}
+    if op in COMPACT_TOOLS and name != op:
+        if "type" in args:
+            problems = Problems()
+            problems.add(0, "type", f"{name} takes no argument 'type'", f"use {op} for that")
+            raise problems.error()
+        if op == "create" and "data" not in args and set(args) - set(OPERATIONS["create"].names):
+            problems = Problems()
+            problems.add(0, "data", f"{name} takes the fields in data",
+                         f"call it as {{\"data\": {{{', '.join(map(repr, sorted(args)))}: ...}}}}")
+            raise problems.error(f"{name} call is invalid and changed nothing", steps=False)
+        return {"op": op, "type": name[len(op) + 1:], **args}
     return {"op": name, **args}

@@ -22,6 +22,19 @@ AS_OF_DOC = "Read as of an audit seq (integer) or an ISO-8601 UTC time; omitted 
 CONTEXT_MAX_FOCUS = 50
 CONTEXT_MAX_QUERY_CHARS = 2000
 CONTEXT_MIN_BUDGET, CONTEXT_MAX_BUDGET = 32, 100_000
+#: The filter language (``dmf_hybrid.filters``), described where a ``where`` is taken.
+FILTER_DOC = (
+    "Filter (exact, evaluated in DuckDB). {field: value} means equals; {field: {op: value, "
+    "...}} applies operators, all of which must hold: $eq, $ne (null allowed: {\"$eq\": "
+    "null} matches missing values), $gt, $gte, $lt, $lte (numbers, dates, datetimes, "
+    "strings), $in and $nin (a list of values), $contains (a list field holds the value; a "
+    "string field contains the substring). Several fields in one object must all hold; "
+    "{\"$and\": [filter, ...]} and {\"$or\": [filter, ...]} combine filters and nest (up to "
+    "16 deep, 256 terms). Keys are the type's field names; an error names the path of the "
+    "bad term, e.g. where.$or[1].rating.$gte. Example: {\"city\": \"Shanghai\", "
+    "\"estimated_cost\": {\"$lte\": 50}, \"$or\": [{\"category\": \"museum\"}, "
+    "{\"rating\": {\"$gte\": 4.5}}]}.")
+SearchMode = Literal["hybrid", "vector", "keyword"]
 OPS_DOC = ('Steps like {"op": "create", "type": "Trip", "data": {...}}; a later step may use '
            'an earlier result through "$0.id" or "$2.hits[0].entity.id".')
 
@@ -62,17 +75,31 @@ class TypePublic(BaseModel):
 # ---------------------------------------------------------------- entities
 
 
+OnConflict = Literal["return", "raise", "update"]
+ON_CONFLICT_DOC = ("What to do when the identity already exists: return the stored entity "
+                   "unchanged (differs names the given fields whose values differ), raise 409 "
+                   "conflict when a given field differs, or update it to the given values.")
+
+
 class EntityCreate(Request):
     """Create an entity of the path's type; ``id`` is optional (default: from identity)."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"data": {"name": "Yu Garden", "city": "Shanghai", "rating": 4.6}},
+        {"data": {"name": "Yu Garden", "city": "Shanghai", "rating": 4.8},
+         "on_conflict": "update"},
+    ]})
+
     data: dict[str, Any] = Field(description="The entity's fields as a JSON object.")
     id: str | None = Field(None, description="A caller-chosen ID instead of the derived one.")
+    on_conflict: OnConflict = Field("return", description=ON_CONFLICT_DOC)
 
 
 class EntityBatchCreate(Request):
     """Create many entities of the path's type in one request."""
 
     rows: list[dict[str, Any]]
+    on_conflict: OnConflict = Field("return", description=ON_CONFLICT_DOC)
 
 
 class EntityUpdate(Request):
@@ -91,7 +118,13 @@ class EntityAppend(Request):
 class EntityQuery(Request):
     """A structured query: filter, order, page size, cursor and time travel."""
 
-    where: dict[str, Any] | None = Field(None, description='Filter, e.g. {"city": "Shanghai"}.')
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"where": {"city": "Shanghai", "estimated_cost": {"$lte": 50}},
+         "order_by": ["-rating", "name"], "limit": 10},
+        {"where": {"$or": [{"category": "museum"}, {"category": "park"}]}, "limit": 20},
+    ]})
+
+    where: dict[str, Any] | None = Field(None, description=FILTER_DOC)
     order_by: str | list[str] | None = Field(None, description='"field" or "-field" (desc).')
     limit: int = Field(50, description="Page size.")
     cursor: str | None = Field(None, description="next_cursor of the previous page.")
@@ -101,7 +134,7 @@ class EntityQuery(Request):
 class EntityCount(Request):
     """Count the entities of a type matching a filter."""
 
-    where: dict[str, Any] | None = None
+    where: dict[str, Any] | None = Field(None, description=FILTER_DOC)
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
 
 
@@ -140,11 +173,18 @@ class LinkPublic(BaseModel):
 class SearchRequest(Request):
     """A similarity search over one type, with the options of ``Memory.search``."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"type": "PointOfInterest", "text": "soup dumplings", "where": {"city": "Shanghai"},
+         "k": 3},
+        {"type": "PointOfInterest", "text": "外滩夜景", "mode": "keyword", "k": 5},
+    ]})
+
     type: str = Field(description="Entity type to search.")
     text: str | None = Field(None, description="Query text.")
-    where: dict[str, Any] | None = Field(None, description="Structured filter (exact, in DuckDB).")
+    where: dict[str, Any] | None = Field(None, description=FILTER_DOC)
     k: int = Field(10, description="How many hits.")
-    mode: str = Field("hybrid", description='"hybrid", "vector" or "keyword".')
+    mode: SearchMode = Field("hybrid", description="hybrid (vectors + BM25 keywords, fused), "
+                             "vector or keyword.")
     related_to: dict[str, Any] | None = Field(
         None, description='Only entities linked: {"relation": r, "from": id, "direction": "out"}.')
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
@@ -193,6 +233,11 @@ class ReadyPublic(BaseModel):
 class ContextRequest(Request):
     """What the prompt context is about and how many tokens it may take."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"focus_ids": ["Trip_553bfb0714443032ab13"], "budget_tokens": 600},
+        {"query": "museums in Shanghai", "budget_tokens": 800, "k": 3},
+    ]})
+
     focus_ids: list[str] | None = Field(None, max_length=CONTEXT_MAX_FOCUS,
                                         description="IDs of the entities the task is about.")
     query: str | None = Field(None, max_length=CONTEXT_MAX_QUERY_CHARS,
@@ -215,7 +260,7 @@ class ConstraintQuery(Request):
 
     where: dict[str, Any] | None = Field(
         None, description='Filter on Constraint fields, e.g. {"kind": "budget"}; '
-                          'status is always "open".')
+                          'status is always "open". ' + FILTER_DOC)
     limit: int = Field(50, description="Page size.")
     cursor: str | None = Field(None, description="next_cursor of the previous page.")
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
@@ -232,8 +277,20 @@ class ArchiveRequest(Request):
 # ---------------------------------------------------------------- plans
 
 
+PLAN_EXAMPLES: dict[str, Any] = {"examples": [{"ops": [
+    {"op": "create", "type": "Trip", "data": {"user": "ana", "destination": "Shanghai",
+                                              "budget": 5000}},
+    {"op": "create", "type": "PointOfInterest", "on_conflict": "return",
+     "data": {"name": "Shanghai Museum", "city": "Shanghai", "category": "museum"}},
+    {"op": "link", "from_id": "$0.id", "relation": "includes", "to_id": "$1.id"},
+    {"op": "update", "id": "$0.id", "data": {"notes": "museum day"}},
+]}]}
+
+
 class PlanRequest(Request):
     """A plan: its steps, and whether to only show the diff it would make."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=PLAN_EXAMPLES)
 
     ops: list[dict[str, Any]] = Field(description=OPS_DOC)
     dry_run: bool = Field(False, description="Roll back after running; return the diff.")
@@ -241,6 +298,8 @@ class PlanRequest(Request):
 
 class PlanSteps(Request):
     """A plan to validate or dry-run."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=PLAN_EXAMPLES)
 
     ops: list[dict[str, Any]] = Field(description=OPS_DOC)
 

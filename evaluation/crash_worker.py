@@ -283,7 +283,7 @@ class Workload:
             {"op": "create", "type": TYPE_NAME, "data": first},
             {"op": "create", "type": TYPE_NAME, "data": second},
             {"op": "link", "from_id": "$0.id", "relation": "refs", "to_id": "$1.id"},
-            {"op": "update", "id": target, "changes": changes,
+            {"op": "update", "id": target, "data": changes,
              "expected_version": cur["version"]},
         ]
         post = [(ids[0], {"version": 1, "deleted": False, "data": first}),

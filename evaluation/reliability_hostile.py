@@ -126,7 +126,7 @@ def hostile_requests(poi_id: str, trip_id: str) -> list[Hostile]:
                 raw=b'{"type": "Poi", "text": "x", "where": {"cost": NaN}}'),
         Hostile("NaN in a plan", "POST", "/plans/execute",
                 raw=b'{"ops": [{"op": "update", "id": "' + poi_id.encode()
-                + b'", "changes": {"cost": NaN}}]}'),
+                + b'", "data": {"cost": NaN}}]}'),
         Hostile("NaN as k", "POST", "/search", raw=b'{"type": "Poi", "text": "x", "k": NaN}'),
         # invalid UTF-8
         Hostile("invalid UTF-8 in a value", "POST", "/entities/Poi",

@@ -217,9 +217,9 @@ def _transfers(base: str, accounts: list[str], n: int, seed: int,
         while done < n:
             ea, eb = client.get(f"/entities/{a}").json(), client.get(f"/entities/{b}").json()
             amount = rng.randint(1, 50)
-            ops = [{"op": "update", "id": a, "changes": {"balance": ea["data"]["balance"] - amount},
+            ops = [{"op": "update", "id": a, "data": {"balance": ea["data"]["balance"] - amount},
                     "expected_version": ea["version"]},
-                   {"op": "update", "id": b, "changes": {"balance": eb["data"]["balance"] + amount},
+                   {"op": "update", "id": b, "data": {"balance": eb["data"]["balance"] + amount},
                     "expected_version": eb["version"]}]
             doomed = rng.random() < 0.25
             if doomed:  # the second step names an entity that does not exist

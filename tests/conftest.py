@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
@@ -70,3 +70,21 @@ def chroma_mem(tmp_path: Path) -> Iterator[Memory]:
     define_travel(m)
     yield m
     m.close()
+
+
+class LoadsOnFirstUse(HashEmbedder):
+    """The test embedder, reporting itself unloaded until it has embedded once (as the real
+    model does before it is loaded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded = False
+
+    def embed(self, texts: list[str]) -> Any:
+        self.loaded = True
+        return super().embed(texts)
+
+
+def host_of(embedder: Any) -> Any:
+    """An object with ``engine.embedder``: what the model-load helpers look at."""
+    return type("Host", (), {"engine": type("Engine", (), {"embedder": embedder})()})()

@@ -47,13 +47,15 @@ def test_every_command_has_help() -> None:
     names = [c.name or (c.callback.__name__ if c.callback else "") for c in
              app.registered_commands]
     assert {"serve", "ingest", "get", "query", "search", "history", "verify", "reconcile",
-            "reindex", "snapshot", "restore", "define", "eval", "mcp"} <= set(names)
+            "reindex", "snapshot", "restore-snapshot", "define", "eval", "mcp", "create",
+            "update", "delete", "restore", "link", "unlink", "types", "count"} <= set(names)
     for name in names:
         if name == "eval":
             continue  # forwards --help to `python -m evaluation` (see below)
         out = ok(name, "--help")
         assert "Usage" in out
-        if name not in ("restore", "serve"):
+        assert "<bool>" not in out
+        if name not in ("restore-snapshot", "serve"):
             assert "--url" in out and "--data" in out
 
 
@@ -72,9 +74,10 @@ def test_ingest_jsonl_and_csv_with_a_summary(data: Path, tmp_path: Path) -> None
     jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     result = dmf("ingest", jsonl, "--type", "PointOfInterest", "--data", data, "--batch", 2)
     assert result.exit_code == 1
-    assert "ingested poi.jsonl into PointOfInterest: 2 created, 1 existing, 1 errors" in \
-        result.stdout
-    assert "row 2:" in result.stderr and "estimated_cost" in result.stderr
+    assert "ingested poi.jsonl into PointOfInterest: 2 created, 1 existing" in result.stdout
+    assert "1 errors" in result.stdout
+    reason = next(line for line in result.stdout.splitlines() if line.startswith("2 "))
+    assert "estimated_cost" in reason
     csv_file = tmp_path / "users.csv"
     csv_file.write_text('handle,name,interests\nana,Ana,"[""tea"", ""museums""]"\nbo,,\n')
     out = json.loads(ok("ingest", csv_file, "-t", "User", "--data", data, "--json"))
@@ -119,7 +122,7 @@ def test_read_and_maintenance_commands(data: Path, tmp_path: Path) -> None:
     snap = tmp_path / "snap"
     assert "snapshot written" in ok("snapshot", snap, "--data", data)
     restored = tmp_path / "restored"
-    assert "PointOfInterest 2" in ok("restore", snap, restored)
+    assert "PointOfInterest 2" in ok("restore-snapshot", snap, restored)
     assert json.loads(ok("get", museum.id, "--data", restored, "--json")) == entity
 
 
@@ -198,3 +201,106 @@ def test_commands_work_against_a_server_url(server: str, tmp_path: Path) -> None
     assert "audit log OK" in ok("verify", "--url", server)
     result = dmf("get", "PointOfInterest_0000", "--url", server)
     assert result.exit_code == 1 and "not_found" in result.stderr
+
+
+# ---------------------------------------------------------------- first steps
+
+
+def test_help_renders_markup_and_no_bool_metavars() -> None:
+    out = ok("define", "--help")
+    assert "[types.Name]" in out
+    ingest_help = ok("ingest", "--help")
+    assert "--strict" in ingest_help and "<bool>" not in ingest_help
+    assert "--on-conflict" in ingest_help
+
+
+def test_reads_never_create_a_data_directory(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing-here"
+    for args in (("types",), ("count", "Trip"), ("get", "Trip_1"), ("query", "Trip"),
+                 ("verify",), ("search", "Trip", "x")):
+        result = dmf(*args, "--data", missing)
+        assert result.exit_code == 2, (args, result.output)
+        assert "no memory at" in result.stderr
+        assert not missing.exists()
+
+
+def test_entity_commands_have_the_sdk_errors(data: Path) -> None:
+    made = json.loads(ok("create", "PointOfInterest", '{"name": "Bund", "city": "Shanghai"}',
+                         "--data", data, "--json"))
+    bund = made["id"]
+    assert made["created"] is True
+    again = ok("create", "PointOfInterest",
+               '{"name": "Bund", "city": "Shanghai", "estimated_cost": 5}', "--data", data)
+    assert "differs: estimated_cost" in again
+    result = dmf("create", "PointOfInterest",
+                 '{"name": "Bund", "city": "Shanghai", "estimated_cost": 5}',
+                 "--on-conflict", "raise", "--data", data)
+    assert result.exit_code == 1 and "conflict" in result.stderr
+    ok("create", "PointOfInterest", '{"name": "Bund", "city": "Shanghai", "estimated_cost": 5}',
+       "--on-conflict", "update", "--data", data)
+    assert json.loads(ok("get", bund, "--data", data, "--json"))["data"]["estimated_cost"] == 5
+    result = dmf("update", bund, '{"name": "Waitan"}', "--data", data)
+    assert result.exit_code == 1 and "identity" in result.stderr
+    updated = json.loads(ok("update", bund, '{"rating": 4.5}', "--expected-version", 2,
+                            "--data", data, "--json"))
+    assert updated["version"] == 3
+    result = dmf("update", bund, '{"rating": 4}', "--expected-version", 1, "--data", data)
+    assert result.exit_code == 1 and "version_conflict" in result.stderr
+    trip = json.loads(ok("create", "Trip", '{"user": "ana", "destination": "Shanghai"}',
+                         "--data", data, "--json"))["id"]
+    assert "linked" in ok("link", trip, "includes", bund, "--data", data)
+    assert "already linked" in ok("link", trip, "includes", bund, "--data", data)
+    assert "unlinked" in ok("unlink", trip, "includes", bund, "--data", data)
+    result = dmf("unlink", trip, "includes", bund, "--data", data)
+    assert result.exit_code == 1 and "not_found" in result.stderr
+    assert ok("count", "PointOfInterest", "--data", data).strip() == "1"
+    assert "deleted" in ok("delete", bund, "--data", data)
+    assert ok("count", "PointOfInterest", "--data", data).strip() == "0"
+    assert json.loads(ok("restore", bund, "--data", data, "--json"))["version"] == 5
+    assert ok("count", "PointOfInterest", "--where", '{"city": "Shanghai"}', "--data",
+              data).strip() == "1"
+    listed = ok("types", "--data", data)
+    assert "PointOfInterest" in listed and "name, city" in listed
+    result = dmf("create", "PointOfInterest", '{"city": "Shanghai"}', "--data", data)
+    assert result.exit_code == 1 and "name" in result.stderr
+
+
+def test_ingest_continues_past_bad_lines_and_takes_example_rows(data: Path,
+                                                                 tmp_path: Path) -> None:
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"name": "A", "city": "X"}\n{not json\n[1, 2]\n{"name": "B", "city": "X"}\n')
+    result = dmf("ingest", mixed, "-t", "PointOfInterest", "--data", data, "--json")
+    out = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert (out["created"], out["errors"]) == (2, 2)
+    assert [e["row"] for e in out["error_rows"]] == [2, 3]
+    assert "not valid JSON" in out["error_rows"][0]["message"]
+    strict = json.loads(dmf("ingest", mixed, "-t", "PointOfInterest", "--strict", "--data",
+                            data, "--json").stdout)
+    assert strict["errors"] == 1 and strict["created"] == 0
+    example = ROOT / "indexes" / "examples" / "travel.jsonl"
+    out = json.loads(ok("ingest", example, "--data", data, "--json"))
+    assert out["created"] > 0 and out["errors"] == 0
+    again = json.loads(ok("ingest", example, "--data", data, "--json"))
+    assert again["created"] == 0 and again["existing"] == out["created"]
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text('{"name": "A", "city": "X", "estimated_cost": 9}\n')
+    out = json.loads(ok("ingest", changed, "-t", "PointOfInterest", "--data", data, "--json"))
+    assert (out["existing"], out["differ"], out["updated"]) == (1, 1, 0)
+    out = json.loads(ok("ingest", changed, "-t", "PointOfInterest", "--on-conflict", "update",
+                        "--data", data, "--json"))
+    assert out["updated"] == 1
+    result = dmf("ingest", changed, "-t", "PointOfInterest", "--on-conflict", "nope",
+                 "--data", data)
+    assert result.exit_code == 2
+
+
+def test_ingest_shows_the_model_load(capsys: pytest.CaptureFixture[str]) -> None:
+    from dmf_hybrid.cli_support import load_model_with_bar
+    from tests.conftest import LoadsOnFirstUse, host_of
+
+    embedder = LoadsOnFirstUse()
+    load_model_with_bar(host_of(embedder), progress=True)
+    assert embedder.loaded and "loading model" in capsys.readouterr().err
+    load_model_with_bar(host_of(embedder), progress=True)
+    assert capsys.readouterr().err == ""  # loaded: no bar

@@ -89,3 +89,20 @@ def test_readme_curl_examples_answer(tmp_path: Path) -> None:
     finally:
         server.should_exit = True
         thread.join(60)
+
+
+def test_readme_names_every_route() -> None:
+    """Every path of the OpenAPI document has each of its literal segments in the README's
+    route list (which writes ``/entities/{id}/append|restore|erase`` for three routes)."""
+    from dmf_hybrid import HashEmbedder, Memory
+    from dmf_hybrid.api import create_app
+
+    routes = README[README.index("Routes (one router per resource"):]
+    routes = routes[:routes.index("\n\n")]
+    with Memory.open(None, embedder=HashEmbedder()) as mem:
+        paths = create_app(Settings(load_examples=False), mem).openapi()["paths"]
+    for path in paths:
+        for segment in path.strip("/").split("/"):
+            if not segment.startswith("{"):
+                assert re.search(rf"[/|]{re.escape(segment)}\b", routes), \
+                    f"the README's route list lacks {path}"

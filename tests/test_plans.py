@@ -67,7 +67,7 @@ def test_plan_steps_use_earlier_results(mem: Memory, seeded: dict[str, str]) -> 
         {"op": "query", "type": "Poi", "where": {"cost": {"$gt": 100}}},
         {"op": "link", "from_id": "$0.id", "relation": "includes",
          "to_id": "$3.items[0].id"},
-        {"op": "update", "id": "$0.id", "changes": {"tags": ["$3.items[0].data.name"]},
+        {"op": "update", "id": "$0.id", "data": {"tags": ["$3.items[0].data.name"]},
          "expected_version": "$0.version"},
         {"op": "related", "id": "$0.id", "relation": "includes"},
     ])
@@ -114,10 +114,10 @@ def test_invalid_plan_lists_every_problem_and_changes_nothing(
             {"op": "creat", "type": "Trip"},
             {"op": "create", "type": "Trpi", "data": {}},
             {"op": "create", "type": "Trip", "data": {"destinaton": "X", "budget": "lots"}},
-            {"op": "update", "id": museum[:-1] + "0", "changes": {"cost": 1}},
+            {"op": "update", "id": museum[:-1] + "0", "data": {"cost": 1}},
             {"op": "link", "from_id": "$0.id", "relation": "include", "to_id": museum},
             {"op": "link", "from_id": "$9.id", "relation": "includes", "to_id": "$0.idd"},
-            {"op": "update", "id": museum, "changes": {"cost": 5}, "expected_version": 7},
+            {"op": "update", "id": museum, "data": {"cost": 5}, "expected_version": 7},
             {"op": "query", "type": "Poi", "where": {"costt": {"$gt": 1}}},
             {"op": "search", "type": "Poi", "text": "x", "mode": "fuzzy"},
             {"op": "get", "id": museum, "bogus": 1},
@@ -165,7 +165,7 @@ def test_ids_must_exist_in_this_tenant_or_be_created_earlier(
     trip = mem._store.prepare_create(mem.get_type("Trip"), {"destination": "Rome"})[0]
     out = mem.execute_plan([
         {"op": "create", "type": "Trip", "data": {"destination": "Rome"}},
-        {"op": "update", "id": trip, "changes": {"budget": 10}, "expected_version": 1},
+        {"op": "update", "id": trip, "data": {"budget": 10}, "expected_version": 1},
         {"op": "delete", "id": trip},
         {"op": "restore", "id": trip, "expected_version": 3},
         {"op": "append", "id": trip, "field": "tags", "values": ["x"], "expected_version": 4},
@@ -188,7 +188,7 @@ def test_failure_while_running_rolls_back_every_step(mem: Memory,
     with pytest.raises(PlanError) as exc:  # "next" is a one-relation: the second link fails
         mem.execute_plan([
             {"op": "create", "type": "Trip", "data": {"destination": "C"}},
-            {"op": "update", "id": a, "changes": {"budget": 1}},
+            {"op": "update", "id": a, "data": {"budget": 1}},
             {"op": "link", "from_id": a, "relation": "next", "to_id": "$0.id"},
         ])
     problems = problems_of(exc)
@@ -196,8 +196,8 @@ def test_failure_while_running_rolls_back_every_step(mem: Memory,
     assert "unlink it first" in problems[0]["problem"]
     assert dump(mem) == before
     with pytest.raises(PlanError) as exc:  # stale version only visible at run time
-        mem.execute_plan([{"op": "update", "id": a, "changes": {"budget": 2}},
-                          {"op": "update", "id": a, "changes": {"budget": 3},
+        mem.execute_plan([{"op": "update", "id": a, "data": {"budget": 2}},
+                          {"op": "update", "id": a, "data": {"budget": 3},
                            "expected_version": 1}])
     problems = problems_of(exc)
     assert problems[0]["step"] == 1 and problems[0]["field"] == "expected_version"
@@ -250,7 +250,7 @@ def _trip_plan(museum: str) -> list[dict[str, Any]]:
                                                   "tags": ["museums"]}},
         {"op": "link", "from_id": "$0.id", "relation": "includes", "to_id": museum},
         {"op": "append", "id": "$0.id", "field": "tags", "values": ["food"]},
-        {"op": "update", "id": museum, "changes": {"rating": 5}, "expected_version": 1},
+        {"op": "update", "id": museum, "data": {"rating": 5}, "expected_version": 1},
         {"op": "delete", "id": museum, "expected_version": 2},
         {"op": "restore", "id": museum},
     ]
@@ -305,7 +305,7 @@ _invalid_steps = st.one_of(
                            "data": st.fixed_dictionaries({"name": st.integers(),
                                                           "city": st.just("X")})}),
     st.fixed_dictionaries({"op": st.sampled_from(["update", "delete", "restore", "get"]),
-                           "id": _ids, "changes": st.just({"cost": "many"})}),
+                           "id": _ids, "data": st.just({"cost": "many"})}),
     st.fixed_dictionaries({"op": st.sampled_from(["link", "unlink"]), "from_id": _ids,
                            "relation": st.sampled_from(["includes", "nope"]), "to_id": _ids}),
     st.fixed_dictionaries({"op": st.just("query"), "type": st.just("Poi"),

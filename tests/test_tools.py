@@ -33,14 +33,14 @@ def domains(tmp_path: Path) -> Iterator[Memory]:
 
 
 def by_name(mem: Memory) -> dict[str, dict[str, Any]]:
-    return {t["name"]: t for t in mem.tools("json_schema")}
+    return {t["name"]: t for t in mem.tools("json_schema", profile="per_type")}
 
 
 @pytest.mark.parametrize("fixture", ["mem", "domains"])
 def test_definitions_are_valid_json_schema_for_every_type(fixture: str,
                                                           request: pytest.FixtureRequest) -> None:
     mem: Memory = request.getfixturevalue(fixture)
-    tools = mem.tools()
+    tools = mem.tools(profile="per_type")
     names = [t["function"]["name"] for t in tools]
     assert len(names) == len(set(names))
     for tool in tools:
@@ -53,9 +53,12 @@ def test_definitions_are_valid_json_schema_for_every_type(fixture: str,
         assert fn["description"]
         assert NAME_RE.match(fn["name"])
     for etype in mem.types():
+        if etype.name == "MemorySummary":  # internal: only with internal=True
+            assert f"create_{etype.name}" not in names
+            continue
         assert f"create_{etype.name}" in names and f"query_{etype.name}" in names
         assert (f"search_{etype.name}" in names) == (etype.typedef.embed is not None)
-    assert mem.tools("json_schema") == [t["function"] for t in tools]
+    assert mem.tools("json_schema", profile="per_type") == [t["function"] for t in tools]
     json.dumps(tools)
 
 
@@ -63,7 +66,8 @@ def test_parameters_come_from_the_models(domains: Memory) -> None:
     tools = by_name(domains)
     for name in ("create_Trip", "query_Trip", "search_PointOfInterest", "execute_plan"):
         jsonschema.Draft202012Validator.check_schema(tools[name]["parameters"])
-    trip = tools["create_Trip"]["parameters"]
+    assert tools["create_Trip"]["parameters"]["required"] == ["data"]
+    trip = tools["create_Trip"]["parameters"]["properties"]["data"]
     assert trip["required"] == ["user", "destination"]
     assert trip["additionalProperties"] is False
     status = trip["properties"]["status"]
@@ -92,16 +96,16 @@ def test_parameters_come_from_the_models(domains: Memory) -> None:
 
 
 def test_call_tool_round_trip(mem: Memory) -> None:
-    poi = mem.call_tool("create_Poi", {"name": "Shanghai Museum", "city": "Shanghai"})
+    poi = mem.call_tool("create_Poi", {"data": {"name": "Shanghai Museum", "city": "Shanghai"}})
     assert poi["created"] is True and poi["version"] == 1 and poi["type"] == "Poi"
-    assert mem.call_tool("create_Poi", {"name": "Shanghai Museum", "city": "Shanghai"}) == {
-        **poi, "created": False}
-    trip = mem.call_tool("create_Trip", {"destination": "Shanghai", "budget": 5000,
-                                         "start": "2025-05-01"})
+    assert mem.call_tool("create_Poi", {"data": {"name": "Shanghai Museum",
+                                                 "city": "Shanghai"}}) == {**poi, "created": False}
+    trip = mem.call_tool("create_Trip", {"data": {"destination": "Shanghai", "budget": 5000,
+                                                  "start": "2025-05-01"}})
     assert trip["data"]["start"] == "2025-05-01"
     assert mem.call_tool("get", {"id": poi["id"]}) == {k: v for k, v in poi.items()
                                                         if k != "created"}
-    updated = mem.call_tool("update", {"id": trip["id"], "changes": {"budget": 4500},
+    updated = mem.call_tool("update", {"id": trip["id"], "data": {"budget": 4500},
                                        "expected_version": 1})
     assert updated["version"] == 2 and updated["data"]["budget"] == 4500
     appended = mem.call_tool("append", {"id": trip["id"], "field": "tags",
@@ -132,13 +136,13 @@ def test_call_tool_round_trip(mem: Memory) -> None:
 def test_bad_calls_say_what_to_fix(mem: Memory) -> None:
     before = mem.last_seq
     with pytest.raises(PlanError) as exc:
-        mem.call_tool("create_Pio", {"name": "x"})
+        mem.call_tool("create_Pio", {"data": {"name": "x"}})
     problem = exc.value.details["problems"][0]
     assert problem["field"] == "name" and "create_Poi" in problem["hint"]
     with pytest.raises(PlanError) as exc:
-        mem.call_tool("create_Poi", {"name": "x", "citty": "y", "cost": "free"})
+        mem.call_tool("create_Poi", {"data": {"name": "x", "citty": "y", "cost": "free"}})
     fields = {p["field"] for p in exc.value.details["problems"]}
-    assert fields == {"citty", "city", "cost"}
+    assert fields == {"data.citty", "data.city", "data.cost"}
     assert exc.value.message.startswith("create_Poi call is invalid and changed nothing")
     assert "did you mean city" in exc.value.message
     with pytest.raises(PlanError) as exc:
@@ -173,13 +177,13 @@ def test_http_tools_and_plans(client: TestClient, mem: Memory) -> None:
     assert tools == mem.tools()
     assert client.get("/tools", params={"format": "json_schema"}).json() == mem.tools(
         "json_schema")
-    r = client.post("/tools/create_Poi", json={"name": "Bund", "city": "Shanghai"},
+    r = client.post("/tools/create_Poi", json={"data": {"name": "Bund", "city": "Shanghai"}},
                     headers={"X-Actor": "bot"})
     assert r.status_code == 200 and r.json()["created"] is True
     assert mem.history(r.json()["id"])[0].actor == "bot"
-    r = client.post("/tools/create_Poi", json={"name": "Bund"})
+    r = client.post("/tools/create_Poi", json={"data": {"name": "Bund"}})
     assert r.status_code == 422 and r.json()["error"] == "plan_error"
-    assert r.json()["details"]["problems"][0]["field"] == "city"
+    assert r.json()["details"]["problems"][0]["field"] == "data.city"
     ops: list[dict[str, Any]] = [{"op": "create", "type": "Trip",
                                   "data": {"destination": "Shanghai"}},
            {"op": "link", "from_id": "$0.id", "relation": "includes", "to_id": "nope"}]
@@ -203,4 +207,6 @@ def test_http_tools_and_plans(client: TestClient, mem: Memory) -> None:
 def test_tool_names_match_the_definitions(domains: Memory) -> None:
     from dmf_hybrid.tools import tool_names
 
-    assert tool_names(domains) == [t["name"] for t in domains.tools("json_schema")]
+    for profile in ("compact", "per_type"):
+        listed = [t["name"] for t in domains.tools("json_schema", profile=profile)]
+        assert set(listed) <= set(tool_names(domains))

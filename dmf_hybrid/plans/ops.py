@@ -8,11 +8,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..checks import ID_RE
+from ..checks import DEFAULT_ON_CONFLICT, ID_RE, ON_CONFLICT
 from ..models import AuditEvent, Entity, Page, Related
 
 ID_PATTERN = ID_RE
 SEARCH_MODES = ("hybrid", "vector", "keyword")
+ON_CONFLICT_POLICIES = ON_CONFLICT
 DIRECTIONS = ("out", "in", "both")
 MAX_PROBLEMS = 50
 ORDER_SYSTEM = ("created_at", "updated_at", "version")
@@ -47,6 +48,11 @@ class Operation:
     role: str
 
     @property
+    def names(self) -> tuple[str, ...]:
+        """The names of its arguments in a plan step."""
+        return tuple(a.name for a in self.args)
+
+    @property
     def writes(self) -> bool:
         """Whether the operation changes the memory (and takes the audit context)."""
         return self.role == WRITER
@@ -57,8 +63,11 @@ _VERSION = Arg("expected_version", "int")
 #: Every plan operation, read by the executor, the tool definitions and the HTTP routes.
 OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("create", "create", (Arg("type", "type", True, "type_name"),
-                                   Arg("data", "object", True), Arg("id", "id")), WRITER),
-    Operation("update", "update", (_ID, Arg("changes", "object", True), _VERSION), WRITER),
+                                   Arg("data", "object", True), Arg("id", "id"),
+                                   Arg("on_conflict", "on_conflict",
+                                       default=DEFAULT_ON_CONFLICT)), WRITER),
+    Operation("update", "update", (_ID, Arg("data", "object", True, "changes"), _VERSION),
+              WRITER),
     Operation("append", "append", (_ID, Arg("field", "str", True), Arg("values", "list", True),
                                    _VERSION), WRITER),
     Operation("delete", "delete", (_ID, _VERSION), WRITER),
@@ -89,7 +98,7 @@ OP_ARGS: dict[str, dict[str, tuple[bool, str]]] = {
     name: {**{a.name: (a.required, a.kind) for a in op.args}, "reason": (False, "str")}
     for name, op in OPERATIONS.items()}
 OPS = tuple(OP_ARGS)
-LITERAL_ONLY = ("op", "type", "relation", "field", "mode", "direction")
+LITERAL_ONLY = ("op", "type", "relation", "field", "mode", "direction", "on_conflict")
 
 
 def entity_json(entity: Entity, *, created: bool | None = None) -> dict[str, Any]:
@@ -100,6 +109,8 @@ def entity_json(entity: Entity, *, created: bool | None = None) -> dict[str, Any
                            "data": data}
     if created is not None:
         out["created"] = created
+        if entity.differs:
+            out["differs"] = list(entity.differs)
     if entity.deleted_at is not None:
         out["deleted"] = True
     return out

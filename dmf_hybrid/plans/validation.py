@@ -23,6 +23,7 @@ from .ops import (
     DIRECTIONS,
     ID_PATTERN,
     LITERAL_ONLY,
+    ON_CONFLICT_POLICIES,
     OP_ARGS,
     OPS,
     ORDER_SYSTEM,
@@ -154,6 +155,7 @@ class Validator:
                 isinstance(v, str) for v in value)),
             "mode": value in SEARCH_MODES,
             "direction": value in DIRECTIONS,
+            "on_conflict": value in ON_CONFLICT_POLICIES,
         }[kind]
         if ok:
             return
@@ -161,6 +163,7 @@ class Validator:
             "id": "an entity ID string, or a reference like '$0.id'",
             "mode": f"one of {', '.join(SEARCH_MODES)}",
             "direction": f"one of {', '.join(DIRECTIONS)}",
+            "on_conflict": f"one of {', '.join(ON_CONFLICT_POLICIES)}",
             "order": "a field name ('-name' for descending) or a list of them",
         }
         expected = {"type": "a type name", "object": "an object", "int": "an integer",
@@ -322,10 +325,10 @@ class Validator:
         eid, known = self._target(i, "id", step["id"], refs)
         etype = known_type(self.mem, known.type if known else None)
         if etype is not None:
-            if not step["changes"]:
-                self.problems.add(i, "changes", "changes must name at least one field",
+            if not step["data"]:
+                self.problems.add(i, "data", "data must name at least one field",
                                   close_matches(None, list(etype.fields), "fields"))
-            self._fields(i, etype, step["changes"], "changes", list(refs), partial=True)
+            self._fields(i, etype, step["data"], "data", list(refs), partial=True)
         self._version(i, step, eid, known)
         self._bump(eid, known, certain=False)
         return result_shape("update", known.type if known else None)

@@ -9,7 +9,9 @@ from typing import Any
 import duckdb
 
 from ..checks import (
+    DEFAULT_ON_CONFLICT,
     check_audit,
+    check_on_conflict,
 )
 from ..clock import to_naive_utc, utcnow
 from ..errors import (
@@ -35,20 +37,22 @@ class BulkLoad(Writes):
     """Creating entities."""
 
     def create(self, tenant: str, type_name: str, data: Any, *, id: Any = None,
-               actor: str | None = None, reason: str | None = None,
-               trace_id: str | None = None) -> Entity:
-        """Create an entity, or return the existing one with the same ID (``created=False``)."""
-        return self.create_many(tenant, type_name, [data], ids=[id], actor=actor, reason=reason,
-                                trace_id=trace_id)[0]
+               on_conflict: Any = DEFAULT_ON_CONFLICT, actor: str | None = None,
+               reason: str | None = None, trace_id: str | None = None) -> Entity:
+        """Create an entity; an existing ID is handled by ``on_conflict`` (see ``checks``)."""
+        return self.create_many(tenant, type_name, [data], ids=[id], on_conflict=on_conflict,
+                                actor=actor, reason=reason, trace_id=trace_id)[0]
 
     def create_many(self, tenant: str, type_name: str, rows: Sequence[Any], *,
-                    ids: Sequence[Any] | None = None, actor: str | None = None,
+                    ids: Sequence[Any] | None = None,
+                    on_conflict: Any = DEFAULT_ON_CONFLICT, actor: str | None = None,
                     reason: str | None = None, trace_id: str | None = None,
                     chunk: int = 2000,
                     progress: Callable[[int], None] | None = None) -> list[Entity]:
         """Create many entities of one type: all validated first, then written in chunks."""
         etype = self.type_of(type_name)
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
+        check_on_conflict(on_conflict)
         if ids is not None and len(ids) != len(rows):
             raise ValidationError("ids must be as long as rows", field="ids")
         prepared = []
@@ -66,14 +70,29 @@ class BulkLoad(Writes):
         for start in range(0, len(prepared), chunk):
             part = prepared[start:start + chunk]
             with self.db.write() as con:
-                results.extend(self._insert_batch(con, etype, tenant, part, actor, reason,
-                                                  trace_id))
+                done = self._insert_batch(con, etype, tenant, part, on_conflict, actor,
+                                          reason, trace_id)
+                if on_conflict == "update":
+                    done = [self._update_existing(tenant, p, e, actor, reason, trace_id)
+                            for p, e in zip(part, done, strict=True)]
+                results.extend(done)
             if progress is not None:
                 progress(len(part))
         return results
 
+    def _update_existing(self, tenant: str, prepared: Prepared, entity: Entity,
+                         actor: str | None, reason: str | None, trace_id: str | None
+                         ) -> Entity:
+        """``on_conflict="update"``: the existing entity changed to the given values."""
+        if entity.created or not entity.differs:
+            return entity
+        values = prepared[2]
+        updated = self.update(tenant, entity.id, {f: values[f] for f in entity.differs},
+                              actor=actor, reason=reason, trace_id=trace_id)
+        return updated.model_copy(update={"differs": entity.differs})
+
     def _insert_batch(self, con: duckdb.DuckDBPyConnection, etype: EntityType, tenant: str,
-                      prepared: list[Prepared],
+                      prepared: list[Prepared], on_conflict: str,
                       actor: str | None, reason: str | None, trace_id: str | None
                       ) -> list[Entity]:
         wanted = sorted({p[0] for p in prepared})
@@ -97,7 +116,8 @@ class BulkLoad(Writes):
         seq, prev = self._seq, self._last_hash
         for eid, instance, values, text_hash, plain in prepared:
             if eid in seen:
-                results.append(seen[eid].model_copy(update={"created": False}))
+                results.append(self._existing(etype, seen[eid], instance, values,
+                                              on_conflict))
                 continue
             if eid in existing:
                 etn, erased = existing[eid]
@@ -112,7 +132,7 @@ class BulkLoad(Writes):
                     raise Conflict(f"entity {eid} exists but is deleted; restore it instead",
                                    entity_id=eid)
                 seen[eid] = current
-                results.append(current)
+                results.append(self._existing(etype, current, instance, values, on_conflict))
                 continue
             seq += 1
             snap = self._snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash,
@@ -150,6 +170,19 @@ class BulkLoad(Writes):
         for new_row in new_rows:
             self._after_write(con, tenant, "create", etype.name, new_row[0])
         return results
+
+    @staticmethod
+    def _existing(etype: EntityType, current: Entity, instance: Any, values: dict[str, Any],
+                  on_conflict: str) -> Entity:
+        """The stored entity a create met, with the given fields whose values differ."""
+        stored = current.fields()
+        differs = sorted(f for f in instance.model_fields_set
+                         if f in etype.fields and stored.get(f) != values[f])
+        if differs and on_conflict == "raise":
+            raise Conflict(f"{current.id} exists with other values of {', '.join(differs)}; "
+                           "pass on_conflict=\"update\" to change them or \"return\" to keep "
+                           "them", entity_id=current.id, differs=differs)
+        return current.model_copy(update={"created": False, "differs": differs})
 
     def _arrow_insert(self, con: duckdb.DuckDBPyConnection, target: str, columns: list[str],
                       rows: list[tuple[Any, ...]]) -> None:

@@ -44,6 +44,26 @@ DERIVED_ID_RE = re.compile(rf"^[A-Za-z][A-Za-z0-9]*_[0-9a-f]{{{ID_HASH_HEX}}}$")
 Prepared = tuple[str, BaseModel, dict[str, Any], str | None, dict[str, Any]]
 
 
+def check_identity_kept(etype: EntityType, eid: str, tenant: str, old: Mapping[str, Any],
+                        new: Mapping[str, Any], op: str) -> None:
+    """Refuse a change to a declared identity field of an entity whose ID derives from it: a
+    changed identity would leave the ID naming a fact the entity no longer holds (a
+    caller-chosen ID names no fact, so its entity may change any field)."""
+    identity = etype.typedef.identity or ()
+    changed = [name for name in identity if old.get(name) != new.get(name)]
+    if not changed:
+        return
+    plain = jsonable({name: old.get(name) for name in identity})
+    if entity_id(etype.name, plain, tenant) != eid:
+        return
+    where = "values" if op == "append" else "changes"
+    name = changed[0]
+    raise ValidationError(
+        f"{etype.name}.{name} is part of the identity of {etype.name} (its ID {eid} derives "
+        f"from {', '.join(identity)}) and cannot change; to rename, create the new entity and "
+        "delete this one", field=f"{where}.{name}")
+
+
 class Writes(Queries):
     """Changing entities."""
 
@@ -102,6 +122,7 @@ class Writes(Queries):
                 )
             old_values = current.fields()
             new_values = compute(etype, current)
+            check_identity_kept(etype, eid, tenant, old_values, new_values, op)
             deleted_at = current.deleted_at
             if op == "delete":
                 deleted_at = utcnow()

@@ -9,14 +9,17 @@ from tests.api.conftest import Front
 
 
 def test_tools_match_across_front_doors(api: Front) -> None:
-    names = {t["function"]["name"] for t in api.mem.tools()}
-    assert {"create_Poi", "search_Poi", "execute_plan"} <= names
-    plain = api.mem.tools(format="json_schema")
-    assert {t["name"] for t in plain} == names
+    for profile, expected in (("compact", {"create", "search", "execute_plan"}),
+                              ("per_type", {"create_Poi", "search_Poi", "execute_plan"})):
+        names = {t["function"]["name"] for t in api.mem.tools(profile=profile)}
+        assert expected <= names
+        plain = api.mem.tools(format="json_schema", profile=profile)
+        assert {t["name"] for t in plain} == names
 
 
 def test_call_tool_and_plan(api: Front) -> None:
-    created = api.mem.call_tool("create_Poi", {"name": "Yu Garden", "city": "Shanghai"})
+    created = api.mem.call_tool("create_Poi", {"data": {"name": "Yu Garden",
+                                                          "city": "Shanghai"}})
     poi_id = created["id"]
     assert poi_id.startswith("Poi_")
     plan = [
@@ -35,6 +38,6 @@ def test_call_tool_and_plan(api: Front) -> None:
 def test_bad_tool_call_raises_plan_error(api: Front) -> None:
     before = api.mem.last_seq
     with pytest.raises(PlanError) as info:
-        api.mem.call_tool("create_Poi", {"name": 5})
+        api.mem.call_tool("create_Poi", {"data": {"name": 5}})
     assert info.value.details["problems"]
     assert api.mem.last_seq == before

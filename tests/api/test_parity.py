@@ -6,7 +6,8 @@ from tests.api.conftest import Front
 
 
 def test_tool_calls_and_plans_carry_the_audit_context(api: Front) -> None:
-    created = api.mem.call_tool("create_Poi", {"name": "Yu Garden", "city": "Shanghai"},
+    created = api.mem.call_tool("create_Poi",
+                                {"data": {"name": "Yu Garden", "city": "Shanghai"}},
                                 actor="agent", reason="the user asked", trace_id="t-7")
     plan = [{"op": "create", "type": "Trip", "data": {"destination": "Hangzhou"}}]
     done = api.mem.execute_plan(plan, actor="planner", reason="step 2", trace_id="t-8")

@@ -233,7 +233,7 @@ def valid_steps(draw: st.DrawFn, ids: list[str], deleted: str) -> dict[str, Any]
         return {"op": "create", "type": "Item", "data": {"key": f"new-{uuid.uuid4().hex}",
                                                          "name": "fresh"}}
     if kind == 2:
-        return {"op": "update", "id": eid, "changes": {"n": draw(st.integers(0, 9))}}
+        return {"op": "update", "id": eid, "data": {"n": draw(st.integers(0, 9))}}
     if kind == 3:
         return {"op": "query", "type": "Item", "where": {"name": draw(st.sampled_from(NAMES))}}
     if kind == 4:
@@ -255,15 +255,15 @@ def invalid_steps(ids: list[str], deleted: str) -> st.SearchStrategy[Any]:
         st.just({"op": "create", "type": "Item", "data": {"key": 5}}),
         st.just({"op": "create", "type": "Item", "data": {"key": "k", "bogus": 1}}),
         st.just({"op": "create", "type": "Item", "data": {"name": "no key"}}),
-        eid.map(lambda e: {"op": "update", "id": e, "changes": {"n": "many"}}),
-        eid.map(lambda e: {"op": "update", "id": e, "changes": {"x": math.nan}}),
-        eid.map(lambda e: {"op": "update", "id": e, "changes": {"n": 1},
+        eid.map(lambda e: {"op": "update", "id": e, "data": {"n": "many"}}),
+        eid.map(lambda e: {"op": "update", "id": e, "data": {"x": math.nan}}),
+        eid.map(lambda e: {"op": "update", "id": e, "data": {"n": 1},
                            "expected_version": 999}),
-        eid.map(lambda e: {"op": "update", "id": e, "changes": {}}),
+        eid.map(lambda e: {"op": "update", "id": e, "data": {}}),
         eid.map(lambda e: {"op": "append", "id": e, "field": "name", "values": ["x"]}),
         eid.map(lambda e: {"op": "link", "from_id": e, "relation": "nope", "to_id": e}),
         eid.map(lambda e: {"op": "get", "id": e, "surprise": True}),
-        st.just({"op": "update", "id": "$9.id", "changes": {"n": 1}}),
+        st.just({"op": "update", "id": "$9.id", "data": {"n": 1}}),
         st.just({"op": "get", "id": "$0.nope.deeper"}),
         st.just({"op": "search", "type": "Item", "text": "a", "mode": "psychic"}),
         st.just({"op": "query", "type": "Item", "where": {"bogus": 1}}),

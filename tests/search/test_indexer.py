@@ -62,7 +62,8 @@ def test_a_failed_upsert_leaves_the_write_committed_and_the_outbox_pending(
     path = tmp_path / "mem"
     mem = Memory.open(path, embedder=HashEmbedder())
     define_travel(mem)
-    changed = mem.create("Poi", {"name": "Pantheon", "city": "Rome"})
+    # a caller-chosen ID: the test renames it (an ID derived from the name could not change)
+    changed = mem.create("Poi", {"name": "Pantheon", "city": "Rome"}, id="pantheon")
     mem.create("Poi", {"name": "Colosseum", "city": "Rome"})
     assert ids_of(mem, "Pantheon")[0] == changed.id  # the mirrors are loaded now
 
@@ -234,7 +235,9 @@ def test_create_many_embeds_in_batches_and_reindex_never_re_embeds(tmp_path: Pat
 
     mem.update(entities[1].id, {"cost": 9})  # same text: the cached vector is reused
     assert counting.calls == calls + 1
-    mem.update(entities[1].id, {"name": "renamed place"})
+    one = mem.create("Poi", {"name": "place 1", "city": "Rome"}, id="Poi_one")  # a cached text
+    assert counting.calls == calls + 1
+    mem.update(one.id, {"name": "renamed place"})  # a chosen ID may change its identity
     assert counting.calls == calls + 2
     mem.create("Poi", {"name": "renamed place", "city": "Rome", "cost": 1}, id="Poi_twin")
     assert counting.calls == calls + 2  # an identical text is embedded once

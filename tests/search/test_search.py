@@ -77,7 +77,8 @@ def assert_current(mem: Memory, res: SearchResult) -> None:
 def test_updated_deleted_and_erased_entities_never_show_old_content(any_mem: Memory,
                                                                     mode: str) -> None:
     mem = any_mem
-    louvre = mem.create("Poi", {"name": "Louvre museum", "city": "Paris"})
+    # a caller-chosen ID: the test renames it (an ID derived from the name could not change)
+    louvre = mem.create("Poi", {"name": "Louvre museum", "city": "Paris"}, id="louvre")
     mem.create("Poi", {"name": "Orsay museum", "city": "Paris"})
     tower = mem.create("Poi", {"name": "Eiffel tower", "city": "Paris"})
     found = mem.search("Poi", "Louvre museum", mode=mode)
@@ -297,12 +298,19 @@ def test_results_are_identical_across_calls_and_processes(tmp_path: Path, backen
 # ---------------------------------------------------------------- as_of
 
 
+def chosen_ids(mem: Any, rows: list[dict[str, Any]]) -> list[Any]:
+    """Poi entities with caller-chosen IDs, so that a test may change their name or city
+    (the identity an ID derived from it would name)."""
+    with mem.transaction():
+        return [mem.create("Poi", row, id=f"poi-{i}") for i, row in enumerate(rows)]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_receipt_replays_with_as_of_after_later_writes(any_mem: Memory, mode: str) -> None:
     mem = any_mem
-    pois = mem.create_many("Poi", [{"name": f"{w} museum", "city": c} for w, c in
-                                   [("art", "Paris"), ("modern art", "Paris"), ("science", "Rome"),
-                                    ("war", "Rome"), ("art history", "Rome")]])
+    pois = chosen_ids(mem, [{"name": f"{w} museum", "city": c} for w, c in
+                            [("art", "Paris"), ("modern art", "Paris"), ("science", "Rome"),
+                             ("war", "Rome"), ("art history", "Rome")]])
     where = {"city": {"$in": ["Paris", "Rome"]}}
     before = mem.search("Poi", "art museum", where=where, k=4, mode=mode)
     seq = before.receipt.resolved_at_seq
@@ -489,7 +497,7 @@ def test_a_write_between_two_reads_of_a_search_is_never_half_seen(
     mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(), vector_index=index,
                       settings=Settings(exact_threshold=0))
     define_travel(mem)
-    mem.create_many("Poi", [{"name": f"lab {i}", "city": "Oslo"} for i in range(30)])
+    chosen_ids(mem, [{"name": f"lab {i}", "city": "Oslo"} for i in range(30)])
     mem.search("Poi", "lab", where=where, mode="vector")  # warm: counts cached, mirror loaded
     before = mem.last_seq
     index.mem = mem
@@ -510,7 +518,7 @@ def test_a_write_between_two_reads_of_a_search_is_never_half_seen(
 
 @pytest.mark.parametrize("mode", ["vector", "hybrid"])
 def test_cached_candidate_lists_follow_every_committed_change(mem: Memory, mode: str) -> None:
-    pois = mem.create_many("Poi", [{"name": f"cafe {i}", "city": "Oslo"} for i in range(12)])
+    pois = chosen_ids(mem, [{"name": f"cafe {i}", "city": "Oslo"} for i in range(12)])
     where = {"city": "Oslo"}
 
     def found() -> set[str]:

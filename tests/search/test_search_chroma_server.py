@@ -115,7 +115,8 @@ def test_the_index_lives_on_the_server(server_mem: Memory, chroma_url: str) -> N
 @pytest.mark.parametrize("mode", MODES)
 def test_updates_deletes_and_erasure_show_through(server_mem: Memory, mode: str) -> None:
     mem = server_mem
-    louvre = mem.create("Poi", {"name": "Louvre museum", "city": "Paris"})
+    # a caller-chosen ID: the test renames it (an ID derived from the name could not change)
+    louvre = mem.create("Poi", {"name": "Louvre museum", "city": "Paris"}, id="louvre")
     tower = mem.create("Poi", {"name": "Eiffel tower", "city": "Paris"})
     mem.update(louvre.id, {"name": "Pompidou centre"})
     res = mem.search("Poi", "Louvre museum", mode=mode)

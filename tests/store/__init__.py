@@ -42,12 +42,14 @@ def behind(mem: MemoryAPI) -> Memory:
 
 
 @contextmanager
-def open_door(kind: str, path: Path) -> Iterator[MemoryAPI]:
-    """A fresh memory in ``path`` with the travel types, through front door ``kind``."""
+def open_door(kind: str, path: Path, define: Callable[[MemoryAPI], None] = define_travel
+              ) -> Iterator[MemoryAPI]:
+    """A fresh memory in ``path`` with the travel types (or what ``define`` defines), through
+    front door ``kind``."""
     memory = open_memory(path)
     try:
         if kind == "memory":
-            define_travel(memory)
+            define(memory)
             yield memory
             return
         settings = Settings(data_dir=path.parent / f"{path.name}-server", embedder="hash",
@@ -56,7 +58,7 @@ def open_door(kind: str, path: Path) -> Iterator[MemoryAPI]:
                 MemoryClient(url, timeout=START_TIMEOUT * 3) as client:
             _BEHIND[id(client)] = memory
             try:
-                define_travel(client)
+                define(client)
                 yield client
             finally:
                 _BEHIND.pop(id(client), None)
@@ -64,12 +66,12 @@ def open_door(kind: str, path: Path) -> Iterator[MemoryAPI]:
         memory.close()
 
 
-def both_doors(name: str = "mem") -> Any:
+def both_doors(name: str = "mem", define: Callable[[MemoryAPI], None] = define_travel) -> Any:
     """A fixture for a test module: each test using it runs through both front doors."""
 
     @pytest.fixture(params=DOORS, name=name)
     def through_a_door(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryAPI]:
-        with open_door(request.param, tmp_path / "mem") as door:
+        with open_door(request.param, tmp_path / "mem", define) as door:
             yield door
 
     return through_a_door

@@ -216,10 +216,10 @@ def test_the_commit_seqlock_tells_readers_whether_a_commit_got_in(mem: Memory) -
 
 def test_a_plan_whose_last_step_fails_commits_nothing(door: MemoryAPI) -> None:
     trip = door.create("Trip", {"destination": "Lyon"})
-    plan = [{"op": "update", "id": trip.id, "changes": {"budget": 10}},
+    plan = [{"op": "update", "id": trip.id, "data": {"budget": 10}},
             {"op": "create", "type": "Poi", "data": {"name": "Fourviere", "city": "Lyon"}},
             {"op": "link", "from_id": trip.id, "relation": "includes", "to_id": "$1.id"},
-            {"op": "update", "id": trip.id, "changes": {"budget": 20},
+            {"op": "update", "id": trip.id, "data": {"budget": 20},
              "expected_version": trip.version}]  # stale by then: the plan fails at step 3
     info = assert_unchanged(door, lambda: door.execute_plan(plan), PlanError)
     assert info.value.details["problems"][0]["step"] == 3  # type: ignore[attr-defined]

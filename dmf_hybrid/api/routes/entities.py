@@ -16,6 +16,7 @@ from ...wire import (
     EntityCreate,
     EntityQuery,
     EntityUpdate,
+    ErrorBody,
     SeqPublic,
 )
 from ..deps import (
@@ -37,11 +38,13 @@ def _reply(entity: Entity, response: Response) -> Entity:
 
 
 @router.post("/entities/{type_name}", status_code=status.HTTP_201_CREATED, responses={
-    200: {"model": Entity, "description": "An entity with this ID already existed"}})
+    200: {"model": Entity, "description": "An entity with this ID already existed"},
+    409: {"model": ErrorBody, "description": "on_conflict=raise and a given field differs"}})
 def create_entity(type_name: str, body: EntityCreate, memory: WriterMemory, audit: Audit,
                   response: Response) -> Entity:
-    """Create an entity (201); the same identity again returns the existing one (200)."""
-    entity = memory.create(type_name, body.data, id=body.id, **audit.kwargs())
+    """Create an entity (201); the same identity again meets ``on_conflict`` (200)."""
+    entity = memory.create(type_name, body.data, id=body.id, on_conflict=body.on_conflict,
+                           **audit.kwargs())
     if not entity.created:
         response.status_code = status.HTTP_200_OK
     response.headers["Location"] = f"/entities/{entity.id}"
@@ -52,7 +55,8 @@ def create_entity(type_name: str, body: EntityCreate, memory: WriterMemory, audi
 def create_entities(type_name: str, body: EntityBatchCreate, memory: WriterMemory,
                     audit: Audit) -> list[Entity]:
     """Create many entities of one type (validated first, then written together)."""
-    return memory.create_many(type_name, body.rows, **audit.kwargs())
+    return memory.create_many(type_name, body.rows, on_conflict=body.on_conflict,
+                              **audit.kwargs())
 
 
 @router.get("/entities/{entity_id}")

@@ -30,10 +30,17 @@ def definitions(
     format: Annotated[Literal["openai", "json_schema"], Query(
         description='"openai" ({type: function, function: {...}}) or "json_schema".')
     ] = "openai",
+    profile: Annotated[Literal["compact", "per_type"], Query(
+        description='"compact": generic create/query/search taking type, the types described '
+                    'once; "per_type": create_<Type>, query_<Type>, search_<Type>.')
+    ] = "compact",
+    internal: Annotated[bool, Query(description="Include internal types (MemorySummary).")
+                        ] = False,
 ) -> list[dict[str, Any]]:
     """Function-calling definitions for the memory operations of the defined types."""
     caller.require(Role.READER)
-    return state.memory.for_tenant(caller.tenant).tools(format)
+    return state.memory.for_tenant(caller.tenant).tools(format, profile=profile,
+                                                        internal=internal)
 
 
 @router.post("/{name}")
