@@ -59,9 +59,9 @@ def tool_definitions(mem: EmbeddedMemory, format: str = "openai") -> list[dict[s
     for etype in types:
         tools.extend(_type_tools(mem, etype))
     tools.extend(_generic_tools(types))
+    tools.append(context_tool_definition())
     if any(t.name == MESSAGE_TYPE for t in types):
         tools.append(_messages_tool())
-    tools.append(context_tool_definition())
     tools = [t for t in tools if _valid_name(t["name"])]
     if format == "openai":
         return [{"type": "function", "function": t} for t in tools]
