@@ -298,6 +298,9 @@ def test_locomo_runs_the_product_profile_with_overrides(tmp_path: Path) -> None:
     assert profile["neighbours"]["weight"] == 0.5 and profile["rrf_k"] == 20
     hybrid = results["modes"]["hybrid"]
     assert hybrid["plain_latency_ms"]["p50"] is not None and hybrid["p50_vs_plain"] > 0
+    write_report(results, tmp_path / "out" / "product.json", plots=False)
+    assert "| hybrid | " in (tmp_path / "out" / "product.md").read_text().split(
+        "Side by side")[1]
     # conv-a has 5 turns and the vector leg proposes each of them: all evidence is found
     assert results["metrics"]["recall@5"] == 1.0
     with pytest.raises(ValidationError):
