@@ -3,6 +3,8 @@ errors), the store's group context (earlier vectors never change) and the bundle
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from dmf_hybrid import MemoryAPI, NotFound, SchemaError, ValidationError
@@ -89,7 +91,7 @@ BAD = [
 def test_bad_messages_are_refused_through_both_doors(log: MemoryAPI) -> None:
     log.add_messages("chat-1", CHAT[:1])
     for conversation, messages, field, error in BAD:
-        info = assert_unchanged(log, lambda: log.add_messages(conversation, messages), error)
+        info = assert_unchanged(log, partial(log.add_messages, conversation, messages), error)
         assert getattr(info.value, "field", None) == field, messages
 
 
