@@ -41,6 +41,7 @@ from .checks import (
     check_seq_bounds,
     check_where,
 )
+from .conversations import MESSAGE_TYPE
 from .encoding import (
     as_of_value,
     field_adapter,
@@ -76,6 +77,7 @@ from .models import (
     SummaryResult,
     decoding,
 )
+from .profiles import GroupContext, SearchProfile
 from .protocol import MemoryAPI
 from .ruledefs import RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, build_model, load_toml, typedef_from_model
@@ -258,9 +260,12 @@ class MemoryClient(MemoryAPI):
                relations: Mapping[str, RelationSpec | Mapping[str, Any]] | None = None,
                embed: str | None = None, name: str | None = None,
                actor: str | None = None, reason: str | None = None,
-               analyzer: str | None = None) -> EntityType:
+               analyzer: str | None = None,
+               search: SearchProfile | Mapping[str, Any] | None = None,
+               context: GroupContext | Mapping[str, Any] | None = None) -> EntityType:
         typedef = typedef_from_model(model, name=name, identity=identity, relations=relations,
-                                     embed=embed, analyzer=analyzer)
+                                     embed=embed, analyzer=analyzer,
+                                     search=search, context=context)
         etype = self.define_type(typedef, actor=actor, reason=reason)
         with self._lock:
             self._user_models[etype.name] = model
@@ -335,6 +340,14 @@ class MemoryClient(MemoryAPI):
         if callable(progress):
             progress(len(entities))
         return entities
+
+    def add_messages(self, conversation: str, messages: Sequence[Mapping[str, Any]], *,
+                     type_name: str = MESSAGE_TYPE, actor: str | None = None,
+                     reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
+        body = {"messages": jsonable(messages, "messages"), "type_name": type_name}
+        return self._list(Entity, "POST",
+                          f"/conversations/{id_segment(conversation, 'conversation')}/messages",
+                          json=body, headers=self._audit(actor, reason, trace_id))
 
     def get(self, entity_id: str, *, as_of: AsOf = None) -> Entity:
         return self._get(Entity, "GET", f"/entities/{id_segment(entity_id)}",

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from . import plans, tools
 from .checks import AsOf, check_rows, check_where
 from .config import Settings
+from .conversations import MESSAGE_TYPE, check_conversation, message_rows
 from .embeddings import Embedder
 from .errors import Conflict, SchemaError, ValidationError
 from .factories import make_embedder, make_vector_index
@@ -45,6 +46,7 @@ from .models import (
     SnapshotManifest,
     SummaryResult,
 )
+from .profiles import GroupContext, SearchProfile
 from .protocol import MemoryAPI
 from .ruledefs import CONSTRAINT_TYPE, RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, load_toml, typedef_from_model
@@ -141,9 +143,12 @@ class Memory(MemoryAPI):
                relations: Mapping[str, RelationSpec | Mapping[str, Any]] | None = None,
                embed: str | None = None, name: str | None = None,
                actor: str | None = None, reason: str | None = None,
-               analyzer: str | None = None) -> EntityType:
+               analyzer: str | None = None,
+               search: SearchProfile | Mapping[str, Any] | None = None,
+               context: GroupContext | Mapping[str, Any] | None = None) -> EntityType:
         typedef = typedef_from_model(model, name=name, identity=identity, relations=relations,
-                                     embed=embed, analyzer=analyzer)
+                                     embed=embed, analyzer=analyzer,
+                                     search=search, context=context)
         return self._store.define(typedef, model, tenant=self.tenant, actor=actor, reason=reason)
 
     def define_type(self, typedef: TypeDef | Mapping[str, Any], *, actor: str | None = None,
@@ -189,6 +194,23 @@ class Memory(MemoryAPI):
         return self._store.create(self.tenant, type_name, _as_data(data), id=id,
                                   on_conflict=on_conflict, actor=actor, reason=reason,
                                   trace_id=trace_id)
+
+    def add_messages(self, conversation: str, messages: Sequence[Mapping[str, Any]], *,
+                     type_name: str = MESSAGE_TYPE, actor: str | None = None,
+                     reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
+        conversation = check_conversation(conversation)
+        etype = self._store.type_of(type_name)
+        missing = sorted({"conversation", "turn", "role", "text"} - set(etype.fields))
+        if missing:
+            raise SchemaError(f"{etype.name} is not a conversation log: no field "
+                              f"{missing[0]!r}", field="type_name")
+        with self.transaction():  # the next turn and the new rows in one state
+            last = self.query(etype.name, {"conversation": conversation}, order_by="-turn",
+                              limit=1).items
+            next_turn = int(last[0].data.turn) + 1 if last else 0
+            rows = message_rows(conversation, messages, next_turn)
+            return self.create_many(etype.name, rows, actor=actor, reason=reason,
+                                    trace_id=trace_id)
 
     def create_many(self, type_name: str, rows: Sequence[Mapping[str, Any] | BaseModel], *,
                     progress: Callable[[int], None] | bool | None = None,

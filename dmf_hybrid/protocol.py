@@ -39,6 +39,7 @@ from .models import (
     SnapshotManifest,
     SummaryResult,
 )
+from .profiles import GroupContext, SearchProfile
 from .ruledefs import RuleDef
 from .schema import EntityType, RelationSpec, TypeDef
 
@@ -54,13 +55,17 @@ class MemoryAPI(Protocol):
                relations: Mapping[str, RelationSpec | Mapping[str, Any]] | None = None,
                embed: str | None = None, name: str | None = None,
                actor: str | None = None, reason: str | None = None,
-               analyzer: str | None = None) -> EntityType:
+               analyzer: str | None = None,
+               search: SearchProfile | Mapping[str, Any] | None = None,
+               context: GroupContext | Mapping[str, Any] | None = None) -> EntityType:
         """Register a pydantic model as an entity type (or a compatible new version).
 
         Its entities come back with ``data`` as instances of ``model``. ``analyzer`` names the
         keyword analyzer of its text (default ``"english"``, which also splits Chinese,
         Japanese and Korean runs into bigrams; see ``dmf_hybrid.mirrors.text``); a field may
-        name its own with ``Field(json_schema_extra={"analyzer": ...})``.
+        name its own with ``Field(json_schema_extra={"analyzer": ...})``. ``search`` is the
+        type's search profile and ``context`` the preceding rows of a group each row embeds
+        with (``dmf_hybrid.profiles``).
         """
         ...
 
@@ -117,6 +122,20 @@ class MemoryAPI(Protocol):
         ``progress``: a callback given the number of rows done (True: a progress bar,
         embedded only). Over HTTP the rows go in one request and progress is reported once.
         ``on_conflict`` as in ``create``, for every row.
+        """
+        ...
+
+    def add_messages(self, conversation: str, messages: Sequence[Mapping[str, Any]], *,
+                     type_name: str = "Message", actor: str | None = None,
+                     reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
+        """Append chat messages to a conversation's log (the ``Message`` type of
+        ``indexes/conversations.toml``, registered first); one entity per message.
+
+        A message is ``{"role", "content"}`` (OpenAI style) or ``{"speaker", "text"}``, with
+        optional ``turn`` (position in the conversation), ``session`` and ``time``; without
+        ``turn`` it follows the last stored turn. The same (conversation, turn) again returns
+        the stored message (``created=False``). Search one conversation with
+        ``where={"conversation": id}``.
         """
         ...
 

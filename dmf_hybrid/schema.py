@@ -18,7 +18,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypeVar, Union
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -26,6 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from .analyzers import DEFAULT_ANALYZER, check_analyzer
 from .checks import check_data
 from .errors import FilterError, SchemaError, ValidationError
+from .profiles import GroupContext, SearchProfile, check_context, check_profile
+
+_M = TypeVar("_M", bound=BaseModel)
 
 TYPE_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
 FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -94,6 +97,10 @@ class TypeDef(BaseModel):
     description: str | None = None
     analyzer: str = Field(DEFAULT_ANALYZER, description="Keyword analyzer of the type's text "
                           "(dmf_hybrid.analyzers); changing it re-analyses the type.")
+    search: SearchProfile | None = Field(
+        None, description="Search defaults of the type (dmf_hybrid.profiles).")
+    context: GroupContext | None = Field(
+        None, description="Preceding rows of a group embedded with each row (dmf_hybrid.profiles).")
 
     def check(self) -> TypeDef:
         """This definition, or a SchemaError naming what is wrong with it."""
@@ -144,6 +151,11 @@ class TypeDef(BaseModel):
                         f"embed template names unknown field {placeholder!r}", field="embed"
                     )
         self._check_analyzers()
+        kinds = {name: spec.type for name, spec in self.fields.items()}
+        if self.search is not None:
+            check_profile(self.search, kinds)
+        if self.context is not None:
+            check_context(self.context, kinds, set(template_fields(self.embed or "")))
         return self
 
     def _check_analyzers(self) -> None:
@@ -232,6 +244,8 @@ def typedef_from_model(
     relations: Mapping[str, Any] | None = None,
     embed: str | None = None,
     analyzer: str | None = None,
+    search: SearchProfile | Mapping[str, Any] | None = None,
+    context: GroupContext | Mapping[str, Any] | None = None,
 ) -> TypeDef:
     """The TypeDef of a pydantic model class (fields from its annotations).
 
@@ -262,12 +276,28 @@ def typedef_from_model(
         )
     rels = {k: v if isinstance(v, RelationSpec) else RelationSpec.model_validate(v)
             for k, v in (relations or {}).items()}
+    profile = _section(SearchProfile, search, "search")
+    group_context = _section(GroupContext, context, "context")
     return TypeDef(
         name=name or model.__name__, fields=fields,
         identity=tuple(identity) if identity is not None else None,
         relations=rels, embed=embed, description=(model.__doc__ or "").strip() or None,
+        search=profile, context=group_context,
         **({} if analyzer is None else {"analyzer": analyzer}),
     ).check()
+
+
+def _section(model: type[_M], value: Any, section: str) -> _M | None:
+    """``value`` as a ``model`` (None stays None), or a SchemaError naming the faulty field."""
+    if value is None or isinstance(value, model):
+        return value
+    try:
+        return model.model_validate(value)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SchemaError(f"{section}: {where}: {first['msg']}",
+                          field=f"{section}.{where}" if where else section) from None
 
 
 @dataclass

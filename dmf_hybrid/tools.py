@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .checks import ID_PATTERN
+from .conversations import MESSAGE_TYPE
 from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
 from .lifecycle.context import call_context_tool, context_tool_definition
@@ -85,6 +86,8 @@ def tool_definitions(mem: EmbeddedMemory, format: str = "openai", profile: str =
             tools.extend(_type_tools(mem, etype))
     tools.extend(_generic_tools(types, compact=profile == "compact"))
     tools.append(context_tool_definition())
+    if any(t.name == MESSAGE_TYPE for t in types):
+        tools.append(_messages_tool())
     tools = [t for t in tools if _valid_name(t["name"])]
     if format == "openai":
         return [{"type": "function", "function": t} for t in tools]
@@ -406,6 +409,22 @@ def _generic_tools(types: list[EntityType], compact: bool = False) -> list[dict[
     ]
 
 
+def _messages_tool() -> dict[str, Any]:
+    message = {"type": "object", "additionalProperties": False,
+               "properties": {"role": {"type": "string"}, "content": {"type": "string"},
+                              "turn": {"type": "integer", "minimum": 0},
+                              "session": {"type": "integer"},
+                              "time": {"type": "string", "format": "date-time"}},
+               "required": ["role", "content"]}
+    return _op_tool("add_messages", "add_messages",
+                    "Append chat messages to a conversation's log (Message entities), oldest "
+                    "first; a turn already stored is returned as it is (created=false). Search "
+                    "them with search_Message and where={conversation: id}. Returns [entity].",
+                    {"conversation": {"type": "string", "pattern": ID_PATTERN,
+                                      "description": "Conversation ID."},
+                     "messages": {"type": "array", "minItems": 1, "items": message}})
+
+
 # ---------------------------------------------------------------- calls
 
 
@@ -474,7 +493,8 @@ def tool_names(mem: EmbeddedMemory) -> list[str]:
         names += [f"create_{etype.name}", f"query_{etype.name}"]
         if etype.typedef.embed is not None:
             names.append(f"search_{etype.name}")
-    return [n for n in names if TOOL_NAME_RE.match(n)] + list(GENERIC_TOOLS)
+    extra = ["add_messages"] if any(t.name == MESSAGE_TYPE for t in mem.types()) else []
+    return [n for n in names if TOOL_NAME_RE.match(n)] + list(GENERIC_TOOLS) + extra
 
 
 def _as_step(mem: EmbeddedMemory, name: Any, args: dict[str, Any]) -> dict[str, Any]:

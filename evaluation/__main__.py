@@ -51,12 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     beir = sub.add_parser("beir", help="a BEIR-format dataset directory")
     beir.add_argument("--split", default="test", help="qrels split (default: test)")
     locomo = sub.add_parser("locomo", help="a LoCoMo JSON file (locomo10.json style)")
-    locomo.add_argument("--context", type=int, default=0,
+    locomo.add_argument("--context", type=int, default=None,
                         help="embed each turn after up to N preceding turns of its session "
-                             "(default 0: the paper's unit, the turn alone)")
-    locomo.add_argument("--neighbour-weight", type=float, default=0.0,
-                        help="re-rank hits adding W x the better score of the previous and "
-                             "next turn of the session (default 0: off)")
+                             "(default: the Message type's, 1; 0: the paper's unit alone)")
+    locomo.add_argument("--neighbour-weight", type=float, default=None,
+                        help="a turn gains W x the better score of the previous and next "
+                             "turn of its session (default: the Message type's, 0.5; 0: off)")
     crosswoz = sub.add_parser("crosswoz", help="a CrossWOZ directory (entities, queries)")
     crosswoz.add_argument("--split", default="val", help="query split (default: val)")
     for p in (beir, locomo, crosswoz):
@@ -66,15 +66,21 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--k", type=int, default=10, help="main cutoff (default 10)")
         p.add_argument("--out", type=Path, help="results JSON; .md and .png written beside it")
         p.add_argument("--rrf-k", type=int, default=None,
-                       help="reciprocal rank fusion constant (default: the memory's, 60)")
+                       help="reciprocal rank fusion constant (default: the type's profile, "
+                            "else the memory's, 60)")
         p.add_argument("--weights", type=parse_weights, default=None,
-                       help="fusion weights, e.g. vector=0.5,keyword=1")
+                       help="fusion weights, e.g. vector=0.5,keyword=1 (default: the type's "
+                            "profile)")
         p.add_argument("--fusion", choices=FUSIONS, default=None,
-                       help=f"fusion of hybrid search (default: {DEFAULT_FUSION})")
+                       help=f"fusion of hybrid search (default: the type's profile, else "
+                            f"{DEFAULT_FUSION})")
         p.add_argument("--analyzer", default=None,
                        help=f"keyword analyzer of the types (default: {DEFAULT_ANALYZER})")
-        p.add_argument("--query-stopwords", action="store_true",
-                       help="drop English stopwords (question words, pronouns) from queries")
+        p.add_argument("--query-stopwords", action="store_const", const=True, default=None,
+                       help="drop English stopwords (question words, pronouns) from queries "
+                            "(default: the type's profile)")
+        p.add_argument("--all-query-terms", action="store_const", const=False,
+                       dest="query_stopwords", help="keep every query term")
         p.add_argument("--workdir", type=Path, default=None,
                        help="memory directory reused across runs "
                             "(default evaluation/results/work/<dataset hash>)")
@@ -100,8 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         modes=ALL_MODES if args.mode == "all" else (args.mode,), k=args.k, rrf_k=args.rrf_k,
         weights=args.weights, workdir=args.workdir, embedder=args.embedder,
         threads=args.threads, limit=args.limit, progress=not args.no_progress,
-        context=getattr(args, "context", 0), query_stopwords=args.query_stopwords,
-        neighbour_weight=getattr(args, "neighbour_weight", 0.0), fusion=args.fusion,
+        context=getattr(args, "context", None), query_stopwords=args.query_stopwords,
+        neighbour_weight=getattr(args, "neighbour_weight", None), fusion=args.fusion,
         analyzer=args.analyzer)
     try:
         if args.benchmark == "beir":

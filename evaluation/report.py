@@ -162,6 +162,12 @@ def markdown(document: Mapping[str, Any], plot_stem: str | None = None) -> str:
     rows = [[mode, *(str(figures["latency_ms"][p]) for p in ("p50", "p95", "p99", "mean")),
              str(figures["index_load_s"])] for mode, figures in modes.items()]
     lines += _table(["mode", "p50 ms", "p95 ms", "p99 ms", "mean ms", "index load s"], rows)
+    plain = [[mode, str(f["latency_ms"]["p50"]), str(f["plain_latency_ms"]["p50"]),
+              str(f["p50_vs_plain"])] for mode, f in modes.items() if "plain_latency_ms" in f]
+    if plain:  # each query also searched plainly (no profile) right after it
+        lines += ["", "Side by side, each query with the type's profile and as a plain "
+                  "search (no profile):", ""]
+        lines += _table(["mode", "p50 ms, profile", "p50 ms, plain", "ratio"], plain)
     lines += ["", "## Configuration", "", "```json",
               json.dumps({"dataset": data, **config}, indent=2), "```", ""]
     if plot_stem is not None:

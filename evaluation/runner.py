@@ -6,9 +6,12 @@ every query through the product's search and score the ranked gold-comparable ID
 
 - :func:`run_beir`: any BEIR-format dataset; documents are :class:`~evaluation.types.Document`
   entities; metrics are trec_eval's (nDCG@10, recall@10/100, MRR@10, MAP ...).
-- :func:`run_locomo`: LoCoMo; dialog turns are :class:`~evaluation.types.DialogTurn` entities;
-  each question searches its own conversation only (``where={"conversation": ...}``); the metric
-  is evidence recall@k over dialog units, averaged over questions, overall and per category.
+- :func:`run_locomo`: LoCoMo; dialog turns go into the conversation log
+  (``Memory.add_messages``, the bundled ``Message`` type) and are searched with its search
+  profile; each question searches its own conversation only (``where={"conversation": ...}``);
+  the metric is evidence recall@k over dialog units, averaged over questions, overall and per
+  category. (:class:`~evaluation.types.DialogTurn` holds the paper's unit for
+  ``evaluation.compare``.)
 
 Ingest is cached: the workdir keeps the entities and the embedding cache, and a manifest
 (:data:`MANIFEST`) records what was ingested; a re-run (another mode, another fusion setting)
@@ -23,22 +26,22 @@ import json
 import logging
 import math
 import os
-import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from itertools import groupby
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from pydantic import BaseModel
-
-from dmf_hybrid import Hit, Memory, Settings
+from dmf_hybrid import Entity, Hit, Memory, Settings
 from dmf_hybrid.analyzers import DEFAULT_ANALYZER
+from dmf_hybrid.conversations import MESSAGE_TYPE
 from dmf_hybrid.embeddings import Embedder
 from dmf_hybrid.errors import ValidationError
+from dmf_hybrid.examples import INDEXES_DIR
+from dmf_hybrid.schema import load_toml
 from evaluation import datasets as ds
 from evaluation.metrics import evaluate, recall_fraction, run_from_rankings
 from evaluation.types import (
@@ -68,8 +71,8 @@ BEIR_CURVE = (1, 2, 3, 5, 10, 20, 30, 50, 100)
 LOCOMO_KS = (5, 10, 25, 50)
 LOCOMO_DEPTH = 50
 LOCOMO_CURVE = (1, 2, 3, 5, 10, 15, 20, 25, 30, 40, 50)
-#: Search depth when hits are re-ranked with their neighbours (a conversation has < 1000 turns).
-NEIGHBOUR_DEPTH = 1000
+#: The bundled conversation-log type LoCoMo is ingested as.
+MESSAGE_TOML = INDEXES_DIR / "conversations.toml"
 
 
 @dataclass(frozen=True)
@@ -80,13 +83,15 @@ class RunOptions:
     k: int = 10
     """The main cutoff (nDCG@k, recall@k, MRR@k); searches fetch at least the curve depth."""
     rrf_k: int | None = None
-    """Reciprocal rank fusion constant; None keeps the memory's setting (60)."""
+    """Reciprocal rank fusion constant; None = the type's profile, else the memory's (60)."""
     fusion: str | None = None
-    """Fusion method of hybrid search (``dmf_hybrid.search.fusion``); None = the default."""
+    """Fusion method of hybrid search (``dmf_hybrid.search.fusion``); None = the type's
+    profile, else the memory's default."""
     analyzer: str | None = None
     """Keyword analyzer the evaluation types are defined with; None = the default."""
     weights: Mapping[str, float] | None = None
-    """Fusion weight per leg (``{"vector": w, "keyword": w}``); None = equal."""
+    """Fusion weight per leg (``{"vector": w, "keyword": w}``); None = the type's profile,
+    else the fusion's defaults."""
     workdir: Path | None = None
     """Memory directory reused across runs; None = ``results/work/<dataset hash>``."""
     embedder: str = "minilm"
@@ -94,15 +99,17 @@ class RunOptions:
     ``"e5-small"``, ``"hash"`` or a model directory (``dmf_hybrid.embeddings.embedder_named``)."""
     threads: int | None = None
     """Threads of the model's runtime, torch or ONNX (None = the runtime's default)."""
-    context: int = 0
-    """LoCoMo: embed each turn after the unit texts of up to this many preceding turns of its
-    session (neighbouring-turn context); 0 = the paper's protocol (the turn alone)."""
-    neighbour_weight: float = 0.0
-    """LoCoMo: re-rank each question's hits, adding this times the better score of the turns
-    right before and after a turn in its session (:func:`neighbour_rerank`); 0 = off."""
-    query_stopwords: bool = False
+    context: int | None = None
+    """LoCoMo: embed each turn after the texts of up to this many preceding turns of its
+    session (the ``Message`` type's group context); None = the type's (1); 0 = the turn alone
+    (the paper's unit)."""
+    neighbour_weight: float | None = None
+    """LoCoMo: the share of the better score of the turns right before and after a turn in its
+    session that the turn gains (the profile's ordered-neighbour support); None = the type's
+    (0.5); 0 = off."""
+    query_stopwords: bool | None = None
     """Drop English stopwords (NLTK's list: question words, pronouns, auxiliaries) from each
-    query before searching (both legs); the documents are indexed as always."""
+    query before searching (both legs); None = the type's profile (``query_terms``)."""
     limit: int | None = None
     """Evaluate only the first ``limit`` queries (quick looks; the figures are then partial)."""
     progress: bool = True
@@ -135,6 +142,7 @@ class ModeRun:
     rankings: dict[str, list[str]]
     latencies_ms: list[float]
     index_load_s: float
+    plain_latencies_ms: list[float] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- shared
@@ -187,9 +195,11 @@ def _tqdm(iterable: Any = None, **kwargs: Any) -> Any:
     return tqdm(iterable, **kwargs)
 
 
-def ingest(mem: Memory, type_name: str, rows: Sequence[BaseModel], *, dataset_sha256: str,
-           variant: str = "", progress: bool = True) -> IngestStats:
-    """Create ``rows`` as entities of ``type_name`` unless the memory already holds them all.
+def ingest(mem: Memory, type_name: str, rows: Sequence[Any], *, dataset_sha256: str,
+           variant: str = "", progress: bool = True,
+           create: Callable[[Sequence[Any]], list[Entity]] | None = None) -> IngestStats:
+    """Create ``rows`` as entities of ``type_name`` unless the memory already holds them all
+    (``create``: how a slice of rows is written; default ``create_many``).
 
     The check is the workdir's manifest (same dataset hash, variant, type and count) plus the
     live count in DuckDB; a partial earlier ingest resumes (existing identities are no-ops).
@@ -213,9 +223,13 @@ def ingest(mem: Memory, type_name: str, rows: Sequence[BaseModel], *, dataset_sh
     created = 0
     try:
         for i in range(0, len(rows), INGEST_SLICE):
-            entities = mem.create_many(type_name, rows[i:i + INGEST_SLICE],
-                                       progress=bar.update, actor="evaluation",
-                                       reason="benchmark ingest")
+            part = rows[i:i + INGEST_SLICE]
+            if create is not None:
+                entities = create(part)
+                bar.update(len(part))
+            else:
+                entities = mem.create_many(type_name, part, progress=bar.update,
+                                           actor="evaluation", reason="benchmark ingest")
             created += sum(1 for e in entities if e.created)
     finally:
         bar.close()
@@ -245,97 +259,59 @@ def define_types(mem: Memory, analyzer: str | None = None) -> None:
                name=DIALOG_TURN_TYPE, analyzer=analyzer)
 
 
-#: NLTK's English stopword list (179 words), used to strip queries (``query_stopwords``).
-QUERY_STOPWORDS = frozenset("""
-i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself
-yourselves he him his himself she she's her hers herself it it's its itself they them their
-theirs themselves what which who whom this that that'll these those am is are was were be been
-being have has had having do does did doing a an the and but if or because as until while of
-at by for with about against between into through during before after above below to from up
-down in out on off over under again further then once here there when where why how all any
-both each few more most other some such no nor not only own same so than too very s t can will
-just don don't should should've now d ll m o re ve y ain aren aren't couldn couldn't didn
-didn't doesn doesn't hadn hadn't hasn hasn't haven haven't isn isn't ma mightn mightn't mustn
-mustn't needn needn't shan shan't shouldn shouldn't wasn wasn't weren weren't won won't wouldn
-wouldn't""".split())
-_QUERY_TOKEN = re.compile(r"[\w']+")
-_WORD = re.compile(r"\w+")
-
-
-def strip_query(text: str) -> str:
-    """The query without stopwords: ``"When did Caroline go?"`` -> ``"Caroline go"``.
-
-    A token (apostrophes kept: ``what's``, ``Melanie's``) is dropped when each of its word parts
-    is a stopword or a single letter; punctuation goes. When nothing would be left, the text is
-    returned unchanged (a query made only of stopwords still means something to the model).
-    """
-    kept = []
-    for token in _QUERY_TOKEN.findall(text):
-        parts = _WORD.findall(token.lower())
-        if not all(p in QUERY_STOPWORDS or (len(p) == 1 and not p.isdigit()) for p in parts):
-            kept.append(token)
-    return " ".join(kept) if kept else text
-
-
-def neighbour_rerank(hits: Sequence[Hit], weight: float, *, group_fields: Sequence[str],
-                     position_field: str) -> list[Hit]:
-    """The hits re-ranked with their neighbours' support (score desc, entity ID asc).
-
-    A hit's new score is its own plus ``weight`` times the better score of the hits right
-    before and after it (``position_field`` +- 1) in the same group (equal ``group_fields``),
-    e.g. the previous and next turn of the same conversation session. A turn that answers a
-    question is often next to the turn the question's words are in. Neighbours that were not
-    retrieved contribute nothing, so the hits should cover the whole group (search deep).
-    """
-    def place(hit: Hit) -> tuple[tuple[Any, ...], int]:
-        data = hit.entity.data
-        return tuple(getattr(data, f) for f in group_fields), int(getattr(data, position_field))
-
-    score_at = {place(hit): hit.score for hit in hits}
-    rescored = []
-    for hit in hits:
-        group, position = place(hit)
-        near = [score_at[group, position + step] for step in (-1, 1)
-                if (group, position + step) in score_at]
-        rescored.append((hit.score + weight * max(near) if near else hit.score, hit))
-    rescored.sort(key=lambda item: (-item[0], item[1].entity.id))
-    return [hit for _, hit in rescored]
-
-
 def run_queries(mem: Memory, type_name: str, queries: Sequence[tuple[str, str]], *,
-                mode: str, depth: int, key_field: str,
+                mode: str, depth: int, key_of: Callable[[Hit], str],
                 where_of: Callable[[str], Mapping[str, Any] | None] | None = None,
-                weights: Mapping[str, float] | None = None, query_stopwords: bool = False,
-                rerank: Callable[[list[Hit]], list[Hit]] | None = None,
+                options: RunOptions | None = None, plain: bool = False,
                 progress: bool = True) -> ModeRun:
-    """Search every ``(query_id, text)``; the ranked ``key_field`` values per query.
+    """Search every ``(query_id, text)``; the ranked keys (``key_of`` each hit) per query.
 
-    ``rerank``, when given, reorders each query's hits (its time counts in the latency).
+    Searches run with the type's search profile and the overrides ``options`` gives (its
+    ``fusion``, ``rrf_k``, ``weights``, ``query_stopwords``, ``neighbour_weight``). ``plain``:
+    also time each query as a plain search (no profile, no override) right after it, so the
+    two latencies are measured side by side (``ModeRun.plain_latencies_ms``).
     """
+    overrides = search_overrides(options or RunOptions())
     start = time.perf_counter()
     # the first search loads the keyword index and the vector mirror: timed apart
     mem.search(type_name, "warm up", k=1, mode="keyword")
     index_load_s = time.perf_counter() - start
     rankings: dict[str, list[str]] = {}
     latencies: list[float] = []
+    plain_latencies: list[float] = []
     for query_id, text in _tqdm(queries, desc=f"search {mode}", unit="q", disable=not progress):
         if not text.strip():
             rankings[query_id] = []  # an empty query cannot be searched: scores 0
             continue
         where = where_of(query_id) if where_of is not None else None
-        if query_stopwords:
-            text = strip_query(text)
         began = time.perf_counter()
-        if weights is not None and mode == "hybrid":
+        if overrides:
             result = mem.engine.search(mem.tenant, type_name, text, where=where, k=depth,
-                                       mode=mode, weights=weights)
+                                       mode=mode, **overrides)
         else:
             result = mem.search(type_name, text, where=where, k=depth, mode=mode)
-        hits = rerank(result.hits) if rerank is not None else result.hits
         latencies.append((time.perf_counter() - began) * 1000)
-        keys = (str(getattr(hit.entity.data, key_field)) for hit in hits)
-        rankings[query_id] = list(dict.fromkeys(keys))
-    return ModeRun(mode, rankings, latencies, index_load_s)
+        if plain:
+            began = time.perf_counter()
+            mem.engine.search(mem.tenant, type_name, text, where=where, k=depth, mode=mode,
+                              profile=False)
+            plain_latencies.append((time.perf_counter() - began) * 1000)
+        rankings[query_id] = list(dict.fromkeys(key_of(hit) for hit in result.hits))
+    return ModeRun(mode, rankings, latencies, index_load_s, plain_latencies)
+
+
+def search_overrides(options: RunOptions) -> dict[str, Any]:
+    """The explicit search arguments the options give (none: the type's profile decides)."""
+    given = {"fusion": options.fusion, "rrf_k": options.rrf_k, "weights": options.weights,
+             "neighbour_weight": options.neighbour_weight,
+             "query_terms": None if options.query_stopwords is None
+             else "drop_stopwords" if options.query_stopwords else "all"}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def field_key(name: str) -> Callable[[Hit], str]:
+    """A hit's key: the value of one of its fields, as a string."""
+    return lambda hit: str(getattr(hit.entity.data, name))
 
 
 def latency_summary(latencies: Sequence[float]) -> dict[str, float | None]:
@@ -362,9 +338,12 @@ def _check_options(options: RunOptions) -> None:
         raise ValidationError(f"modes must be among {', '.join(MODES)}", field="mode")
     if options.k < 1:
         raise ValidationError("k must be a positive integer", field="k")
-    if not (math.isfinite(options.neighbour_weight) and options.neighbour_weight >= 0):
+    if options.neighbour_weight is not None and not (
+            math.isfinite(options.neighbour_weight) and options.neighbour_weight >= 0):
         raise ValidationError("neighbour_weight must be a finite number >= 0",
                               field="neighbour_weight")
+    if options.context is not None and options.context < 0:
+        raise ValidationError("context must be >= 0", field="context")
     if options.weights is not None:
         bad = sorted(set(options.weights) - {"vector", "keyword", "exact"})
         if bad or any(not math.isfinite(w) or w < 0 for w in options.weights.values()):
@@ -474,8 +453,7 @@ def run_beir(data: str | Path, split: str = "test", options: RunOptions | None =
     for mode in options.modes:
         with open_memory(workdir, embedder, options.rrf_k, options.fusion) as mem:
             run = run_queries(mem, DOCUMENT_TYPE, queries, mode=mode, depth=depth,
-                              key_field="doc_id", weights=options.weights,
-                              query_stopwords=options.query_stopwords,
+                              key_of=field_key("doc_id"), options=options,
                               progress=options.progress)
         runs[mode] = run
         scored = run_from_rankings(run.rankings)
@@ -539,49 +517,88 @@ def _parse_date(value: str) -> dt.datetime | None:
         return None  # counted by the loader as session_date_unparsed
 
 
+def locomo_messages(dataset: ds.LocomoDataset) -> list[dict[str, Any]]:
+    """The dataset's turns as conversation-log messages (``add_messages``), each with its
+    ``conversation``; the paper's unit text is what ``Message`` embeds: ``<speaker> said,
+    "<text>"`` (a shared image's caption inside the quotes, `` and shared <caption>``)."""
+    return [{"conversation": t.conversation, "speaker": t.speaker,
+             "text": t.text + (f" and shared {t.blip_caption}" if t.blip_caption else ""),
+             "turn": t.turn_index, "session": t.session,
+             "time": _parse_date(t.session_date)} for t in dataset.turns]
+
+
+def define_message_type(mem: Memory, context: int | None, analyzer: str | None) -> None:
+    """Register the bundled ``Message`` type (its group context ``context`` turns if given:
+    0 drops it; its keyword ``analyzer`` if given)."""
+    (typedef,) = load_toml(MESSAGE_TOML)
+    changes: dict[str, Any] = {}
+    if context is not None:
+        assert typedef.context is not None
+        changes["context"] = (None if context == 0 else
+                              typedef.context.model_copy(update={"turns": context}))
+    if analyzer is not None:
+        changes["analyzer"] = analyzer
+    mem.define_type(typedef.model_copy(update=changes).check() if changes else typedef)
+
+
+def _add_messages(mem: Memory) -> Callable[[Sequence[Any]], list[Entity]]:
+    def add(rows: Sequence[Any]) -> list[Entity]:
+        out: list[Entity] = []
+        for conversation, group in groupby(rows, key=lambda r: r["conversation"]):
+            out += mem.add_messages(
+                conversation, [{k: v for k, v in r.items() if k != "conversation"}
+                               for r in group], actor="evaluation", reason="benchmark ingest")
+        return out
+    return add
+
+
 def run_locomo(data: str | Path, options: RunOptions | None = None, *,
                embedder: Embedder | None = None) -> dict[str, Any]:
-    """Ingest and evaluate LoCoMo (evidence recall@k per question); the results document."""
+    """Ingest LoCoMo into the conversation log and evaluate it (evidence recall@k per
+    question); the results document. Searches use the ``Message`` type's search profile
+    unless the options override it; the hybrid mode also times a plain hybrid search (no
+    profile) beside each query."""
     options, machine_at_start = begin(options)
     path = Path(data)
     dataset = ds.load_locomo(path)
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     embedder, model_load_s = ready_embedder(options, embedder)
-    variant = f"context{options.context}" if options.context else ""
+    variant = f"context{options.context}" if options.context is not None else ""
     workdir = options.workdir or default_workdir(sha256, variant)
-    rows = locomo_turn_rows(dataset, options.context)
-    with open_memory(workdir, embedder, options.rrf_k, options.fusion) as mem:
-        define_types(mem, options.analyzer)
-        stats = ingest(mem, DIALOG_TURN_TYPE, rows, dataset_sha256=sha256, variant=variant,
-                       progress=options.progress)
+    rows = locomo_messages(dataset)
+    with open_memory(workdir, embedder, None) as mem:
+        define_message_type(mem, options.context, options.analyzer)
+        stats = ingest(mem, MESSAGE_TYPE, rows, dataset_sha256=sha256, variant=variant,
+                       progress=options.progress, create=_add_messages(mem))
+        typedef = mem.get_type(MESSAGE_TYPE).typedef
+    dia_ids = {(t.conversation, t.turn_index): t.dia_id for t in dataset.turns}
     questions = dataset.questions[: options.limit]
     qids = [f"q{i}" for i in range(len(questions))]
     by_id = dict(zip(qids, questions, strict=True))
     depth = max(options.k, LOCOMO_DEPTH)
-    rerank: Callable[[list[Hit]], list[Hit]] | None = None
-    if options.neighbour_weight:
-        # every turn of the conversation is scored, so that each hit's neighbours are known
-        depth = max(depth, min(NEIGHBOUR_DEPTH, Settings().max_k))
-        rerank = partial(neighbour_rerank, weight=options.neighbour_weight,
-                         group_fields=("conversation", "session"), position_field="turn_index")
     ks = sorted({*LOCOMO_KS, options.k})
     curve = sorted({*LOCOMO_CURVE, options.k})
     modes: dict[str, Any] = {}
     runs: dict[str, ModeRun] = {}
     for mode in options.modes:
-        with open_memory(workdir, embedder, options.rrf_k, options.fusion) as mem:
+        with open_memory(workdir, embedder, None) as mem:
             run = run_queries(
-                mem, DIALOG_TURN_TYPE, [(q, by_id[q].question) for q in qids], mode=mode,
-                depth=depth, key_field="dia_id",
+                mem, MESSAGE_TYPE, [(q, by_id[q].question) for q in qids], mode=mode,
+                depth=depth, key_of=lambda h: dia_ids[h.entity.data.conversation,
+                                                      h.entity.data.turn],
                 where_of=lambda q: {"conversation": by_id[q].conversation},
-                weights=options.weights, query_stopwords=options.query_stopwords,
-                rerank=rerank, progress=options.progress)
+                options=options, plain=mode == "hybrid", progress=options.progress)
         runs[mode] = run
         modes[mode] = {
             **locomo_scores(by_id, run.rankings, ks, curve),
             "latency_ms": latency_summary(run.latencies_ms),
             "index_load_s": round(run.index_load_s, 3),
         }
+        if run.plain_latencies_ms:
+            plain = latency_summary(run.plain_latencies_ms)
+            modes[mode]["plain_latency_ms"] = plain
+            modes[mode]["p50_vs_plain"] = round(
+                modes[mode]["latency_ms"]["p50"] / plain["p50"], 3) if plain["p50"] else None
     headline = _headline(modes, options.modes)
     return {
         "benchmark": "locomo",
@@ -594,9 +611,13 @@ def run_locomo(data: str | Path, options: RunOptions | None = None, *,
         "modes": modes,
         "config": _config(options, embedder, path, sha256, dataset.faults,
                           {"workdir": str(workdir), "search_depth": depth,
-                           "search_scope": "conversation", "context_turns": options.context,
+                           "search_scope": "conversation",
+                           "context_turns": typedef.context.turns if typedef.context else 0,
                            "neighbour_weight": options.neighbour_weight,
-                           "unit": "dialog turn", "machine_at_start": machine_at_start}),
+                           "profile": None if typedef.search is None
+                           else typedef.search.model_dump(mode="json"),
+                           "unit": "dialog turn (Message)",
+                           "machine_at_start": machine_at_start}),
         "timings": _timings(stats, runs, headline, model_load_s),
         "_latencies_ms": {m: r.latencies_ms for m, r in runs.items()},
     }

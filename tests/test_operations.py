@@ -33,7 +33,7 @@ def test_each_argument_fills_a_parameter_with_its_default(name: str) -> None:
 def test_roles_come_from_the_table() -> None:
     assert set(MUTATING_OPS) | set(READ_OPS) == set(OPERATIONS)
     assert set(MUTATING_OPS) == {"create", "update", "append", "delete", "restore", "link",
-                                 "unlink"}
+                                 "unlink", "add_messages"}
     assert plan_role([{"op": "get", "id": "x"}, {"op": "search"}]) is Role.READER
     assert plan_role([{"op": "get"}, {"op": "link"}]) is Role.WRITER
     assert plan_role([{"op": "nonsense"}]) is Role.WRITER  # unknown: the strictest role

@@ -22,6 +22,7 @@ from .errors import GuardMiddleware, install_error_handlers
 from .routes import (
     admin,
     audit,
+    conversations,
     docs,
     entities,
     health,
@@ -41,6 +42,7 @@ ROUTERS: list[APIRouter] = [
     health.router,
     types.router,
     entities.router,
+    conversations.router,
     relations.router,
     search.router,
     audit.router,

@@ -88,6 +88,8 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
                                      Arg("direction", "direction", default="out"),
                                      Arg("depth", "int", default=1)), READER),
     Operation("history", "history", (_ID,), READER),
+    Operation("add_messages", "add_messages", (Arg("conversation", "id", True),
+                                               Arg("messages", "list", True)), WRITER),
 )}
 MUTATING_OPS = tuple(n for n, op in OPERATIONS.items() if op.writes)
 READ_OPS = tuple(n for n, op in OPERATIONS.items() if not op.writes)
@@ -120,6 +122,8 @@ def result_json(op: str, value: Any) -> Any:
     """The JSON-able result of one operation."""
     if isinstance(value, Entity):
         return entity_json(value, created=value.created if op == "create" else None)
+    if op == "add_messages":
+        return [entity_json(e, created=e.created) for e in value]
     if isinstance(value, Page):
         return {"items": [entity_json(e) for e in value.items], "next_cursor": value.next_cursor}
     if op == "search":

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..conversations import MESSAGE_TYPE
 from ..embedded import EmbeddedMemory
 from ..errors import DMFError
 from ..schema import EntityType
@@ -142,6 +143,8 @@ def result_shape(op: str, type_name: str | None) -> Shape:
                         "to_id": ("id", None)})
     if op == "unlink":
         return ("obj", {"unlinked": ANY, "seq": ANY})
+    if op == "add_messages":
+        return ("list", ("entity", MESSAGE_TYPE))
     if op == "related":
         return ("list", ("obj", {"relation": ANY, "direction": ANY, "depth": ANY,
                                  "from_id": ("id", None), "entity": ("entity", None)}))

@@ -51,6 +51,7 @@ from ..vector.base import VectorIndex, collection_name
 from .filter_cache import FilterCache
 from .fusion import fuse
 from .keyword_leg import keyword_leg
+from .profiles import effective, neighbour_support, strip_query
 from .ranking import Ranking
 from .replay import replay_legs
 from .request import check_request, related_ids
@@ -182,8 +183,16 @@ class SearchEngine:
 
     def search(self, tenant: str, type_name: Any, text: Any, *, where: Any = None,
                k: Any = 10, mode: Any = "hybrid", related_to: Any = None, as_of: Any = None,
-               weights: Mapping[str, float] | None = None) -> SearchResult:
-        """Top-k hits for a text under filters, resolved from DuckDB; see the module doc."""
+               weights: Mapping[str, float] | None = None, fusion: str | None = None,
+               rrf_k: int | None = None, query_terms: str | None = None,
+               neighbour_weight: float | None = None, profile: bool = True
+               ) -> SearchResult:
+        """Top-k hits for a text under filters, resolved from DuckDB; see the module doc.
+
+        ``weights``, ``fusion``, ``rrf_k``, ``query_terms`` and ``neighbour_weight`` override
+        the type's search profile, which overrides the settings (:mod:`.profiles`);
+        ``profile=False`` leaves the profile out.
+        """
         timings: dict[str, float] = {}
         clock = time.perf_counter()
 
@@ -195,6 +204,11 @@ class SearchEngine:
 
         etype, text, k, mode, rel = check_request(self.store, self.settings.max_k, type_name,
                                                   text, k, mode, related_to)
+        opts = effective(etype.typedef.search if profile else None, self.settings,
+                         fusion=fusion, rrf_k=rrf_k, weights=weights, query_terms=query_terms,
+                         neighbour_weight=neighbour_weight)
+        if opts.query_terms == "drop_stopwords":
+            text = strip_query(text)
         node = parse_filter(etype, where)
         seq = self.store.resolve_as_of(as_of)
         related = None if rel is None else related_ids(self.store, tenant, etype, rel, seq)
@@ -232,9 +246,13 @@ class SearchEngine:
                     depth = k if mode != "hybrid" else max(k, FUSION_DEPTH)
                     while True:
                         rankings, plan = self._legs(scope, mode, text, qvec, depth, lap)
-                        fused = (fuse(rankings, self.settings.fusion, k=self.settings.rrf_k,
-                                      weights=weights, depth=depth)
+                        fused = (fuse(rankings, opts.fusion, k=opts.rrf_k,
+                                      weights=opts.weights, depth=depth)
                                  if mode == "hybrid" else rankings[mode])
+                        if opts.neighbours is not None:
+                            fused = neighbour_support(
+                                scope, fused, opts.neighbours,
+                                floor=_floor(fused, mode, opts.fusion))
                         hits, dropped = resolve_hits(
                             scope, self.store, None if seq is not None else
                             self.indexer.local(etype.name), fused, rankings, k)
@@ -256,8 +274,8 @@ class SearchEngine:
         receipt = Receipt(
             resolved_at_seq=scope.seen_seq, mode=mode, plan=plan, candidates=scope.count,
             model_id=self.embedder.model_id, k=k,
-            rrf_k=self.settings.rrf_k if mode == "hybrid" else None, dropped=dropped,
-            fusion=self.settings.fusion if mode == "hybrid" else None,
+            rrf_k=opts.rrf_k if mode == "hybrid" else None, dropped=dropped,
+            fusion=opts.fusion if mode == "hybrid" else None,
             timings_ms=timings,
         )
         return SearchResult(hits=hits, receipt=receipt)
@@ -290,3 +308,11 @@ class SearchEngine:
         """Drop the cached candidate counts, lists and rows (they are rebuilt on demand)."""
         self.filters.forget()
         self.rows.forget()
+
+
+def _floor(fused: Ranking, mode: str, fusion: str) -> float:
+    """The own score of a neighbour no leg proposed: 0 where a missing row scores 0 (RRF,
+    BM25), else the lowest proposed score (it ranked below all of them)."""
+    if not fused or mode == "keyword" or (mode == "hybrid" and fusion == "rrf"):
+        return 0.0
+    return min(float(s) for _, s in fused)

@@ -21,6 +21,7 @@ from ..errors import (
 from ..models import Entity
 from ..schema import EntityType
 from . import audit
+from .group_context import fill_group_context
 from .sql import (
     bind_value,
     q,
@@ -55,6 +56,7 @@ class BulkLoad(Writes):
         check_on_conflict(on_conflict)
         if ids is not None and len(ids) != len(rows):
             raise ValidationError("ids must be as long as rows", field="ids")
+        rows = fill_group_context(self.db.reader(), etype, tenant, rows)
         prepared = []
         for i, data in enumerate(rows):
             try:

@@ -7,7 +7,6 @@ candidate, so whatever its order, recall at a depth covering the whole corpus is
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import subprocess
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dmf_hybrid import Entity, HashEmbedder, Hit
+from dmf_hybrid import HashEmbedder
 from dmf_hybrid.errors import ValidationError
 from dmf_hybrid.ids import entity_id
 from evaluation.__main__ import main
@@ -28,12 +27,9 @@ from evaluation.runner import (
     RunOptions,
     latency_summary,
     locomo_turn_rows,
-    neighbour_rerank,
     run_beir,
     run_locomo,
-    strip_query,
 )
-from evaluation.types import DialogTurn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -223,9 +219,13 @@ def test_beir_fusion_options_are_recorded_and_used(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- LoCoMo
 
 
+#: The paper's protocol: the turn alone, plain search (the Message profile overridden).
+PAPER = {"context": 0, "neighbour_weight": 0.0, "query_stopwords": False}
+
+
 def test_locomo_keyword_exact_recall_and_faults(tmp_path: Path) -> None:
     data = write_locomo(tmp_path / "locomo.json")
-    results = run_locomo(data, _options(tmp_path, modes=("keyword", "vector")),
+    results = run_locomo(data, _options(tmp_path, modes=("keyword", "vector"), **PAPER),
                          embedder=HashEmbedder())
     keyword = results["modes"]["keyword"]
     # by hand: single-hop 1, temporal 1, multi-hop 1/2, adversarial 0, open-domain 0 (filter)
@@ -277,61 +277,34 @@ def test_locomo_context_rows_stay_in_their_session(tmp_path: Path) -> None:
 
 def test_locomo_context_option_changes_the_indexed_text(tmp_path: Path) -> None:
     data = write_locomo(tmp_path / "locomo.json")
-    plain = run_locomo(data, _options(tmp_path, modes=("keyword",)), embedder=HashEmbedder())
+    plain = run_locomo(data, _options(tmp_path, modes=("keyword",), **PAPER),
+                       embedder=HashEmbedder())
     options = RunOptions(workdir=tmp_path / "ctx", embedder="hash", progress=False,
-                         modes=("keyword",), context=1)
+                         modes=("keyword",), neighbour_weight=0.0)
     with_context = run_locomo(data, options, embedder=HashEmbedder())
-    assert with_context["config"]["context_turns"] == 1
+    assert (plain["config"]["context_turns"], with_context["config"]["context_turns"]) == (0, 1)
     # "What breed is Bob's cat?" (evidence D1:3): D1:3 now carries Bob's "What breed?"
     assert plain["modes"]["keyword"]["per_category"]["adversarial"]["recall@5"] == 0.0
     assert with_context["modes"]["keyword"]["per_category"]["adversarial"]["recall@5"] == 1.0
-    # a workdir holds one variant: reusing the plain one with context is refused
+    # a workdir holds one variant: reusing the plain one with the type's context is refused
     with pytest.raises(ValidationError, match="variant"):
-        run_locomo(data, _options(tmp_path, modes=("keyword",), context=1),
-                   embedder=HashEmbedder())
+        run_locomo(data, _options(tmp_path, modes=("keyword",)), embedder=HashEmbedder())
 
 
-def _turn_hit(position: int, session: int, score: float) -> Hit:
-    turn = DialogTurn(conversation="c", session=session, speaker="A",
-                      dia_id=f"D{session}:{position}", text="t", turn_index=position,
-                      unit_text="t")
-    now = dt.datetime(2024, 1, 1)
-    entity = Entity(id=f"DialogTurn_{position:02d}", type="DialogTurn", tenant="default", version=1,
-                    data=turn, created_at=now, updated_at=now)
-    return Hit(entity=entity, score=score)
-
-
-def test_neighbour_rerank() -> None:
-    # positions 0-2 in session 1, position 3 opens session 2 (not a neighbour of position 2)
-    hits = [_turn_hit(0, 1, 0.125), _turn_hit(1, 1, 0.5), _turn_hit(2, 1, 0.25),
-            _turn_hit(3, 2, 0.5)]
-    ranked = neighbour_rerank(hits, 0.5, group_fields=("conversation", "session"),
-                              position_field="turn_index")
-    # new scores: 0 -> 0.125 + 0.25; 1 -> 0.5 + 0.125; 2 -> 0.25 + 0.25; 3 -> 0.5 + 0
-    assert [h.entity.data.turn_index for h in ranked] == [1, 2, 3, 0]  # 2 and 3 tie: by ID
-    unchanged = neighbour_rerank(hits, 0.0, group_fields=("conversation", "session"),
-                                 position_field="turn_index")
-    assert [h.entity.data.turn_index for h in unchanged] == [1, 3, 2, 0]
-
-
-def test_locomo_neighbour_option(tmp_path: Path) -> None:
+def test_locomo_runs_the_product_profile_with_overrides(tmp_path: Path) -> None:
     data = write_locomo(tmp_path / "locomo.json")
-    results = run_locomo(data, _options(tmp_path, modes=("hybrid",), neighbour_weight=0.5),
-                         embedder=HashEmbedder())
-    assert results["config"]["neighbour_weight"] == 0.5
-    assert results["config"]["search_depth"] == 1000
-    # every turn of the (tiny) conversation is scored and re-ranked: all evidence is found
+    results = run_locomo(data, _options(tmp_path, modes=("hybrid",)), embedder=HashEmbedder())
+    profile = results["config"]["profile"]
+    assert profile["neighbours"]["weight"] == 0.5 and profile["rrf_k"] == 20
+    hybrid = results["modes"]["hybrid"]
+    assert hybrid["plain_latency_ms"]["p50"] is not None and hybrid["p50_vs_plain"] > 0
+    write_report(results, tmp_path / "out" / "product.json", plots=False)
+    assert "| hybrid | " in (tmp_path / "out" / "product.md").read_text().split(
+        "Side by side")[1]
+    # conv-a has 5 turns and the vector leg proposes each of them: all evidence is found
     assert results["metrics"]["recall@5"] == 1.0
     with pytest.raises(ValidationError):
         run_locomo(data, _options(tmp_path, neighbour_weight=-1.0), embedder=HashEmbedder())
-
-
-def test_strip_query() -> None:
-    assert strip_query("When did Caroline go to the LGBTQ support group?") == (
-        "Caroline go LGBTQ support group")
-    assert strip_query("What's Melanie's kids' name, didn't she?") == "Melanie's kids' name"
-    assert strip_query("How many times in 2023?") == "many times 2023"
-    assert strip_query("What is it?") == "What is it?"  # nothing left: unchanged
 
 
 def test_query_stopwords_option(tmp_path: Path) -> None:

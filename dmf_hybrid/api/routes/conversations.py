@@ -1,0 +1,31 @@
+"""Conversations: append chat messages to a conversation's log (``Memory.add_messages``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, status
+from pydantic import Field
+
+from ...conversations import MESSAGE_TYPE
+from ...models import Entity
+from ...wire import Request
+from ..deps import Audit, WriterMemory
+
+router = APIRouter(tags=["conversations"])
+
+
+class MessagesAppend(Request):
+    """Messages to append: ``{"role", "content"}`` or ``{"speaker", "text"}`` objects with
+    optional ``turn``, ``session`` and ``time``."""
+
+    messages: Any = Field(description="The messages, oldest first.")
+    type_name: str = Field(MESSAGE_TYPE, description="The conversation log's type.")
+
+
+@router.post("/conversations/{conversation}/messages", status_code=status.HTTP_201_CREATED)
+def add_messages(conversation: str, body: MessagesAppend, memory: WriterMemory,
+                 audit: Audit) -> list[Entity]:
+    """Append messages to a conversation (idempotent per conversation and turn)."""
+    return memory.add_messages(conversation, body.messages, type_name=body.type_name,
+                               **audit.kwargs())

@@ -1,0 +1,133 @@
+"""Search profiles and group context: what a type declares about how it is searched and embedded.
+
+A type's ``search`` profile (:class:`SearchProfile`, TOML ``[types.X.search]``) holds its search
+defaults: the fusion method and its constant, leg weights, query term handling and
+*ordered-neighbour support* (rows of the same group, ordered by a field, lend a share of their
+score to the rows right before and after them). Explicit arguments of a search override it.
+
+A type's ``context`` (:class:`GroupContext`, TOML ``[types.X.context]``) makes the store fill a
+text field of each new row, at write time, with the embedded texts of up to ``turns`` preceding
+rows of its group, so that the field's place in the embed template carries them. Rows written
+later never change it, and the same text embeds once (the cache is keyed by text).
+
+Both are checked against the type's fields by :func:`check_profile` / :func:`check_context`
+(called from ``TypeDef.check``), every fault a :class:`~dmf_hybrid.errors.SchemaError` naming
+its field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import SchemaError
+
+#: Fusion methods of hybrid search (``dmf_hybrid.search.fusion``).
+FUSIONS = ("rrf", "minmax", "dbsf", "bm25max")
+#: The legs of hybrid search a weight can name.
+LEGS = ("vector", "keyword", "exact")
+#: Query term handling: keep every term, or drop English stopwords (question words, pronouns,
+#: auxiliaries) before both legs; other scripts' terms are kept.
+QUERY_TERMS = ("all", "drop_stopwords")
+MAX_CONTEXT_TURNS = 16
+
+
+class Neighbours(BaseModel):
+    """Ordered-neighbour support: a row gains ``weight`` times the better fused score of the
+    rows at ``order`` - 1 and + 1 in its group (rows with equal ``group`` fields)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    group: tuple[str, ...] = Field(description="Fields whose equal values make a group.")
+    order: str = Field(description="Integer field ordering a group's rows (neighbours: +-1).")
+    weight: float = Field(0.5, description="Share of a neighbour's score a row gains.")
+
+
+class SearchProfile(BaseModel):
+    """A type's search defaults; any left out keeps the memory's setting."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fusion: str | None = Field(None, description="Fusion method: " + ", ".join(FUSIONS))
+    rrf_k: int | None = Field(None, description="Reciprocal rank fusion constant.")
+    weights: dict[str, float] | None = Field(
+        None, description="Weight per leg (vector, keyword, exact); a leg left out weighs 1.")
+    query_terms: Literal["all", "drop_stopwords"] = "all"
+    neighbours: Neighbours | None = None
+
+
+class GroupContext(BaseModel):
+    """Each new row's ``field`` holds the embedded texts of up to ``turns`` preceding rows of
+    its group (equal ``group`` fields, ordered by ``order``), oldest first."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    field: str = Field(description="Text field the store fills (placed in the embed template).")
+    group: tuple[str, ...]
+    order: str
+    turns: int = Field(1, description=f"Preceding rows, 1 to {MAX_CONTEXT_TURNS}.")
+
+
+def _check_group(group: tuple[str, ...], order: str, kinds: Mapping[str, str],
+                 where: str) -> None:
+    if not group:
+        raise SchemaError("group names no field", field=f"{where}.group")
+    for name in group:
+        if name not in kinds:
+            raise SchemaError(f"group field {name!r} is not a field of the type",
+                              field=f"{where}.group")
+    if order not in kinds:
+        raise SchemaError(f"order field {order!r} is not a field of the type",
+                          field=f"{where}.order")
+    if kinds[order] != "int":
+        raise SchemaError(f"order field {order!r} must be an int field, not {kinds[order]}",
+                          field=f"{where}.order")
+
+
+def check_profile(profile: SearchProfile, kinds: Mapping[str, str]) -> None:
+    """A SchemaError if ``profile`` names an unknown fusion or leg, a bad weight or constant,
+    or fields that ``kinds`` (field name -> kind) does not have."""
+    if profile.fusion is not None and profile.fusion not in FUSIONS:
+        raise SchemaError(f"unknown fusion {profile.fusion!r}; known: {', '.join(FUSIONS)}",
+                          field="search.fusion")
+    if profile.rrf_k is not None and profile.rrf_k < 1:
+        raise SchemaError("rrf_k must be >= 1", field="search.rrf_k")
+    for leg, weight in (profile.weights or {}).items():
+        if leg not in LEGS:
+            raise SchemaError(f"unknown leg {leg!r}; known: {', '.join(LEGS)}",
+                              field=f"search.weights.{leg}")
+        if not math.isfinite(weight) or weight < 0:
+            raise SchemaError(f"weight of {leg!r} must be a finite number >= 0",
+                              field=f"search.weights.{leg}")
+    near = profile.neighbours
+    if near is not None:
+        _check_group(near.group, near.order, kinds, "search.neighbours")
+        if not math.isfinite(near.weight) or near.weight < 0:
+            raise SchemaError("neighbour weight must be a finite number >= 0",
+                              field="search.neighbours.weight")
+
+
+def check_context(context: GroupContext, kinds: Mapping[str, str],
+                  embedded: set[str]) -> None:
+    """A SchemaError if ``context`` names missing fields, a non-text field, a field outside
+    the embed template (``embedded``) or a turn count out of range."""
+    _check_group(context.group, context.order, kinds, "context")
+    if context.field not in kinds:
+        raise SchemaError(f"context field {context.field!r} is not a field of the type",
+                          field="context.field")
+    if kinds[context.field] != "str":
+        raise SchemaError(f"context field {context.field!r} must be a str field",
+                          field="context.field")
+    if context.field not in embedded:
+        raise SchemaError(f"context field {context.field!r} is not in the embed template",
+                          field="context.field")
+    if context.field in context.group or context.field == context.order:
+        raise SchemaError("the context field cannot also group or order rows",
+                          field="context.field")
+    if not 1 <= context.turns <= MAX_CONTEXT_TURNS:
+        raise SchemaError(f"context turns must be from 1 to {MAX_CONTEXT_TURNS}",
+                          field="context.turns")
+
