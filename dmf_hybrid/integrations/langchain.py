@@ -123,7 +123,8 @@ class DMFVectorStore(VectorStore):
         return str(entity.id)
 
     def add_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None, *,
-                  ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
+                  ids: list[str] | None = None, **kwargs: Any) -> list[str]:
+        """Add or replace documents; an ID that is None (or no ``ids``) gets a new UUID."""
         texts = list(texts)
         metadatas = list(metadatas) if metadatas is not None else [{} for _ in texts]
         given: Sequence[str | None] = list(ids) if ids is not None else [None] * len(texts)
@@ -180,7 +181,7 @@ class DMFVectorStore(VectorStore):
                    memory: MemoryAPI | None = None, collection: str = "langchain",
                    **kwargs: Any) -> DMFVectorStore:
         store = cls(embedding, memory=memory, collection=collection)
-        store.add_texts(texts, metadatas, ids=ids)  # type: ignore[arg-type]
+        store.add_texts(texts, metadatas, ids=ids)
         return store
 
 
