@@ -83,15 +83,14 @@ def _parse(etype: EntityType, node: Any, depth: int, counter: list[int], path: s
             if keys and spec.type != "json":
                 raise FilterError(f"{root!r} is a {spec.type} field: only json fields take a "
                                   "path", field=f"{path}.{key}")
-            make = _json_cmp if spec.type == "json" else _cmp
             if isinstance(value, Mapping):
                 if not value:
                     raise FilterError("an operator object may not be empty", field=f"{path}.{key}")
                 for op, operand in value.items():
-                    items.append(make(etype, root, spec, op, operand, f"{path}.{key}.{op}",
+                    items.append(_cmp(etype, root, spec, op, operand, f"{path}.{key}.{op}",
                                       keys))
             else:
-                items.append(make(etype, root, spec, "$eq", value, f"{path}.{key}", keys))
+                items.append(_cmp(etype, root, spec, "$eq", value, f"{path}.{key}", keys))
     return items[0] if len(items) == 1 else BoolOp("$and", tuple(items))
 
 
@@ -125,8 +124,8 @@ def _json_scalar(value: Any, where: str) -> Any:
                       f"{type(value).__name__}", field=where)
 
 
-def _json_cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
-              where: str, keys: tuple[str, ...] = ()) -> Cmp:
+def _cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
+         where: str, keys: tuple[str, ...] = ()) -> Cmp:
     if op not in FILTER_OPS:
         raise FilterError(f"unknown operator {op!r} (known: {', '.join(FILTER_OPS)})",
                           field=where)
@@ -139,28 +138,14 @@ def _json_cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: A
             raise FilterError(f"{op} takes a list", field=where)
         if len(operand) > 10_000:
             raise FilterError(f"{op} takes at most 10000 values", field=where)
-        return Cmp(name, op, tuple(_json_scalar(v, where) for v in operand), spec, keys)
-    value = _json_scalar(operand, where)
-    if op in ("$gt", "$gte", "$lt", "$lte") and isinstance(value, bool):
-        raise FilterError(f"{op} compares numbers or strings, not booleans", field=where)
-    return Cmp(name, op, value, spec, keys)
-
-
-def _cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
-         where: str, keys: tuple[str, ...] = ()) -> Cmp:
-    if op not in FILTER_OPS:
-        raise FilterError(f"unknown operator {op!r} (known: {', '.join(FILTER_OPS)})",
-                          field=where)
-    if operand is None:
-        if op not in ("$eq", "$ne"):
-            raise FilterError(f"{op} does not take null", field=where)
-        return Cmp(name, op, None, spec)
-    if op in ("$in", "$nin"):
-        if not isinstance(operand, list):
-            raise FilterError(f"{op} takes a list", field=where)
-        if len(operand) > 10_000:
-            raise FilterError(f"{op} takes at most 10000 values", field=where)
-        return Cmp(name, op, tuple(_coerce(spec, v, where) for v in operand), spec)
+        values = tuple(_json_scalar(v, where) if spec.type == "json" else
+                       _coerce(spec, v, where) for v in operand)
+        return Cmp(name, op, values, spec, keys)
+    if spec.type == "json":
+        value = _json_scalar(operand, where)
+        if op in ("$gt", "$gte", "$lt", "$lte") and isinstance(value, bool):
+            raise FilterError(f"{op} compares numbers or strings, not booleans", field=where)
+        return Cmp(name, op, value, spec, keys)
     if op == "$contains":
         if spec.type == "list":
             return Cmp(name, op, _coerce(spec, operand, where, element=True), spec)

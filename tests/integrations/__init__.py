@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,3 +38,12 @@ def door(kind: str, path: Path, embedder: Any) -> Iterator[tuple[MemoryAPI, Memo
                 _BEHIND.pop(id(client), None)
     finally:
         memory.close()
+
+
+def import_error(module: str, *blocked: str) -> str:
+    """The ImportError message of importing ``module`` in a fresh interpreter where the
+    packages ``blocked`` cannot be imported."""
+    code = (f"import sys; sys.modules.update(dict.fromkeys({list(blocked)!r}))\n"
+            f"try:\n    import {module}\nexcept ImportError as e:\n    print(e)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True).stdout

@@ -3,8 +3,6 @@ bad input (changes nothing, raises ValueError subclasses), the model check, pack
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +13,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from dmf_hybrid import FilterError, HashEmbedder, MemoryAPI, ValidationError
 from dmf_hybrid.integrations.embedder import CallerEmbedder
 from dmf_hybrid.integrations.langchain import DMFRetriever, DMFVectorStore, collection_type
-from tests.integrations import door
+from tests.integrations import door, import_error
 from tests.store import dump
 
 EMBED = DeterministicFakeEmbedding(size=8)
@@ -115,9 +113,5 @@ def test_retriever_where_and_k(store: DMFVectorStore) -> None:
 
 
 def test_import_without_the_extra_says_what_to_install() -> None:
-    code = ("import sys; sys.modules['langchain_core'] = None\n"
-            "try:\n    import dmf_hybrid.integrations.langchain\n"
-            "except ImportError as e:\n    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = import_error("dmf_hybrid.integrations.langchain", 'langchain_core')
     assert "pip install 'dmf-hybrid[server,langchain]'" in out

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from langgraph.store.base import (
 from dmf_hybrid import FilterError, HashEmbedder, MemoryAPI
 from dmf_hybrid.clock import set_clock
 from dmf_hybrid.integrations.langgraph import DMFStore
-from tests.integrations import door
+from tests.integrations import door, import_error
 from tests.store import dump
 
 INDEX = {"dims": 64, "embed": "hash", "fields": ["text"]}
@@ -252,9 +250,5 @@ def test_private_memory_embeds_with_the_callers_function() -> None:
 
 
 def test_import_without_the_extra_says_what_to_install() -> None:
-    code = ("import sys; sys.modules['langgraph'] = None; sys.modules['langgraph.store'] = None\n"
-            "try:\n    import dmf_hybrid.integrations.langgraph\n"
-            "except ImportError as e:\n    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = import_error("dmf_hybrid.integrations.langgraph", 'langgraph', 'langgraph.store')
     assert "pip install 'dmf-hybrid[server,langgraph]'" in out
