@@ -223,9 +223,10 @@ def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
 
 
 def _is_json(annotation: Any) -> bool:
-    """A free-form JSON annotation: ``JsonValue``, ``dict`` or ``dict[str, ...]``."""
+    """A free-form JSON annotation: ``JsonValue``, ``dict`` or ``dict[str, Any]`` (a dict of
+    typed values, ``dict[str, int]``, would lose its value type in a json field: refused)."""
     return annotation is pydantic.JsonValue or annotation is dict or (
-        typing.get_origin(annotation) is dict)
+        typing.get_origin(annotation) is dict and typing.get_args(annotation) == (str, Any))
 
 
 def _scalar_kind(annotation: Any, where: str) -> tuple[str, tuple[str, ...] | None]:
