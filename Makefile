@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[server,dev,multilingual]'
+	$(PY) -m pip install -q -e '.[server,dev,multilingual,langgraph,langchain]'
 	$(PY) -m pip install -q --no-deps $(EXTRA_NO_DEPS)
 	touch $(STAMP)
 

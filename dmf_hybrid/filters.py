@@ -15,7 +15,8 @@ from pydantic import TypeAdapter
 
 from .checks import check_filter
 from .errors import FilterError
-from .schema import PY_TYPES, EntityType, FieldSpec, fits_int64
+from .jsonpaths import split_path
+from .schema import INT64_MAX, INT64_MIN, PY_TYPES, EntityType, FieldSpec, fits_int64
 
 FILTER_OPS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains")
 MAX_FILTER_DEPTH = 16
@@ -23,12 +24,17 @@ MAX_FILTER_NODES = 256
 
 @dataclass(frozen=True)
 class Cmp:
-    """``field <op> value`` with the value already coerced to the field's type."""
+    """``field <op> value`` with the value already coerced to the field's type.
+
+    On a ``json`` field, ``path`` holds the keys below the field (``()``: the whole value) and
+    ``value`` is a JSON scalar (or a tuple of them for ``$in`` / ``$nin``).
+    """
 
     field: str
     op: str
     value: Any
     spec: FieldSpec
+    path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,14 +78,19 @@ def _parse(etype: EntityType, node: Any, depth: int, counter: list[int], path: s
             raise FilterError(f"unknown filter operator {key!r} (use $and, $or or a field name)",
                               field=f"{path}.{key}")
         else:
-            spec = etype.field(key, where=f"{path}.{key}")
+            root, keys = split_path(key, f"{path}.{key}")
+            spec = etype.field(root, where=f"{path}.{key}")
+            if keys and spec.type != "json":
+                raise FilterError(f"{root!r} is a {spec.type} field: only json fields take a "
+                                  "path", field=f"{path}.{key}")
             if isinstance(value, Mapping):
                 if not value:
                     raise FilterError("an operator object may not be empty", field=f"{path}.{key}")
                 for op, operand in value.items():
-                    items.append(_cmp(etype, key, spec, op, operand, f"{path}.{key}.{op}"))
+                    items.append(_cmp(etype, root, spec, op, operand, f"{path}.{key}.{op}",
+                                      keys))
             else:
-                items.append(_cmp(etype, key, spec, "$eq", value, f"{path}.{key}"))
+                items.append(_cmp(etype, root, spec, "$eq", value, f"{path}.{key}", keys))
     return items[0] if len(items) == 1 else BoolOp("$and", tuple(items))
 
 
@@ -97,21 +108,44 @@ def _coerce(spec: FieldSpec, value: Any, where: str, element: bool = False) -> A
     return coerced
 
 
+def _json_scalar(value: Any, where: str) -> Any:
+    """A filter operand on a json field: a string, a finite number or a boolean."""
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise FilterError(f"value {value!r} is out of the 64-bit integer range", field=where)
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise FilterError("filter values must be finite numbers", field=where)
+        return value
+    raise FilterError("a json field is compared with a string, a number or a boolean, not "
+                      f"{type(value).__name__}", field=where)
+
+
 def _cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
-         where: str) -> Cmp:
+         where: str, keys: tuple[str, ...] = ()) -> Cmp:
     if op not in FILTER_OPS:
         raise FilterError(f"unknown operator {op!r} (known: {', '.join(FILTER_OPS)})",
                           field=where)
     if operand is None:
         if op not in ("$eq", "$ne"):
             raise FilterError(f"{op} does not take null", field=where)
-        return Cmp(name, op, None, spec)
+        return Cmp(name, op, None, spec, keys)
     if op in ("$in", "$nin"):
         if not isinstance(operand, list):
             raise FilterError(f"{op} takes a list", field=where)
         if len(operand) > 10_000:
             raise FilterError(f"{op} takes at most 10000 values", field=where)
-        return Cmp(name, op, tuple(_coerce(spec, v, where) for v in operand), spec)
+        values = tuple(_json_scalar(v, where) if spec.type == "json" else
+                       _coerce(spec, v, where) for v in operand)
+        return Cmp(name, op, values, spec, keys)
+    if spec.type == "json":
+        value = _json_scalar(operand, where)
+        if op in ("$gt", "$gte", "$lt", "$lte") and isinstance(value, bool):
+            raise FilterError(f"{op} compares numbers or strings, not booleans", field=where)
+        return Cmp(name, op, value, spec, keys)
     if op == "$contains":
         if spec.type == "list":
             return Cmp(name, op, _coerce(spec, operand, where, element=True), spec)
@@ -146,8 +180,8 @@ def parse_order(etype: EntityType, order_by: str | Sequence[str] | None) -> list
             result.append((name, desc))
             continue
         spec = etype.field(name, where="order_by")
-        if spec.type == "list":
-            raise FilterError(f"cannot order by list field {name!r}", field="order_by")
+        if spec.type in ("list", "json"):
+            raise FilterError(f"cannot order by {spec.type} field {name!r}", field="order_by")
         result.append((name, desc))
     if len(result) > 4:
         raise FilterError("order_by takes at most 4 fields", field="order_by")

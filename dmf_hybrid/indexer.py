@@ -33,7 +33,7 @@ from .mirrors.vectors import Key, LocalVectors, key_sql
 from .models import ReconcileCounts, ReindexCounts
 from .schema import EntityType
 from .store import Store
-from .store.sql import q
+from .store.sql import field_values, q
 from .store.tables import table_name
 from .vector.base import VectorIndex, collection_name
 
@@ -165,8 +165,7 @@ class Indexer:
                 rows.extend(r for r in con.execute(
                     base + " AND id IN (SELECT unnest(CAST(? AS VARCHAR[]))) ORDER BY id, tenant",
                     [unique[i:i + LOOKUP_CHUNK]]).fetchall() if (r[1], r[0]) in wanted)
-        names = list(etype.fields)
-        return [(r[0], r[1], r[2], r[3], dict(zip(names, r[5:], strict=True)), r[4])
+        return [(r[0], r[1], r[2], r[3], field_values(etype, r[5:]), r[4])
                 for r in rows]
 
     def _items(self, etype: EntityType, keys: Sequence[Key] | None

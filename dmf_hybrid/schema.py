@@ -24,8 +24,9 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from .analyzers import DEFAULT_ANALYZER, check_analyzer
-from .checks import check_data
+from .checks import check_data, first_non_finite
 from .errors import FilterError, SchemaError, ValidationError
+from .jsonpaths import render, split_path, value_at
 from .profiles import GroupContext, SearchProfile, check_context, check_profile
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -38,7 +39,7 @@ RESERVED_FIELDS = frozenset(
      "created_seq", "type", "text_hash"}
 )
 SCALAR_KINDS = ("str", "int", "float", "bool", "date", "datetime", "enum")
-FieldKind = Literal["str", "int", "float", "bool", "date", "datetime", "enum", "list"]
+FieldKind = Literal["str", "int", "float", "bool", "date", "datetime", "enum", "list", "json"]
 ItemKind = Literal["str", "int", "float", "bool", "date", "datetime"]
 Cardinality = Literal["one", "many"]
 
@@ -69,6 +70,8 @@ class FieldSpec(BaseModel):
             return Literal[self.values]  # type: ignore[valid-type]
         if self.type == "list":
             return list[PY_TYPES[self.item or "str"]]  # type: ignore[misc]
+        if self.type == "json":
+            return pydantic.JsonValue
         return PY_TYPES[self.type]
 
 
@@ -146,10 +149,14 @@ class TypeDef(BaseModel):
                                   field=f"relations.{name}")
         if self.embed is not None:
             for placeholder in template_fields(self.embed):
-                if placeholder not in self.fields:
+                root, keys = _template_path(placeholder)
+                if root not in self.fields:
                     raise SchemaError(
                         f"embed template names unknown field {placeholder!r}", field="embed"
                     )
+                if keys and self.fields[root].type != "json":
+                    raise SchemaError(f"embed template path {placeholder!r}: only json fields "
+                                      "have paths", field="embed")
         self._check_analyzers()
         kinds = {name: spec.type for name, spec in self.fields.items()}
         if self.search is not None:
@@ -172,6 +179,13 @@ class TypeDef(BaseModel):
             if name not in embedded:
                 raise SchemaError(f"field {name!r} has an analyzer but is not in the embed "
                                   "template, so it is not searched", field=where)
+
+
+def _template_path(placeholder: str) -> tuple[str, tuple[str, ...]]:
+    try:
+        return split_path(placeholder, "embed")
+    except FilterError as exc:
+        raise SchemaError(exc.message, field="embed") from None
 
 
 def template_fields(template: str) -> list[str]:
@@ -220,6 +234,13 @@ def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
+def _is_json(annotation: Any) -> bool:
+    """A free-form JSON annotation: ``JsonValue``, ``dict`` or ``dict[str, Any]`` (a dict of
+    typed values, ``dict[str, int]``, would lose its value type in a json field: refused)."""
+    return annotation is pydantic.JsonValue or annotation is dict or (
+        typing.get_origin(annotation) is dict and typing.get_args(annotation) == (str, Any))
+
+
 def _scalar_kind(annotation: Any, where: str) -> tuple[str, tuple[str, ...] | None]:
     if annotation in (str, int, float, bool):
         return annotation.__name__, None
@@ -257,7 +278,9 @@ def typedef_from_model(
     for fname, info in model.model_fields.items():
         annotation, nullable = _unwrap_optional(info.annotation)
         item = values = None
-        if typing.get_origin(annotation) is list:
+        if _is_json(annotation):
+            kind = "json"
+        elif typing.get_origin(annotation) is list:
             (item_type,) = typing.get_args(annotation) or (str,)
             item, _ = _scalar_kind(item_type, fname)
             kind = "list"
@@ -350,6 +373,12 @@ class EntityType:
                                                                           float("-inf")):
                 raise ValidationError(f"{self.name}.{name} must be a finite number",
                                       field=f"{where}.{name}")
+            if spec.type == "json":
+                bad = first_non_finite(value)
+                if bad is not None:
+                    where_bad = f"{where}.{name}" + (f".{bad}" if bad and bad[0] != "[" else bad)
+                    raise ValidationError(f"{self.name}.{name}: NaN and Infinity are not JSON",
+                                          field=where_bad)
             if not fits_int64(value):
                 raise ValidationError(f"{self.name}.{name} is out of the 64-bit integer range",
                                       field=f"{where}.{name}")
@@ -371,8 +400,11 @@ class EntityType:
                 parts.append((None, literal))
             if name is None:
                 continue
-            value = data.get(name)
-            if value is None:
+            root, keys = split_path(name, "embed")
+            value = data.get(root)
+            if self.typedef.fields[root].type == "json":
+                text = render(value_at(value, keys))
+            elif value is None:
                 text = ""
             elif isinstance(value, list):
                 text = ", ".join(str(v) for v in value)

@@ -15,6 +15,7 @@ from ..indexer import Indexer
 from ..mirrors.keyword import KeywordIndex, entity_documents, exact_leg, type_analysis
 from ..schema import EntityType
 from ..store import Store
+from ..store.sql import field_values
 from ..vector.exact import normalise_rows
 from .ranking import Ranking, precise_scores, ranked, unit64
 from .scope import Row, Scope
@@ -53,7 +54,7 @@ def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: s
                                   params).fetchall()
         kw = KeywordIndex(analyzer=type_analysis(etype))
         kw.upsert(entity_documents(
-            etype, [(r[0], dict(zip(etype.fields, r[2:], strict=True))) for r in every]))
+            etype, [(r[0], field_values(etype, r[2:])) for r in every]))
         rankings["keyword"] = (kw.search(text, depth, candidates=[r[0] for r in rows])
                                if rows else [])
         if mode == "hybrid":
@@ -62,4 +63,4 @@ def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: s
 
 
 def _text(etype: EntityType, row: Row) -> str | None:
-    return etype.embed_text(dict(zip(etype.fields, row[2:], strict=True)))
+    return etype.embed_text(field_values(etype, row[2:]))

@@ -23,7 +23,7 @@ from ..schema import EntityType
 from . import audit
 from .group_context import fill_group_context
 from .sql import (
-    bind_value,
+    bind_field,
     q,
     sql_type,
 )
@@ -148,7 +148,7 @@ class BulkLoad(Writes):
             events.append(row)
             new_rows.append(tuple(
                 [eid, tenant, 1, to_naive_utc(now), to_naive_utc(now), None, None, text_hash]
-                + [bind_value(values[n]) for n in etype.fields]
+                + [bind_field(s, values[n]) for n, s in etype.fields.items()]
             ))
             if text_hash is not None:
                 outbox.append((seq, tenant, eid, etype.name, "upsert"))

@@ -22,6 +22,7 @@ from ..models import Entity
 from ..schema import EntityType
 from .chain import AuditChain
 from .sql import (
+    field_values,
     q,
 )
 from .tables import (
@@ -63,8 +64,7 @@ class RowReader(AuditChain):
     def row_to_entity(self, etype: EntityType, row: Sequence[Any], created: bool = False
                        ) -> Entity:
         sys_vals = dict(zip(SYSTEM_COLUMNS, row[: len(SYSTEM_COLUMNS)], strict=True))
-        data = aware_datetimes(etype, dict(zip(etype.fields, row[len(SYSTEM_COLUMNS):],
-                                                strict=True)))
+        data = aware_datetimes(etype, field_values(etype, row[len(SYSTEM_COLUMNS):]))
         return Entity(
             id=sys_vals["id"], type=etype.name, tenant=sys_vals["tenant"],
             version=sys_vals["version"], data=etype.model.model_validate(data),

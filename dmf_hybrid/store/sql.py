@@ -6,16 +6,18 @@ import base64
 import binascii
 import datetime as dt
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import FilterError
 from ..filters import BoolOp, Cmp, FilterNode
 from ..ids import canonical_json, content_hash
+from ..jsonpaths import jsonpath
 from ..schema import EntityType, FieldSpec
 
 SQL_TYPES = {
     "str": "VARCHAR", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",
-    "datetime": "TIMESTAMP", "enum": "VARCHAR",
+    "datetime": "TIMESTAMP", "enum": "VARCHAR", "json": "JSON",
 }
 SYSTEM_ORDER_TYPES = {"created_at": "TIMESTAMP", "updated_at": "TIMESTAMP", "version": "INTEGER"}
 
@@ -41,6 +43,23 @@ def bind_value(value: Any) -> Any:
     return value
 
 
+def bind_field(spec: FieldSpec, value: Any) -> Any:
+    """A field's value as DuckDB binds it into the field's column (json: its JSON text)."""
+    if spec.type == "json":
+        return None if value is None else json.dumps(value, ensure_ascii=False,
+                                                     separators=(",", ":"))
+    return bind_value(value)
+
+
+def field_values(etype: EntityType, values: Sequence[Any]) -> dict[str, Any]:
+    """A row's field columns by name, JSON columns (which DuckDB returns as text) decoded."""
+    data = dict(zip(etype.fields, values, strict=True))
+    for name, spec in etype.fields.items():
+        if spec.type == "json" and isinstance(data[name], str):
+            data[name] = json.loads(data[name])
+    return data
+
+
 def compile_filter(node: FilterNode | None, params: list[Any], alias: str = "") -> str:
     """SQL for a parsed filter (a WHERE condition), appending its bound values to ``params``.
 
@@ -58,6 +77,8 @@ def compile_filter(node: FilterNode | None, params: list[Any], alias: str = "") 
 
 def _compile_cmp(node: Cmp, params: list[Any], alias: str) -> str:
     col = f"{alias}{q(node.field)}"
+    if node.spec.type == "json":
+        return _compile_json_cmp(node, col, params)
     typ = sql_type(node.spec)
     op, value = node.op, node.value
     if value is None:
@@ -172,3 +193,59 @@ def _cursor_value(typ: str, value: Any) -> Any:
     except (ValueError, OverflowError):
         pass
     raise FilterError("cursor is malformed", field="cursor")
+
+
+JSON_NUMBER_TYPES = "('BIGINT', 'UBIGINT', 'HUGEINT', 'DOUBLE')"
+
+
+def _json_equals(at: Callable[[], str], value: Any, params: list[Any], op: str = "=") -> str:
+    """SQL: the JSON value ``at()`` is of ``value``'s kind and compares by ``op`` with it.
+
+    ``at`` writes the value's expression (binding its path) each time it is used. A string
+    equals only a string, a number only a number (compared as DOUBLE), a boolean only a
+    boolean; TRY_CAST because DuckDB does not promise to evaluate an AND left to right.
+    """
+    kind, cast, typ = (("= 'BOOLEAN'", "TRY_CAST({} AS BOOLEAN)", "BOOLEAN")
+                       if isinstance(value, bool) else
+                       ("= 'VARCHAR'", "({} ->> '$')", "VARCHAR") if isinstance(value, str) else
+                       (f"IN {JSON_NUMBER_TYPES}", "TRY_CAST({} AS DOUBLE)", "DOUBLE"))
+    test = f"(json_type({at()}) {kind} AND {cast.format(at())} {op} CAST(? AS {typ}))"
+    params.append(value if isinstance(value, bool | str) else float(value))
+    return test
+
+
+def _compile_json_cmp(node: Cmp, col: str, params: list[Any]) -> str:
+    """SQL for a comparison at a path inside a json field (the path a bound parameter).
+
+    A missing path, like JSON null, matches ``null``; ``$ne`` / ``$nin`` hold where the
+    positive test does not, so they match a missing path too.
+    """
+    def at() -> str:
+        if not node.path:
+            return col
+        params.append(jsonpath(node.path))
+        return f"json_extract({col}, CAST(? AS VARCHAR))"
+
+    op, value = node.op, node.value
+    negate = op in ("$ne", "$nin")
+    if value is None:
+        test = f"(json_type({at()}) IS NULL OR json_type({at()}) = 'NULL')"
+    elif op in ("$in", "$nin"):
+        if not value:
+            return "TRUE" if negate else "FALSE"
+        test = "(" + " OR ".join(_json_equals(at, v, params) for v in value) + ")"
+    elif op == "$contains":
+        array = at()
+        member = _json_equals(lambda: "e", value, params)
+        test = f"(len(list_filter(TRY_CAST({array} AS JSON[]), e -> {member})) > 0"
+        if isinstance(value, str):
+            kind = at()
+            text = at()
+            params.append(value)
+            test += (f" OR (json_type({kind}) = 'VARCHAR' "
+                     f"AND contains({text} ->> '$', CAST(? AS VARCHAR)))")
+        test += ")"
+    else:
+        sql_op = {"$eq": "=", "$ne": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
+        test = _json_equals(at, value, params, sql_op)
+    return f"(NOT coalesce({test}, FALSE))" if negate else f"coalesce({test}, FALSE)"

@@ -10,7 +10,7 @@ from ..errors import DMFError
 from ..ids import DEFAULT_TENANT
 from ..schema import EntityType, FieldSpec, TypeDef
 from .audit import EVENTS_DDL
-from .sql import bind_value, q, sql_type
+from .sql import bind_field, q, sql_type
 
 log = logging.getLogger(__name__)
 
@@ -137,5 +137,5 @@ def add_columns(con: duckdb.DuckDBPyConnection, typedef: TypeDef, added: list[st
         if spec.default is not None:
             con.execute(
                 f"UPDATE {table_name(typedef.name)} SET {q(name)} = CAST(? AS {sql_type(spec)})",
-                [bind_value(spec.default)],
+                [bind_field(spec, spec.default)],
             )

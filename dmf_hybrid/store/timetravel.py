@@ -25,7 +25,7 @@ from .registry import TypeRegistry
 from .rows import aware_datetimes
 from .sql import (
     SQL_TYPES,
-    bind_value,
+    bind_field,
     q,
     sql_type,
 )
@@ -40,7 +40,7 @@ ENTITY_OPS_SQL = "('create', 'update', 'append', 'delete', 'restore', 'erase')"
 def _field_expr(name: str, spec: Any, params: list[Any]) -> str:
     typ = sql_type(spec)
     path = f"'$.data.{name}'"
-    if spec.type == "list":
+    if spec.type in ("list", "json"):
         expr = f"CAST(json_extract(after, {path}) AS {typ})"
     elif spec.type == "bool":
         expr = f"CAST(json_extract(after, {path}) AS BOOLEAN)"
@@ -49,7 +49,7 @@ def _field_expr(name: str, spec: Any, params: list[Any]) -> str:
     if spec.default is None:
         return f"{expr} AS {q(name)}"
     # a field added by a later migration is missing from older snapshots: read its default
-    params.append(bind_value(spec.default))
+    params.append(bind_field(spec, spec.default))
     return (f"CASE WHEN json_exists(after, {path}) THEN {expr} "
             f"ELSE CAST(? AS {typ}) END AS {q(name)}")
 

@@ -30,7 +30,7 @@ from ..schema import EntityType
 from .queries import Queries
 from .rows import jsonable
 from .sql import (
-    bind_value,
+    bind_field,
     q,
 )
 from .tables import (
@@ -154,7 +154,8 @@ class Writes(Queries):
                 f"deleted_at = ?, deleted_seq = ?, text_hash = ?, {sets} WHERE {match}",
                 [version, to_naive_utc(now), None if deleted_at is None else
                  to_naive_utc(deleted_at), seq if op == "delete" else None, text_hash,
-                 *[bind_value(new_values[n]) for n in etype.fields], *match_params],
+                 *[bind_field(s, new_values[n]) for n, s in etype.fields.items()],
+                 *match_params],
             )
             if text_hash is not None or before["text_hash"] is not None:
                 self._outbox(con, seq, tenant, eid, etype.name,
