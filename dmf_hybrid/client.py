@@ -188,8 +188,7 @@ class MemoryClient(MemoryAPI):
         return result.model_validate(self._call(method, path, **kwargs),
                                      context=self._decoding)
 
-    def _list(self, item: type[Result], method: str, path: str, **kwargs: Any
-              ) -> list[Result]:
+    def _list(self, item: type[Result], method: str, path: str, **kwargs: Any) -> list[Result]:
         return [item.model_validate(x, context=self._decoding)
                 for x in self._call(method, path, **kwargs)]
 
