@@ -13,11 +13,10 @@ from __future__ import annotations
 import copy
 import difflib
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from .checks import ID_PATTERN
+from .checks import ID_PATTERN, TOOL_NAME_RE, full_match
 from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
 from .lifecycle.context import call_context_tool, context_tool_definition
@@ -34,7 +33,6 @@ from .schema import EntityType
 
 log = logging.getLogger(__name__)
 
-TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 FORMATS = ("openai", "json_schema")
 ID_SCHEMA: dict[str, Any] = {
     "type": "string", "pattern": ID_PATTERN,
@@ -66,7 +64,7 @@ def tool_definitions(mem: EmbeddedMemory, format: str = "openai") -> list[dict[s
 
 
 def _valid_name(name: str) -> bool:
-    if TOOL_NAME_RE.match(name):
+    if full_match(TOOL_NAME_RE, name):
         return True
     log.warning("tool %s is left out: its name is not a valid function name", name)
     return False
@@ -341,7 +339,7 @@ def tool_names(mem: EmbeddedMemory) -> list[str]:
         names += [f"create_{etype.name}", f"query_{etype.name}"]
         if etype.typedef.embed is not None:
             names.append(f"search_{etype.name}")
-    return [n for n in names if TOOL_NAME_RE.match(n)] + list(GENERIC_TOOLS)
+    return [n for n in names if full_match(TOOL_NAME_RE, n)] + list(GENERIC_TOOLS)
 
 
 def _as_step(mem: EmbeddedMemory, name: Any, args: dict[str, Any]) -> dict[str, Any]:
