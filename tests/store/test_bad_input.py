@@ -203,7 +203,8 @@ def test_bad_input_raises_and_changes_nothing(
 
 def test_huge_and_odd_strings_are_stored_faithfully(mem: Memory) -> None:
     """Text up to the field value limit (checks.MAX_VALUE_BYTES) round-trips exactly."""
-    odd = ["x" * (MAX_VALUE_BYTES - 3), "nul\x00byte", "emoji 🧭 and RTL \u202e", "' OR 1=1 --", "\\", " "]
+    odd = ["x" * (MAX_VALUE_BYTES - 3), "nul\x00byte", "emoji 🧭 and RTL \u202e", "' OR 1=1 --",
+           "\\", " "]
     for i, text in enumerate(odd):
         trip = mem.create("Trip", {"destination": f"d{i}", "tags": [text]})
         assert mem.get(trip.id).data.tags == [text]

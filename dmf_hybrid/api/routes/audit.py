@@ -46,8 +46,7 @@ def verify(memory: ReaderMemory, caller: Caller) -> AuditReport:
 
 @router.get("/audit/head")
 def head(memory: ReaderMemory, caller: Caller) -> HeadPublic:
-    """The audit seq to pin reads with ``as_of``: store-wide for admin keys, else the newest
-    event of the caller's tenant."""
+    """The seq to pin reads with as_of (keys below admin: their tenant's newest event)."""
     if caller.role >= Role.ADMIN:
         return HeadPublic(last_seq=memory.last_seq)
     return HeadPublic(last_seq=memory.reads.tenant_head(), scope="tenant")
