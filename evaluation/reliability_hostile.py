@@ -247,9 +247,15 @@ def run_hostile(workdir: Path) -> HostileFigures:
             content: bytes | Iterator[bytes] | None = raw
             if probe.chunked and raw is not None:  # no Content-Length: streamed
                 content = iter([raw[i:i + 65536] for i in range(0, len(raw), 65536)])
-            response = client.request(probe.method, probe.path, content=content,
-                                      headers=headers)
             figures.requests += 1
+            try:
+                response = client.request(probe.method, probe.path, content=content,
+                                          headers=headers)
+            except httpx.TransportError as exc:  # e.g. a header that failed after the commit
+                figures.accepted.append(f"{probe.name}: no response ({exc})")
+                if quick_state(mem, workdir) != before:
+                    figures.state_changed.append(probe.name)
+                continue
             status = response.status_code
             if status >= 500:
                 figures.server_errors += 1

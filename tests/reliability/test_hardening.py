@@ -8,10 +8,10 @@ from evaluation.reliability_hardening import HardeningFigures, run_hardening
 
 
 def test_every_hardening_probe_holds(tmp_path: Path) -> None:
-    figures = run_hardening(tmp_path)
+    """All but the timing probe (tests/store/test_limits.py has that scenario)."""
+    figures = run_hardening(tmp_path, slowdown=False)
     assert figures.failed == []
-    assert figures.probes >= 15
-    assert figures.slowdown_ratio is not None and figures.slowdown_ratio <= 2
+    assert figures.probes >= 14
 
 
 def test_a_failed_probe_is_counted_and_named() -> None:
