@@ -25,7 +25,7 @@ QUERY = "我想看古代青铜器"
 
 
 def test_names_and_bad_names() -> None:
-    assert set(EMBEDDERS) == {"minilm", "m3e-small", "e5-small", "hash"}
+    assert set(EMBEDDERS) == {"minilm", "minilm-onnx", "m3e-small", "e5-small", "hash"}
     assert isinstance(embedder_named("hash"), HashEmbedder)
     with pytest.raises(ValidationError) as info:
         embedder_named("m3e")

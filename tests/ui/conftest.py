@@ -31,7 +31,7 @@ from dmf_hybrid import HashEmbedder, Memory, Settings
 from dmf_hybrid.api import create_app
 from dmf_hybrid.api.auth import hash_key
 from dmf_hybrid.api.server import serve_in_thread
-from dmf_hybrid.examples import seed_examples
+from dmf_hybrid.examples import EXAMPLES_DIR, load_example_data, load_example_types
 from tests.store import ticking_clock
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -107,6 +107,19 @@ def write_story(mem: Memory) -> Story:
                  budget_constraint=raised[0].id, head=mem.last_seq)
 
 
+STORY_OWN_FILES = ("travel-zh.jsonl",)  # example files that already hold the story's places
+
+
+def seed_english_examples(mem: Memory, scratch: Path) -> None:
+    """The example types and data, less the files whose places the story writes itself."""
+    load_example_types(mem)
+    scratch.mkdir()
+    for path in sorted(EXAMPLES_DIR.glob("*.jsonl")):
+        if path.name not in STORY_OWN_FILES:
+            (scratch / path.name).symlink_to(path)
+    load_example_data(mem, scratch)
+
+
 @dataclass
 class Server:
     """A running service: its base URL, the Memory behind it and the story written into it."""
@@ -133,7 +146,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     mem = Memory.open(root / "data", embedder=HashEmbedder())
     try:
         with ticking_clock(CLOCK_START, dt.timedelta(seconds=7)):
-            seed_examples(mem)
+            seed_english_examples(mem, root / "examples")
             story = write_story(mem)
         with serving(mem, root / "data") as url:
             yield Server(url, mem, story)
