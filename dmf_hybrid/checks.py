@@ -8,18 +8,50 @@ client fails before sending anything). Imports only the standard library and ``e
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .errors import FilterError, ValidationError
+from .errors import FilterError, LimitExceeded, ValidationError
 
-#: The shape of every entity ID (derived or caller-chosen) and tenant name.
+#: The shape of every entity ID (derived or caller-chosen) and tenant name. The anchors are for
+#: JSON Schema readers; Python always matches it whole (:func:`full_match`).
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 ID_RE = re.compile(ID_PATTERN)
-#: Longest actor, reason or trace id an audit event records.
+TENANT_RE = ID_RE
+TYPE_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
+FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+RELATION_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+RULE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: Snapshot and archive directory names (one path component under the data directory).
+SNAPSHOT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+#: The SHA-256 of an API key as a keys file stores it.
+KEY_HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+#: A plan step reference: ``$0``, ``$1.id``, ``$2.items[0]``.
+PLAN_REF_RE = re.compile(r"^\$(\d+)((?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*)$")
+
+#: Every name, ID and key pattern of the package, by what it names. Each is matched only through
+#: :func:`full_match`: with ``re.match``, ``$`` also matches before a final newline, so
+#: ``"abc\n"`` would pass and reach SQL, paths and HTTP headers.
+NAME_PATTERNS: dict[str, re.Pattern[str]] = {
+    "id": ID_RE, "tenant": TENANT_RE, "type": TYPE_NAME_RE, "field": FIELD_NAME_RE,
+    "relation": RELATION_NAME_RE, "rule": RULE_NAME_RE, "tool": TOOL_NAME_RE,
+    "snapshot": SNAPSHOT_NAME_RE, "key_hash": KEY_HASH_RE, "plan_ref": PLAN_REF_RE,
+}
+
+
+def full_match(pattern: re.Pattern[str], value: object) -> re.Match[str] | None:
+    """The match of ``pattern`` over the whole of ``value`` (a str), or None."""
+    return pattern.fullmatch(value) if isinstance(value, str) else None
+
+#: Longest reason an audit event records.
 MAX_AUDIT_TEXT = 10_000
+#: Longest actor label or trace id: one printable line, shown as given.
+MAX_AUDIT_LABEL = 256
 #: Largest audit seq (DuckDB BIGINT).
 MAX_SEQ = 2**63 - 1
 
@@ -39,7 +71,7 @@ AsOf = int | dt.datetime | None
 
 def check_id(value: Any, field: str = "id") -> str:
     """An entity ID, or a ValidationError if it is not a well-formed ID string."""
-    if not isinstance(value, str) or not ID_RE.match(value):
+    if not full_match(ID_RE, value):
         raise ValidationError(f"{field} must be an ID string matching {ID_PATTERN}", field=field)
     return value
 
@@ -70,11 +102,23 @@ def check_audit_text(name: str, value: Any) -> str | None:
     return value
 
 
+def check_audit_label(name: str, value: Any) -> str | None:
+    """An actor label / trace id: a short printable string (no control characters)."""
+    value = check_audit_text(name, value)
+    if value is not None and (len(value) > MAX_AUDIT_LABEL or not value.isprintable()):
+        raise ValidationError(f"{name} must be at most {MAX_AUDIT_LABEL} printable characters "
+                              "(no control characters or line breaks)", field=name)
+    return value
+
+
 def check_audit(actor: Any, reason: Any, trace_id: Any
                 ) -> tuple[str | None, str | None, str | None]:
-    """The audit context of a write (actor, reason, trace id), each checked."""
-    return (check_audit_text("actor", actor), check_audit_text("reason", reason),
-            check_audit_text("trace_id", trace_id))
+    """The audit context of a write (actor label, reason, trace id), each checked.
+
+    ``actor`` is the caller's own label; the authenticated principal is recorded apart from it.
+    """
+    return (check_audit_label("actor", actor), check_audit_text("reason", reason),
+            check_audit_label("trace_id", trace_id))
 
 
 def check_expected_version(value: Any) -> int | None:
@@ -93,6 +137,95 @@ def check_as_of(value: Any) -> int | dt.datetime | None:
     if isinstance(value, int) and value < 0:
         raise ValidationError("as_of seq must be >= 0", field="as_of")
     return value
+
+
+def parse_as_of(value: Any) -> int | dt.datetime | None:
+    """``as_of`` as JSON or a query string gives it: a non-negative integer (or a string of
+    digits) is an audit seq, an ISO-8601 string is a time; anything else (a negative or
+    fractional number, a bool, a Unix time) is a ValidationError."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isascii() and text.isdigit():
+            value = int(text)
+        else:
+            try:
+                return dt.datetime.fromisoformat(text)
+            except ValueError:
+                raise ValidationError(
+                    "as_of must be an audit seq (a non-negative integer) or an ISO-8601 time",
+                    field="as_of") from None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
+        raise ValidationError(f"as_of must be an audit seq (an integer from 0 to {MAX_SEQ}) or "
+                              "an ISO-8601 time string", field="as_of")
+    return value
+
+
+#: Largest stored value of one field, in UTF-8 bytes. DuckDB 1.4 slows every later update of a
+#: segment holding a multi-megabyte value (evaluation/reliability_hostile.py measures it).
+MAX_VALUE_BYTES = 64 * 1024
+#: Most fields one entity type may declare.
+MAX_TYPE_FIELDS = 200
+#: Largest type definition, as canonical JSON bytes.
+MAX_TYPE_BYTES = 64 * 1024
+#: Largest default value of one field, in bytes (it is stored in every existing row).
+MAX_DEFAULT_BYTES = 4 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The size limits a store enforces before any write (``Settings`` sets them)."""
+
+    max_value_bytes: int = MAX_VALUE_BYTES
+    max_type_fields: int = MAX_TYPE_FIELDS
+    max_type_bytes: int = MAX_TYPE_BYTES
+    max_default_bytes: int = MAX_DEFAULT_BYTES
+
+
+def value_bytes(value: Any) -> int:
+    """About how many bytes a field value takes stored: UTF-8 text, summed over containers."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(value_bytes(k) + value_bytes(v) for k, v in value.items()) + 2
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return sum(value_bytes(v) + 1 for v in value) + 2
+    return 8
+
+
+def check_value_sizes(values: Mapping[str, Any], limits: Limits, where: str = "data") -> None:
+    """Each field value fits ``limits.max_value_bytes``; LimitExceeded names the first that
+    does not."""
+    for name, value in values.items():
+        size = value_bytes(value)
+        if size > limits.max_value_bytes:
+            raise LimitExceeded(f"{where}.{name} is {size} bytes; one field value may hold at "
+                                f"most {limits.max_value_bytes}", field=f"{where}.{name}",
+                                limit=limits.max_value_bytes)
+
+
+def check_type_size(definition: Mapping[str, Any], limits: Limits) -> None:
+    """A type definition (as JSON data) within the limits: fields, total size, defaults."""
+    fields = definition.get("fields") or {}
+    if len(fields) > limits.max_type_fields:
+        raise LimitExceeded(f"a type may declare at most {limits.max_type_fields} fields, not "
+                            f"{len(fields)}", field="fields", limit=limits.max_type_fields)
+    for name, spec in fields.items():
+        size = value_bytes(spec.get("default"))
+        if spec.get("default") is not None and size > limits.max_default_bytes:
+            raise LimitExceeded(f"the default of {name!r} is {size} bytes; a default may hold at "
+                                f"most {limits.max_default_bytes}", field=f"fields.{name}.default",
+                                limit=limits.max_default_bytes)
+    size = len(json.dumps(definition, sort_keys=True, default=str).encode("utf-8"))
+    if size > limits.max_type_bytes:
+        raise LimitExceeded(f"the type definition is {size} bytes; at most "
+                            f"{limits.max_type_bytes} are allowed", field="definition",
+                            limit=limits.max_type_bytes)
 
 
 def check_rows(rows: Any) -> Sequence[Any]:

@@ -5,12 +5,14 @@ Nothing else in the package reads ``os.environ``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .checks import MAX_DEFAULT_BYTES, MAX_TYPE_BYTES, MAX_TYPE_FIELDS, MAX_VALUE_BYTES, Limits
 from .ids import DEFAULT_TENANT
 from .profiles import FUSIONS
 
@@ -39,6 +41,18 @@ QUERY_BATCH_WAIT_MS = 2.0
 #: Row cache entries (dmf_hybrid.search.row_cache); a row of a few short fields is well under
 #: a kilobyte, so the default bounds it to some MB.
 ROW_CACHE_SIZE = 20_000
+#: DuckDB's own default is 80 % of RAM; a quarter (at most 4 GiB) leaves room for the model,
+#: Chroma and other processes.
+MAX_DUCKDB_MEMORY_MB = 4096
+
+
+def default_duckdb_memory_limit() -> str:
+    """A DuckDB ``memory_limit`` that fits this machine: a quarter of RAM, at most 4 GiB."""
+    try:
+        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    except (ValueError, OSError, AttributeError):  # not POSIX: take the cap
+        total_mb = 4 * MAX_DUCKDB_MEMORY_MB
+    return f"{max(256, min(MAX_DUCKDB_MEMORY_MB, total_mb // 4))}MB"
 
 
 class Settings(BaseSettings):
@@ -103,6 +117,16 @@ class Settings(BaseSettings):
     max_page_size: int = Field(MAX_PAGE_SIZE, ge=1, description="Largest query page.")
     max_plan_ops: int = Field(MAX_PLAN_OPS, ge=1, description="Longest agent plan.")
     max_body_bytes: int = Field(MAX_BODY_BYTES, ge=1024, description="Largest HTTP request body.")
+    max_value_bytes: int = Field(MAX_VALUE_BYTES, ge=256, description="Largest value of one "
+                                 "entity field (UTF-8 bytes); larger ones are refused.")
+    max_type_fields: int = Field(MAX_TYPE_FIELDS, ge=1, description="Most fields per type.")
+    max_type_bytes: int = Field(MAX_TYPE_BYTES, ge=1024, description="Largest type definition "
+                                "(JSON bytes).")
+    max_default_bytes: int = Field(MAX_DEFAULT_BYTES, ge=16, description="Largest default "
+                                   "value of a field (bytes).")
+    duckdb_memory_limit: str = Field(
+        default_factory=default_duckdb_memory_limit,
+        description="DuckDB memory_limit (e.g. '2GB'); default: a quarter of RAM, at most 4 GiB.")
     api_keys: str | None = Field(
         None,
         description='Comma-separated "key:tenant:role" entries (roles: reader, writer, admin).',
@@ -111,3 +135,9 @@ class Settings(BaseSettings):
     load_examples: bool = Field(
         True, description="Load indexes/*.toml and example data into an empty store on serve."
     )
+
+    def limits(self) -> Limits:
+        """The size limits the store enforces before any write."""
+        return Limits(max_value_bytes=self.max_value_bytes, max_type_fields=self.max_type_fields,
+                      max_type_bytes=self.max_type_bytes,
+                      max_default_bytes=self.max_default_bytes)

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pydantic
 from pydantic import BaseModel
 
 from . import plans, tools
-from .checks import AsOf, check_rows, check_where
+from .checks import TENANT_RE, AsOf, check_rows, check_where, full_match
 from .config import Settings
 from .conversations import MESSAGE_TYPE, check_conversation, message_rows
 from .embeddings import Embedder
@@ -95,7 +96,8 @@ class Memory(MemoryAPI):
             if directory.exists() and not directory.is_dir():
                 raise ValidationError(f"{directory} is not a directory", field="path")
             directory.mkdir(parents=True, exist_ok=True)
-        store = Store(None if directory is None else directory / DB_FILE)
+        store = Store(None if directory is None else directory / DB_FILE, settings.limits(),
+                      settings.duckdb_memory_limit)
         try:
             install(store)
             engine = SearchEngine.open(
@@ -108,8 +110,9 @@ class Memory(MemoryAPI):
 
     def for_tenant(self, tenant: str) -> Memory:
         """A view of the same memory confined to ``tenant``."""
-        if not isinstance(tenant, str) or not tenant or len(tenant) > 128:
-            raise ValidationError("tenant must be a non-empty string", field="tenant")
+        if not full_match(TENANT_RE, tenant):
+            raise ValidationError(f"tenant must be a name matching {TENANT_RE.pattern}",
+                                  field="tenant")
         return Memory(self._store, self.settings, tenant, self.path, self._engine)
 
     def close(self) -> None:
@@ -156,8 +159,14 @@ class Memory(MemoryAPI):
         if not isinstance(typedef, TypeDef):
             try:
                 typedef = TypeDef.model_validate(typedef)
-            except Exception as exc:  # pydantic.ValidationError
-                raise SchemaError(f"invalid type definition: {exc}") from None
+            except pydantic.ValidationError as exc:
+                first = exc.errors()[0]
+                loc = ".".join(str(p) for p in first["loc"])
+                raise SchemaError(f"invalid type definition: {loc}: {first['msg']}",
+                                  field=loc or None) from None
+            except (TypeError, ValueError):  # not JSON-shaped: no internal text in the answer
+                raise SchemaError("invalid type definition: not an object of the documented "
+                                  "shape") from None
         return self._store.define(typedef, tenant=self.tenant, actor=actor, reason=reason)
 
     def load_definitions(self, path: str | Path, *, actor: str | None = None

@@ -12,7 +12,7 @@ JSON ``data`` back into its type's model (see :class:`EntityDecoder`). Imports o
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Protocol, TypedDict
+from typing import Annotated, Any, Literal, Protocol, TypedDict
 
 from pydantic import (
     BaseModel,
@@ -105,7 +105,10 @@ class AuditEvent(BaseModel):
     seq: int
     ts: dt.datetime
     tenant: str
-    actor: str | None = None
+    actor: str | None = Field(None, description="The caller's own label for who made the change "
+                              "(X-Actor; by default the key's label). Not authenticated.")
+    principal: str | None = Field(None, description="The API key that authenticated the write "
+                                  "(key:<hash prefix>); None for in-process writes.")
     reason: str | None = None
     trace_id: str | None = None
     op: str
@@ -131,6 +134,9 @@ class AuditReport(BaseModel):
     problem: str | None = None
     last_seq: int = 0
     last_hash: str | None = None
+    scope: Literal["store", "tenant"] = Field(
+        "store", description='"tenant": counts, seqs and hashes of the caller\'s tenant only '
+        "(keys below admin); the chain itself is always checked store-wide.")
 
 
 class Related(BaseModel):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import re
 import string
 import tomllib
 import types
@@ -24,20 +23,38 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from .analyzers import DEFAULT_ANALYZER, check_analyzer
-from .checks import check_data, first_non_finite
+from .checks import (
+    FIELD_NAME_RE,
+    RELATION_NAME_RE,
+    TYPE_NAME_RE,
+    check_data,
+    first_non_finite,
+    full_match,
+)
 from .errors import FilterError, SchemaError, ValidationError
 from .jsonpaths import render, split_path, value_at
 from .profiles import GroupContext, SearchProfile, check_context, check_profile
 
 _M = TypeVar("_M", bound=BaseModel)
 
-TYPE_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
-FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-RELATION_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 RESERVED_FIELDS = frozenset(
     {"id", "tenant", "version", "created_at", "updated_at", "deleted_at", "deleted_seq",
      "created_seq", "type", "text_hash"}
 )
+#: Names a field may not take because each entity's pydantic model has an attribute so named
+#: (``json``, ``copy``, ``model_dump``...): a field would shadow it and break validation.
+MODEL_ATTRIBUTES = frozenset(n for n in dir(BaseModel) if not n.startswith("_"))
+
+
+def reserved_reason(name: str) -> str | None:
+    """Why ``name`` cannot be a field name, or None when it can."""
+    if name in RESERVED_FIELDS:
+        return "every entity already has a column of that name"
+    if name in MODEL_ATTRIBUTES or name.startswith("model_"):
+        return "it would shadow an attribute of the entity's pydantic model"
+    return None
+
+
 SCALAR_KINDS = ("str", "int", "float", "bool", "date", "datetime", "enum")
 FieldKind = Literal["str", "int", "float", "bool", "date", "datetime", "enum", "list", "json"]
 ItemKind = Literal["str", "int", "float", "bool", "date", "datetime"]
@@ -107,7 +124,7 @@ class TypeDef(BaseModel):
 
     def check(self) -> TypeDef:
         """This definition, or a SchemaError naming what is wrong with it."""
-        if not TYPE_NAME_RE.match(self.name):
+        if not full_match(TYPE_NAME_RE, self.name):
             raise SchemaError(
                 f"type name {self.name!r} must match {TYPE_NAME_RE.pattern}", field="name"
             )
@@ -115,11 +132,13 @@ class TypeDef(BaseModel):
             raise SchemaError(f"type {self.name} declares no fields", field="fields")
         for name, spec in self.fields.items():
             where = f"fields.{name}"
-            if not FIELD_NAME_RE.match(name):
+            if not full_match(FIELD_NAME_RE, name):
                 raise SchemaError(f"field name {name!r} must match {FIELD_NAME_RE.pattern}",
                                   field=where)
-            if name in RESERVED_FIELDS:
-                raise SchemaError(f"field name {name!r} is reserved", field=where)
+            reason = reserved_reason(name)
+            if reason is not None:
+                raise SchemaError(f"field name {name!r} is reserved: {reason}", field=where,
+                                  reason=reason)
             if spec.type == "enum" and not spec.values:
                 raise SchemaError(f"enum field {name!r} needs values", field=where)
             if spec.type != "enum" and spec.values:
@@ -134,17 +153,17 @@ class TypeDef(BaseModel):
                 try:
                     TypeAdapter(spec.python_type()).validate_python(spec.default)
                 except pydantic.ValidationError as exc:
-                    raise SchemaError(f"default of {name!r} does not fit its type: {exc}",
-                                      field=where) from None
+                    raise SchemaError(f"default of {name!r} does not fit its type: "
+                                      f"{exc.errors()[0]['msg']}", field=where) from None
         for name in self.identity or ():
             if name not in self.fields:
                 raise SchemaError(f"identity field {name!r} is not a field of {self.name}",
                                   field="identity")
         for name, rel in self.relations.items():
-            if not RELATION_NAME_RE.match(name):
+            if not full_match(RELATION_NAME_RE, name):
                 raise SchemaError(f"relation name {name!r} must match {RELATION_NAME_RE.pattern}",
                                   field=f"relations.{name}")
-            if rel.target != "*" and not TYPE_NAME_RE.match(rel.target):
+            if rel.target != "*" and not full_match(TYPE_NAME_RE, rel.target):
                 raise SchemaError(f"relation {name!r} targets invalid type {rel.target!r}",
                                   field=f"relations.{name}")
         if self.embed is not None:

@@ -19,11 +19,10 @@ from __future__ import annotations
 import copy
 import difflib
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from .checks import ID_PATTERN
+from .checks import ID_PATTERN, TOOL_NAME_RE, full_match
 from .conversations import MESSAGE_TYPE
 from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
@@ -43,7 +42,6 @@ from .schema import EntityType
 
 log = logging.getLogger(__name__)
 
-TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 FORMATS = ("openai", "json_schema")
 PROFILES = ("compact", "per_type")
 #: Types the memory keeps for itself: hidden from the tools unless asked for.
@@ -95,7 +93,7 @@ def tool_definitions(mem: EmbeddedMemory, format: str = "openai", profile: str =
 
 
 def _valid_name(name: str) -> bool:
-    if TOOL_NAME_RE.match(name):
+    if full_match(TOOL_NAME_RE, name):
         return True
     log.warning("tool %s is left out: its name is not a valid function name", name)
     return False
@@ -494,7 +492,7 @@ def tool_names(mem: EmbeddedMemory) -> list[str]:
         if etype.typedef.embed is not None:
             names.append(f"search_{etype.name}")
     extra = ["add_messages"] if any(t.name == MESSAGE_TYPE for t in mem.types()) else []
-    return [n for n in names if TOOL_NAME_RE.match(n)] + list(GENERIC_TOOLS) + extra
+    return [n for n in names if full_match(TOOL_NAME_RE, n)] + list(GENERIC_TOOLS) + extra
 
 
 def _as_step(mem: EmbeddedMemory, name: Any, args: dict[str, Any]) -> dict[str, Any]:

@@ -11,12 +11,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from .checks import MAX_SEQ
+from .checks import MAX_SEQ, parse_as_of
 from .schema import EntityType, TypeDef
 
-AsOfBody = Annotated[int, Field(ge=0, le=MAX_SEQ)] | dt.datetime | None
+#: ``as_of`` in a body: validated whole by :func:`checks.parse_as_of` (a float or a negative
+#: number is not read as a Unix time).
+AsOfBody = Annotated[int | dt.datetime | None, BeforeValidator(parse_as_of), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
+               {"type": "string", "format": "date-time"}, {"type": "null"}]})]
 AS_OF_DOC = "Read as of an audit seq (integer) or an ISO-8601 UTC time; omitted = now."
 #: Limits of ``context`` arguments (checked again by the memory).
 CONTEXT_MAX_FOCUS = 50
@@ -194,9 +198,10 @@ class SearchRequest(Request):
 
 
 class HeadPublic(BaseModel):
-    """The audit seq of the newest event."""
+    """The audit seq of the newest event (for keys below admin: of the tenant's newest)."""
 
     last_seq: int
+    scope: Literal["store", "tenant"] = "store"
 
 
 class SnapshotRequest(Request):
@@ -334,5 +339,10 @@ class WhoAmIPublic(BaseModel):
 
     tenant: str
     role: str = Field(description='"reader", "writer" or "admin".')
-    key_label: str | None = Field(None, description="The actor name writes with this key get.")
+    key_label: str | None = Field(None, description="The principal audit events of this key's "
+                                  "writes record (and their actor label unless X-Actor is sent).")
     open: bool = Field(description="True when the service runs without API keys.")
+    scope: Literal["store", "tenant"] = Field(
+        "tenant", description='"store" for admin keys: admin routes (reconcile, reindex, '
+        "snapshot, archive, rules, types) and the audit head/verify act on the whole store; "
+        "the key's tenant only holds its own entity writes.")

@@ -6,11 +6,13 @@ Runs every suite (see the ``reliability_*`` modules and :mod:`evaluation.crash_w
 prints a summary table and writes exactly these figures as JSON::
 
     {"kills", "acknowledged_writes", "lost_writes", "concurrent_updates", "lost_updates",
-     "fuzz_cases", "fuzz_5xx", "isolation_probes", "leaks"}
+     "fuzz_cases", "fuzz_5xx", "isolation_probes", "leaks", "hostile_requests",
+     "hostile_accepted", "hardening_probes", "hardening_failed", "slowdown_ratio"}
 
 The exit status is 1 when anything that must be zero is not (lost writes or updates, 5xx,
 schema violations, hostile input accepted or changing state, a crash or concurrency problem,
-any leak). ``--quick`` takes under three minutes here;
+any leak, a failed probe of :mod:`evaluation.reliability_hardening`). ``--quick`` takes under
+three minutes here;
 the default (``make reliability``) injects 50 kills into the embedded workload plus 5 into
 the HTTP server.
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from evaluation.reliability_crash import CrashFigures, run_embedded_crashes, run_http_crashes
 from evaluation.reliability_fuzz import FuzzFigures, run_fuzz
+from evaluation.reliability_hardening import HardeningFigures, run_hardening
 from evaluation.reliability_hostile import HostileFigures, run_hostile
 from evaluation.reliability_isolation import IsolationFigures, run_isolation
 from evaluation.reliability_service import ConcurrencyFigures, run_concurrency
@@ -39,7 +42,9 @@ from evaluation.reliability_service import ConcurrencyFigures, run_concurrency
 log = logging.getLogger(__name__)
 
 FIGURE_KEYS = ("kills", "acknowledged_writes", "lost_writes", "concurrent_updates",
-               "lost_updates", "fuzz_cases", "fuzz_5xx", "isolation_probes", "leaks")
+               "lost_updates", "fuzz_cases", "fuzz_5xx", "isolation_probes", "leaks",
+               "hostile_requests", "hostile_accepted", "hardening_probes", "hardening_failed",
+               "slowdown_ratio")
 
 
 @dataclass(frozen=True)
@@ -69,10 +74,11 @@ class Results:
     fuzz: FuzzFigures = field(default_factory=FuzzFigures)
     hostile: HostileFigures = field(default_factory=HostileFigures)
     isolation: IsolationFigures = field(default_factory=IsolationFigures)
+    hardening: HardeningFigures = field(default_factory=HardeningFigures)
     wal_fsync: bool | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def figures(self) -> dict[str, int]:
+    def figures(self) -> dict[str, int | float | None]:
         """The JSON figures (exactly :data:`FIGURE_KEYS`)."""
         return {
             "kills": self.crash.kills,
@@ -84,6 +90,11 @@ class Results:
             "fuzz_5xx": self.fuzz.server_errors,
             "isolation_probes": self.isolation.probes,
             "leaks": self.isolation.leaks,
+            "hostile_requests": self.hostile.requests,
+            "hostile_accepted": len(self.hostile.accepted),
+            "hardening_probes": self.hardening.probes,
+            "hardening_failed": len(self.hardening.failed),
+            "slowdown_ratio": self.hardening.slowdown_ratio,
         }
 
     def failures(self) -> list[str]:
@@ -105,6 +116,7 @@ class Results:
         if self.isolation.leaks or self.isolation.problems:
             out.append(f"isolation: {self.isolation.leaks} leaks")
             out += [f"isolation: {p}" for p in self.isolation.problems]
+        out += [f"hardening probe failed: {p}" for p in self.hardening.failed]
         return out
 
 
@@ -170,6 +182,8 @@ def run_all(workdir: Path, sizes: Sizes, seed: int = 0) -> Results:
         results.hostile = run_hostile(workdir / "hostile")
     with timed("isolation"):
         results.isolation = run_isolation(workdir / "isolation")
+    with timed("hardening"):
+        results.hardening = run_hardening(workdir / "hardening")
     results.wal_fsync = duckdb_fsyncs_wal()
     return results
 
@@ -190,6 +204,9 @@ def summary(results: Results) -> str:
         ("hostile requests changing state", len(r.hostile.state_changed), "must be 0"),
         ("isolation probes", r.isolation.probes, ""),
         ("isolation leaks", r.isolation.leaks, "must be 0"),
+        ("hardening probes", r.hardening.probes, ""),
+        ("hardening probes failed", len(r.hardening.failed), "must be 0"),
+        ("update slowdown behind the largest value", r.hardening.slowdown_ratio, "<= 2x"),
     ]
     width = max(len(name) for name, _, _ in rows)
     lines = [f"{'figure':<{width}}  {'value':>9}  note", "-" * (width + 30)]

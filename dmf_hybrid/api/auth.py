@@ -6,6 +6,12 @@ of a key without dmf-hybrid installed::
 
     python -c "import hashlib,sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest())" KEY
 
+An admin key is store-wide: admin routes (reconcile, reindex, snapshot, archive, types, rules)
+and the audit head and verify act on the whole store; its tenant is only where its own entity
+writes go. Reader and writer keys see their tenant alone, the audit head and verify included
+(the chain is still checked store-wide). Each write's audit event records the key's label
+(``key:<first 8 hex of its hash>``) as ``principal``; ``X-Actor`` is a caller-chosen label.
+
 With no keys at all the service runs open, as the single tenant ``Settings.tenant`` with every
 role, and :func:`check_bind` refuses any address but loopback.
 """
@@ -16,17 +22,12 @@ import enum
 import hashlib
 import hmac
 import ipaddress
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checks import ID_RE
+from ..checks import KEY_HASH_RE, TENANT_RE, full_match
 from ..config import Settings
 from ..errors import Forbidden, Unauthorized, ValidationError
-
-HASH_RE = re.compile(r"^[0-9a-f]{64}$")
-#: Tenant names have the shape of entity IDs.
-TENANT_RE = ID_RE
 
 
 class Role(enum.IntEnum):
@@ -79,9 +80,9 @@ def _entry(parts: list[str], where: str, hashed: bool) -> KeyEntry:
     if len(parts) != 3 or not all(p.strip() for p in parts):
         raise ValidationError(f"{where}: expected key:tenant:role", field=where)
     secret, tenant, role = (p.strip() for p in parts)
-    if hashed and not HASH_RE.match(secret.lower()):
+    if hashed and not full_match(KEY_HASH_RE, secret.lower()):
         raise ValidationError(f"{where}: the key must be a 64-digit hex SHA-256", field=where)
-    if not TENANT_RE.match(tenant):
+    if not full_match(TENANT_RE, tenant):
         raise ValidationError(f"{where}: invalid tenant {tenant!r}", field=where)
     return KeyEntry(secret.lower() if hashed else hash_key(secret), tenant,
                     Role.parse(role, where))

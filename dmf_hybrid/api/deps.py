@@ -17,9 +17,11 @@ from urllib.parse import unquote
 from fastapi import Depends, Header, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from .. import checks
 from ..config import Settings
 from ..errors import ValidationError
 from ..memory import Memory
+from ..store.audit import PRINCIPAL
 from .auth import KeyRing, Principal, Role
 
 log = logging.getLogger(__name__)
@@ -108,14 +110,24 @@ _bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API k
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="X-API-Key: <API key>")
 
 
-def get_principal(
+#: The principal audit events record for writes of a service running open (without keys).
+OPEN_PRINCIPAL = "open"
+
+
+async def get_principal(
     state: State,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
     api_key: Annotated[str | None, Security(_api_key)],
 ) -> Principal:
-    """The caller, from ``Authorization: Bearer`` or ``X-API-Key`` (open mode: the default)."""
+    """The caller, from ``Authorization: Bearer`` or ``X-API-Key`` (open mode: the default).
+
+    Also the principal every audit event of this request records. An async dependency runs in
+    the request's own context, which the route (run in a worker thread) inherits.
+    """
     key = bearer.credentials if bearer is not None else api_key
-    return state.keys.authenticate(key)
+    principal = state.keys.authenticate(key)
+    PRINCIPAL.set(principal.key_label or OPEN_PRINCIPAL)
+    return principal
 
 
 Caller = Annotated[Principal, Depends(get_principal)]
@@ -184,20 +196,7 @@ Audit = Annotated[AuditContext, Depends(get_audit_context)]
 
 def parse_as_of(value: str | None) -> int | dt.datetime | None:
     """An ``as_of`` query parameter: an audit seq or an ISO-8601 time (naive = UTC)."""
-    if value is None or value == "":
-        return None
-    text = value.strip()
-    if text.isdigit():
-        seq = int(text)
-        if seq > 2**63 - 1:
-            raise ValidationError("as_of seq is too large", field="as_of")
-        return seq
-    try:
-        return dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ValidationError(
-            f"as_of must be an audit seq (integer) or an ISO-8601 time, not {value!r}",
-            field="as_of") from None
+    return checks.parse_as_of(value)
 
 
 def parse_if_match(value: str | None) -> int | None:

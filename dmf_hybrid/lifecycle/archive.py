@@ -34,7 +34,7 @@ from ..checks import check_before_seq
 from ..errors import Conflict, ValidationError
 from ..models import ArchiveFile, ArchiveResult
 from ..store import Store
-from ..store.audit import EVENT_COLUMNS
+from ..store.audit import EVENT_COLUMNS, archived_columns
 from ..store.reads import EVENTS_ALL
 from ..store.tables import ENTITY_OPS
 
@@ -92,8 +92,9 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / FILE_PATTERN.format(first=first, last=last)
         target = _sql_path(path)
-        if con.execute("SELECT 1 FROM event_archive WHERE file = ?", [target]).fetchone():
-            raise Conflict(f"archive file {target} is already in use", field="dest")
+        entry = store.archive_entry(path)
+        if con.execute("SELECT 1 FROM event_archive WHERE file = ?", [entry]).fetchone():
+            raise Conflict(f"archive file {entry} is already in use", field="dest")
         con.execute(f"COPY (SELECT {_COLS} FROM events WHERE seq < ? ORDER BY seq) "
                     f"TO '{target}' (FORMAT parquet)", [before_seq])
         store.db.on_rollback(lambda: path.unlink(missing_ok=True))
@@ -105,7 +106,7 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
         last_hash = str(hash_row[0]) if hash_row else ""
         digest = file_sha256(path)
         con.execute("DELETE FROM events WHERE seq < ?", [before_seq])
-        record = ArchiveFile(file=target, first_seq=first, last_seq=last, last_hash=last_hash,
+        record = ArchiveFile(file=entry, first_seq=first, last_seq=last, last_hash=last_hash,
                              events=count, sha256=digest, archived_seq=store.last_seq + 1)
         con.execute("INSERT INTO event_archive VALUES (?, ?, ?, ?, ?, ?, ?)",
                     list(record.model_dump().values()))
@@ -133,7 +134,8 @@ def redact_archived(con: duckdb.DuckDBPyConnection, store: Store, tenant: str, o
     rows = con.execute("SELECT file, first_seq, last_seq FROM event_archive "
                        "ORDER BY first_seq, file").fetchall()
     erase_seq = store.last_seq
-    for old, first, last in rows:
+    for entry, first, last in rows:
+        old = _sql_path(store.archive_location(entry))
         if not Path(old).is_file():
             log.error("archive file %s is missing: cannot redact %s in it", old, entity_id)
             continue
@@ -144,9 +146,10 @@ def redact_archived(con: duckdb.DuckDBPyConnection, store: Store, tenant: str, o
         new = Path(old).with_name(FILE_PATTERN.format(first=first, last=last)
                                   .replace(".parquet", f".e{erase_seq}.parquet"))
         target = _sql_path(new)
+        columns = archived_columns(con, old)
         cols = ", ".join(
             f"CASE WHEN m THEN NULL ELSE {c} END AS {c}" if c in ("before", "after")
-            else ("(redacted OR m) AS redacted" if c == "redacted" else c)
+            else ("(redacted OR m) AS redacted" if c == "redacted" else columns[c])
             for c in EVENT_COLUMNS)
         con.execute(f"COPY (SELECT {cols} FROM (SELECT *, {match} AS m FROM "
                     f"read_parquet('{old}')) ORDER BY seq) TO '{target}' (FORMAT parquet)",
@@ -154,7 +157,7 @@ def redact_archived(con: duckdb.DuckDBPyConnection, store: Store, tenant: str, o
         store.db.on_rollback(functools.partial(new.unlink, missing_ok=True))
         store.db.after_commit(functools.partial(Path(old).unlink, missing_ok=True))
         con.execute("UPDATE event_archive SET file = ?, sha256 = ? WHERE file = ?",
-                    [target, file_sha256(new), old])
+                    [store.archive_entry(new), file_sha256(new), entry])
         store.refresh_events_view(con)
 
 
@@ -174,7 +177,7 @@ def exporting(store: Store, con: duckdb.DuckDBPyConnection, dest: Path) -> Itera
     if files:
         (dest / SNAPSHOT_DIR).mkdir(exist_ok=True)
     for name in files:
-        shutil.copy2(name, dest / SNAPSHOT_DIR / Path(name).name)
+        shutil.copy2(store.archive_location(name), dest / SNAPSHOT_DIR / Path(name).name)
 
 
 def restore_files(con: duckdb.DuckDBPyConnection, src: Path, directory: Path) -> None:
@@ -195,5 +198,6 @@ def restore_files(con: duckdb.DuckDBPyConnection, src: Path, directory: Path) ->
         if file_sha256(target) != digest:
             raise ValidationError(f"archive file {source.name} does not match its checkpoint",
                                   field="src")
+        # named relative to the new memory directory, which holds the database file
         con.execute("UPDATE event_archive SET file = ? WHERE file = ?",
-                    [_sql_path(target), old])
+                    [f"{SNAPSHOT_DIR}/{source.name}", old])

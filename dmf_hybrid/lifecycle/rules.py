@@ -49,7 +49,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from typing import Any
 
 import duckdb
 
+from ..checks import RULE_NAME_RE, full_match
 from ..clock import to_naive_utc, utcnow
 from ..errors import NotFound, SchemaError
 from ..filters import parse_filter
@@ -71,7 +71,6 @@ from .conditions import ENTITY, TENANT, ConditionParser
 
 log = logging.getLogger(__name__)
 
-RULE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 #: Mutations of an entity a ``via`` relation reaches that re-evaluate its trigger entities.
 DEPENDENCY_OPS = ("update", "append", "delete", "restore", "erase")
 CONSTRAINT_FIELDS = ("subject", "kind", "rule", "message", "status")
@@ -109,7 +108,7 @@ class CompiledRule:
 
 def compile_rule(store: Store, rule: RuleDef, version: int) -> CompiledRule:
     """The checked, compiled form of a rule; SchemaError if anything in it is unknown."""
-    if not RULE_NAME_RE.match(rule.name):
+    if not full_match(RULE_NAME_RE, rule.name):
         raise SchemaError(f"rule name {rule.name!r} must match {RULE_NAME_RE.pattern}",
                           field="name")
     try:

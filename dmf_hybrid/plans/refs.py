@@ -12,13 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import PLAN_REF_RE, full_match
 from ..conversations import MESSAGE_TYPE
 from ..embedded import EmbeddedMemory
 from ..errors import DMFError
 from ..schema import EntityType
 from .ops import ENTITY_OPS
 
-REF_RE = re.compile(r"^\$(\d+)((?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*)$")
+REF_RE = PLAN_REF_RE
 TOKEN_RE = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
 
 
@@ -56,7 +57,7 @@ def parse_ref(value: Any) -> Ref | None:
     """The reference a string stands for, or None when it is a plain value."""
     if not isinstance(value, str) or not value.startswith("$") or value.startswith("$$"):
         return None
-    match = REF_RE.match(value)
+    match = full_match(REF_RE, value)
     if match is None:
         return None
     path: list[str | int] = []

@@ -15,6 +15,7 @@ from typing import Any
 import pydantic
 from pydantic import TypeAdapter
 
+from ..checks import full_match
 from ..embedded import EmbeddedMemory
 from ..errors import DMFError, NotFound
 from ..filters import parse_filter, parse_order
@@ -74,9 +75,10 @@ class Validator:
         for i, step in enumerate(self.ops):
             try:
                 self.shapes.append(self._step(i, step))
-            except Exception as exc:  # a validator bug must not hide the plan's real problems
+            except Exception:  # a validator bug must not hide the plan's real problems
                 log.exception("plan validation of step %d failed", i)
-                self.problems.add(i, None, f"could not validate this step: {exc}")
+                self.problems.add(i, None, "could not validate this step: check the shape "
+                                  "of its arguments")
                 self.shapes.append(None)
         return self.problems
 
@@ -147,7 +149,7 @@ class Validator:
         ok = {
             "type": isinstance(value, str),
             "object": isinstance(value, Mapping),
-            "id": isinstance(value, str) and bool(ID_PATTERN.match(value)),
+            "id": isinstance(value, str) and full_match(ID_PATTERN, value) is not None,
             "int": isinstance(value, int) and not isinstance(value, bool),
             "str": isinstance(value, str),
             "list": isinstance(value, list),

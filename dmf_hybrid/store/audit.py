@@ -2,17 +2,22 @@
 
 Hashing: ``payload_hash = sha256(canonical({"before", "after"}))`` and
 ``hash = sha256(prev_hash + "\\n" + canonical(header))`` where the header holds every column
-except the snapshots themselves but *including* ``payload_hash``. Erasure may therefore
-replace an event's snapshots with NULL (``redacted = true``) without breaking the chain:
-the chain covers the payload's hash, not its bytes. ``verify`` recomputes the payload hash of
-every unredacted event and accepts a redacted one only if the same entity has a later
-``erase`` event, so redaction cannot be used to hide an arbitrary change.
+except the snapshots themselves but *including* ``payload_hash``. ``principal`` (the key that
+authenticated the write, apart from ``actor``, the caller's own label) joins the header only when
+it is set, so events written before the column existed keep their hashes and keep verifying.
+Erasure may therefore replace an event's snapshots with NULL (``redacted = true``) without
+breaking the chain: the chain covers the payload's hash, not its bytes. ``verify`` recomputes
+the payload hash of every unredacted event and accepts a redacted one only if the same entity
+has a later ``erase`` event, so redaction cannot be used to hide an arbitrary change.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import duckdb
@@ -23,7 +28,7 @@ from ..models import AuditEvent, AuditReport
 
 GENESIS_HASH = "0" * 64
 EVENT_COLUMNS = (
-    "seq", "ts", "tenant", "actor", "reason", "trace_id", "op", "type", "entity_id",
+    "seq", "ts", "tenant", "actor", "principal", "reason", "trace_id", "op", "type", "entity_id",
     "version_before", "version_after", "before", "after", "meta", "payload_hash", "prev_hash",
     "hash", "redacted",
 )
@@ -33,9 +38,45 @@ CREATE TABLE IF NOT EXISTS events (
     reason VARCHAR, trace_id VARCHAR, op VARCHAR NOT NULL, type VARCHAR, entity_id VARCHAR,
     version_before INTEGER, version_after INTEGER, before VARCHAR, after VARCHAR, meta VARCHAR,
     payload_hash VARCHAR NOT NULL, prev_hash VARCHAR NOT NULL, hash VARCHAR NOT NULL,
-    redacted BOOLEAN NOT NULL DEFAULT FALSE
+    redacted BOOLEAN NOT NULL DEFAULT FALSE, principal VARCHAR
 )
 """
+#: Stores made before the principal column existed gain it (NULL for their old events).
+EVENTS_MIGRATION = "ALTER TABLE events ADD COLUMN IF NOT EXISTS principal VARCHAR"
+#: Who authenticated the writes made in this context (the HTTP API sets it per request).
+PRINCIPAL: ContextVar[str | None] = ContextVar("dmf_principal", default=None)
+
+
+@contextmanager
+def acting_as(principal: str | None) -> Iterator[None]:
+    """Writes in this block record ``principal`` as the authenticated principal."""
+    token = PRINCIPAL.set(principal)
+    try:
+        yield
+    finally:
+        PRINCIPAL.reset(token)
+
+
+def archived_columns(con: duckdb.DuckDBPyConnection, path: str) -> dict[str, str]:
+    """Each event column's expression over an archive file (older files lack ``principal``)."""
+    present = {d[0] for d in con.execute(f"SELECT * FROM read_parquet('{path}') LIMIT 0"
+                                         ).description}
+    return {c: c if c in present else f"NULL::VARCHAR AS {c}" for c in EVENT_COLUMNS}
+
+
+def event_header(values: dict[str, Any], meta: Any) -> dict[str, Any]:
+    """The hashed header of an event (every column but the snapshots) from its values."""
+    header = {
+        "seq": values["seq"], "ts": to_naive_utc(values["ts"]).isoformat(),
+        "tenant": values["tenant"], "actor": values["actor"], "reason": values["reason"],
+        "trace_id": values["trace_id"], "op": values["op"], "type": values["type"],
+        "entity_id": values["entity_id"], "version_before": values["version_before"],
+        "version_after": values["version_after"], "meta": meta,
+        "payload_hash": values["payload_hash"],
+    }
+    if values.get("principal") is not None:
+        header["principal"] = values["principal"]
+    return header
 
 
 def event_hash(prev_hash: str, header: dict[str, Any]) -> str:
@@ -64,16 +105,16 @@ def make_event(
     after_json = None if after is None else canonical_json(after)
     payload_hash = payload_hash_of(before_json, after_json)
     ts = to_naive_utc(ts)
-    header = {
-        "seq": seq, "ts": ts.isoformat(), "tenant": tenant, "actor": actor, "reason": reason,
-        "trace_id": trace_id, "op": op, "type": type_name, "entity_id": entity_id,
-        "version_before": version_before, "version_after": version_after, "meta": meta,
-        "payload_hash": payload_hash,
-    }
+    principal = PRINCIPAL.get()
+    header = event_header({
+        "seq": seq, "ts": ts, "tenant": tenant, "actor": actor, "principal": principal,
+        "reason": reason, "trace_id": trace_id, "op": op, "type": type_name,
+        "entity_id": entity_id, "version_before": version_before, "version_after": version_after,
+        "payload_hash": payload_hash}, meta)
     digest = event_hash(prev_hash, header)
     return (
-        seq, ts, tenant, actor, reason, trace_id, op, type_name, entity_id, version_before,
-        version_after, before_json, after_json,
+        seq, ts, tenant, actor, principal, reason, trace_id, op, type_name, entity_id,
+        version_before, version_after, before_json, after_json,
         None if meta is None else canonical_json(meta), payload_hash, prev_hash, digest, False,
     )
 
@@ -84,7 +125,7 @@ def insert_events(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -
         return
     marks = ",".join("?" * len(EVENT_COLUMNS))
     if len(rows) == 1:
-        con.execute(f"INSERT INTO events VALUES ({marks})", rows[0])
+        con.execute(f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({marks})", rows[0])
         return
     import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
 
@@ -92,7 +133,8 @@ def insert_events(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -
     con.register("_events_batch", table)
     try:
         con.execute(
-            f"INSERT INTO events SELECT {', '.join(EVENT_COLUMNS)} FROM _events_batch"
+            f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
+            f"SELECT {', '.join(EVENT_COLUMNS)} FROM _events_batch"
         )
     finally:
         con.unregister("_events_batch")
@@ -134,14 +176,8 @@ def verify_rows(rows: Any, start_prev: str = GENESIS_HASH, start_seq: int = 1,
             after = None if values["after"] is None else json.loads(values["after"])
             if content_hash({"before": before, "after": after}) != values["payload_hash"]:
                 return bad("snapshot content does not match its payload_hash (edited)")
-        header = {
-            "seq": seq, "ts": to_naive_utc(values["ts"]).isoformat(), "tenant": values["tenant"],
-            "actor": values["actor"], "reason": values["reason"], "trace_id": values["trace_id"],
-            "op": values["op"], "type": values["type"], "entity_id": values["entity_id"],
-            "version_before": values["version_before"], "version_after": values["version_after"],
-            "meta": None if values["meta"] is None else json.loads(values["meta"]),
-            "payload_hash": values["payload_hash"],
-        }
+        header = event_header(values, None if values["meta"] is None
+                              else json.loads(values["meta"]))
         if event_hash(prev, header) != values["hash"]:
             return bad("hash does not match the event's content (edited)")
         prev = values["hash"]

@@ -44,16 +44,45 @@ class AuditChain(StoreState):
         """Append one audit event (make_event's fields) inside the open transaction; its seq."""
         return self._next_event(con, **fields)
 
+    def archive_location(self, entry: str) -> Path:
+        """The file an ``event_archive`` entry names: a relative one is under the data directory,
+        so a copied or moved data directory reads its own archives."""
+        path = Path(entry)
+        if path.is_absolute() or self.db.path is None:
+            return path
+        return self.db.path.parent / path
+
+    def archive_entry(self, path: Path) -> str:
+        """How ``event_archive`` names a file: relative to the data directory when inside it."""
+        resolved = path.resolve()
+        if self.db.path is not None:
+            root = self.db.path.parent.resolve()
+            if resolved.is_relative_to(root):
+                return resolved.relative_to(root).as_posix()
+        return str(resolved)
+
+    def relativize_archives(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Stores that recorded archives by absolute path name those inside the directory
+        relative to it (a copy made before this cannot be told from the original)."""
+        for (entry,) in con.execute("SELECT file FROM event_archive ORDER BY file").fetchall():
+            relative = self.archive_entry(Path(entry)) if Path(entry).is_absolute() else entry
+            if relative != entry:
+                con.execute("UPDATE event_archive SET file = ? WHERE file = ?", [relative, entry])
+
     def refresh_events_view(self, con: duckdb.DuckDBPyConnection) -> list[str]:
         """(Re)create the events_all view; returns the archive files it could not find."""
         cols = ", ".join(audit.EVENT_COLUMNS)
         files = [r[0] for r in con.execute(
             "SELECT file FROM event_archive ORDER BY first_seq, file").fetchall()]
-        present = [f for f in files if Path(f).is_file() and "'" not in f]
+        located = {f: str(self.archive_location(f).resolve()) for f in files}
+        present = [f for f in files if Path(located[f]).is_file() and "'" not in located[f]]
         sql = f"SELECT {cols} FROM events"
-        if present:
-            paths = ", ".join(f"'{f}'" for f in present)
-            sql += f" UNION ALL SELECT {cols} FROM read_parquet([{paths}])"
+        groups: dict[str, list[str]] = {}  # archives written before a column existed lack it
+        for f in present:
+            columns = ", ".join(audit.archived_columns(con, located[f]).values())
+            groups.setdefault(columns, []).append(f"'{located[f]}'")
+        for columns, paths in groups.items():
+            sql += f" UNION ALL SELECT {columns} FROM read_parquet([{', '.join(paths)}])"
         con.execute(f"CREATE OR REPLACE VIEW {EVENTS_ALL} AS {sql}")
         return [f for f in files if f not in present]
 

@@ -29,8 +29,9 @@ _OPEN_FILES_LOCK = threading.Lock()
 class Database:
     """A DuckDB database file (or in-memory) with one writer and per-thread readers."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, memory_limit: str | None = None) -> None:
         self.path = path
+        self.memory_limit = memory_limit
         target = ":memory:" if path is None else str(path)
         self._key = None if path is None else str(path.resolve())
         if self._key is not None:
@@ -49,7 +50,9 @@ class Database:
 
     def _open(self, target: str, path: Path | None) -> None:
         try:
-            self._writer = duckdb.connect(target)
+            config: dict[str, str | bool | int | float | list[str]] = (
+                {} if self.memory_limit is None else {"memory_limit": self.memory_limit})
+            self._writer = duckdb.connect(target, config=config)
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise StoreLocked(

@@ -44,7 +44,7 @@ class Queries(TimeTravel):
         source = self.source_sql(etype, tenant, seq, params)
         clauses = [compile_filter(node, params)]
         if cursor:
-            values, last_id = decode_cursor(cursor, fingerprint)
+            values, last_id = decode_cursor(self.cursor_key, cursor, fingerprint)
             clauses.append(keyset_sql(etype, order, values, last_id, params))
         sql = (f"SELECT {self._select_cols(etype)} FROM {source} WHERE "
                + " AND ".join(clauses) + f" {order_sql(order)} LIMIT {limit + 1}")
@@ -57,7 +57,8 @@ class Queries(TimeTravel):
                           "version": last.version}
             fields = last.fields()
             values = [sys_values[n] if n in sys_values else fields[n] for n, _ in order]
-            next_cursor = encode_cursor(fingerprint, [bind_value(v) for v in values], last.id)
+            next_cursor = encode_cursor(self.cursor_key, fingerprint,
+                                        [bind_value(v) for v in values], last.id)
         return Page(items=items, next_cursor=next_cursor, as_of_seq=seq)
 
     def source_sql(self, etype: EntityType, tenant: str, seq: int | None,

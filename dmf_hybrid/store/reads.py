@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..models import Entity
+from ..models import AuditReport, Entity
 from ..schema import EntityType
 from .store import Store
 from .tables import EVENTS_ALL
@@ -67,6 +67,35 @@ class Reads:
                     [self.tenant, *part]):
                 found[eid] = tname
         return found
+
+    def tenant_head(self) -> int:
+        """The seq of this tenant's newest committed event (0 before its first); reading
+        ``as_of`` it gives the tenant's current state, as the store-wide head would."""
+        row = self.fetchone(f"SELECT max(seq) FROM {EVENTS_ALL} WHERE tenant = ? AND seq <= ?",
+                            [self.tenant, self._store.committed_seq])
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def tenant_report(self, report: AuditReport) -> AuditReport:
+        """A store-wide chain check as this tenant may see it: whether the chain holds, and
+        counts, seqs and hashes of its own events only."""
+        row = self.fetchone(f"SELECT count(*), max(seq) FROM {EVENTS_ALL} WHERE tenant = ? "
+                            "AND seq <= ?", [self.tenant, report.last_seq])
+        count, last = (int(row[0]), row[1]) if row else (0, None)
+        last_hash = None
+        if last is not None:
+            found = self.fetchone(f"SELECT hash FROM {EVENTS_ALL} WHERE seq = ?", [last])
+            last_hash = None if found is None else str(found[0])
+        first_bad, problem = None, None
+        if not report.ok:
+            owner = self.fetchone(f"SELECT tenant FROM {EVENTS_ALL} WHERE seq = ?",
+                                  [report.first_bad_seq])
+            if owner is not None and owner[0] == self.tenant:
+                first_bad, problem = report.first_bad_seq, report.problem
+            else:
+                problem = "the audit chain does not verify outside this tenant's events"
+        return AuditReport(ok=report.ok, events_checked=count, first_bad_seq=first_bad,
+                           problem=problem, last_seq=0 if last is None else int(last),
+                           last_hash=last_hash, scope="tenant")
 
     def derived_id(self, etype: EntityType, data: Any, given_id: Any = None) -> str:
         """The ID a create of ``data`` would get (validating it like the create); no writes."""

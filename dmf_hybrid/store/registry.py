@@ -7,6 +7,7 @@ import duckdb
 from pydantic import BaseModel
 
 from ..analyzers import check_runnable
+from ..checks import check_type_size
 from ..clock import to_naive_utc, utcnow
 from ..errors import (
     SchemaError,
@@ -39,6 +40,7 @@ class TypeRegistry(RowReader):
                trace_id: str | None = None) -> EntityType:
         """Register a type or a compatible new version of it (an online migration)."""
         typedef = typedef.check()
+        check_type_size(typedef.model_dump(mode="json"), self.limits)
         for where, name in [("analyzer", typedef.analyzer)] + [
                 (f"fields.{f}.analyzer", s.analyzer) for f, s in typedef.fields.items()
                 if s.analyzer is not None]:

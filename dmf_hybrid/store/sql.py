@@ -124,22 +124,38 @@ def query_fingerprint(type_name: str, where: Any, order: list[tuple[str, bool]],
     return content_hash([type_name, canonical_json(where), order, as_of])[:16]
 
 
-def encode_cursor(fingerprint: str, last_values: list[Any], last_id: str) -> str:
-    """An opaque cursor pointing just after a row."""
+def _cursor_cipher(key: bytes) -> Any:
+    from cryptography.hazmat.primitives.ciphers.aead import AESSIV  # only paging needs it
+
+    return AESSIV(key)
+
+
+def encode_cursor(key: bytes, fingerprint: str, last_values: list[Any], last_id: str) -> str:
+    """An opaque cursor pointing just after a row: the row's order values and ID sealed with
+    the store's key (AES-SIV: deterministic, so the same query and state give the same cursor,
+    and authenticated, so a changed cursor is refused)."""
     values = [v.isoformat() if isinstance(v, (dt.date, dt.datetime)) else v for v in last_values]
-    raw = json.dumps([fingerprint, values, last_id], separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    raw = json.dumps([values, last_id], separators=(",", ":")).encode()
+    sealed = _cursor_cipher(key).encrypt(raw, [fingerprint.encode()])
+    return base64.urlsafe_b64encode(sealed).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str, fingerprint: str) -> tuple[list[Any], str]:
-    """The (order values, id) a cursor points after; FilterError if it is not this query's."""
+def decode_cursor(key: bytes, cursor: str, fingerprint: str) -> tuple[list[Any], str]:
+    """The (order values, id) a cursor points after; FilterError if this store did not make it
+    for this query."""
+    from cryptography.exceptions import InvalidTag
+
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        fp, values, last_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (ValueError, binascii.Error, TypeError):
+        sealed = base64.urlsafe_b64decode(padded.encode())
+    except (ValueError, binascii.Error):
         raise FilterError("cursor is malformed", field="cursor") from None
-    if fp != fingerprint or not isinstance(values, list) or not isinstance(last_id, str):
-        raise FilterError("cursor belongs to a different query", field="cursor")
+    try:
+        raw = _cursor_cipher(key).decrypt(sealed, [fingerprint.encode()])
+    except (InvalidTag, ValueError):
+        raise FilterError("cursor belongs to a different query (or another store)",
+                          field="cursor") from None
+    values, last_id = json.loads(raw)
     return values, last_id
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel
 
+from ..checks import Limits
 from ..errors import (
     NotFound,
     ValidationError,
@@ -32,6 +33,9 @@ class StoreState:
     """The attributes every layer of the store shares (set by ``Store.__init__``)."""
 
     db: Database
+    limits: Limits
+    #: the store's secret that seals query cursors (``tables.cursor_secret``)
+    cursor_key: bytes
     _types: dict[str, EntityType]
     _user_models: dict[str, type[BaseModel]]
     listeners: list[Listener]

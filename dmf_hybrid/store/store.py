@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from ..checks import Limits
 from ..schema import EntityType
 from . import audit
 from .db import Database
@@ -20,6 +21,7 @@ from .tables import (
     EVENTS_ALL,
     RECONCILE_PENDING,
     create_fixed,
+    cursor_secret,
 )
 
 __all__ = ["Listener", "Store", "WriteHook"]
@@ -39,8 +41,10 @@ class Store(Relations):
     :mod:`.timetravel`, :mod:`.queries`, :mod:`.writes`, :mod:`.bulk`, :mod:`.relations`.
     """
 
-    def __init__(self, path: Path | None) -> None:
-        self.db = Database(path)
+    def __init__(self, path: Path | None, limits: Limits | None = None,
+                 memory_limit: str | None = None) -> None:
+        self.db = Database(path, memory_limit)
+        self.limits = limits or Limits()
         self._types: dict[str, EntityType] = {}
         self._user_models: dict[str, type[BaseModel]] = {}
         self.listeners: list[Callable[[list[tuple[int, str, str, str, str]]], None]] = []
@@ -50,7 +54,9 @@ class Store(Relations):
         self._modified: set[str] = set()
         with self.db.write() as con:
             create_fixed(con)
+            self.cursor_key = cursor_secret(con)
             con.execute(EVENT_ARCHIVE_DDL)
+            self.relativize_archives(con)
             self.refresh_events_view(con)
         row = self.db.fetchone(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1")
         self._seq: int = int(row[0]) if row else 0

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import secrets
 
 import duckdb
 
 from ..errors import DMFError
 from ..ids import DEFAULT_TENANT
 from ..schema import EntityType, FieldSpec, TypeDef
-from .audit import EVENTS_DDL
+from .audit import EVENTS_DDL, EVENTS_MIGRATION
 from .sql import bind_field, q, sql_type
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ ENTITY_INDEX_ID_DDL = "CREATE INDEX IF NOT EXISTS entity_index_id ON entity_inde
 META_DDL = "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
 FIXED_DDL = [
     EVENTS_DDL,
+    EVENTS_MIGRATION,
     META_DDL,
     """CREATE TABLE IF NOT EXISTS schema_types (
         name VARCHAR NOT NULL, version INTEGER NOT NULL, definition VARCHAR NOT NULL,
@@ -80,6 +82,15 @@ def create_fixed(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("INSERT INTO meta VALUES ('store_format', ?)", [str(STORE_FORMAT)])
     elif found != STORE_FORMAT:
         con.execute("UPDATE meta SET value = ? WHERE key = 'store_format'", [str(STORE_FORMAT)])
+
+
+def cursor_secret(con: duckdb.DuckDBPyConnection) -> bytes:
+    """The store's own key for query cursors (made once, kept in ``meta``; snapshots keep it)."""
+    row = con.execute("SELECT value FROM meta WHERE key = 'cursor_secret'").fetchone()
+    if row is None:
+        row = (secrets.token_hex(64),)
+        con.execute("INSERT INTO meta VALUES ('cursor_secret', ?)", [row[0]])
+    return bytes.fromhex(str(row[0]))
 
 
 def _migrate_entity_index(con: duckdb.DuckDBPyConnection) -> None:

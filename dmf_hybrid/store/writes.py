@@ -16,6 +16,8 @@ from ..checks import (
     check_changes,
     check_expected_version,
     check_id,
+    check_value_sizes,
+    full_match,
 )
 from ..clock import to_naive_utc, utcnow
 from ..errors import (
@@ -87,6 +89,7 @@ class Writes(Queries):
         writes nothing."""
         instance = etype.validate_data(data)
         values = instance.model_dump()
+        check_value_sizes(values, self.limits)
         try:
             plain = jsonable(values)
         except ValueError:
@@ -96,7 +99,7 @@ class Writes(Queries):
         eid = entity_id(etype.name, {f: plain[f] for f in fields}, tenant)
         if given_id is not None:
             given = check_id(given_id)
-            if DERIVED_ID_RE.match(given) and given != eid and self._point_row(
+            if full_match(DERIVED_ID_RE, given) and given != eid and self._point_row(
                     self.db.reader(), "entity_index", "id", given, tenant) is None:
                 # anyone can compute another tenant's derived ID from a fact; taking it would
                 # answer 409 "not available" and reveal that the other tenant holds the fact
@@ -180,7 +183,10 @@ class Writes(Queries):
 
         def compute(etype: EntityType, current: Entity) -> dict[str, Any]:
             merged = {**current.fields(), **changes}
-            return etype.validate_data(merged, where="changes").model_dump()
+            result = etype.validate_data(merged, where="changes").model_dump()
+            check_value_sizes({k: result[k] for k in changes if k in result}, self.limits,
+                              "changes")
+            return result
 
         return self._update(tenant, eid, "update", expected_version, compute, actor, reason,
                             trace_id)
@@ -199,7 +205,9 @@ class Writes(Queries):
                 raise ValidationError(f"{etype.name}.{field} is not a list field", field="field")
             merged = current.fields()
             merged[field] = list(merged.get(field) or []) + list(values)
-            return etype.validate_data(merged, where="values").model_dump()
+            result = etype.validate_data(merged, where="values").model_dump()
+            check_value_sizes({field: result[field]}, self.limits, "values")
+            return result
 
         return self._update(tenant, eid, "append", expected_version, compute, actor, reason,
                             trace_id)

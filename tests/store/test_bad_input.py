@@ -20,6 +20,7 @@ from dmf_hybrid import (
     SchemaError,
     ValidationError,
 )
+from dmf_hybrid.checks import MAX_VALUE_BYTES
 from tests.store import DOORS, assert_unchanged, both_doors, open_door
 
 mem = both_doors()
@@ -201,8 +202,9 @@ def test_bad_input_raises_and_changes_nothing(
 
 
 def test_huge_and_odd_strings_are_stored_faithfully(mem: Memory) -> None:
-    """No size limit in the store (the HTTP layer caps bodies); text round-trips exactly."""
-    odd = ["x" * 300_000, "nul\x00byte", "emoji 🧭 and RTL \u202e", "' OR 1=1 --", "\\", " "]
+    """Text up to the field value limit (checks.MAX_VALUE_BYTES) round-trips exactly."""
+    odd = ["x" * (MAX_VALUE_BYTES - 3), "nul\x00byte", "emoji 🧭 and RTL \u202e", "' OR 1=1 --",
+           "\\", " "]
     for i, text in enumerate(odd):
         trip = mem.create("Trip", {"destination": f"d{i}", "tags": [text]})
         assert mem.get(trip.id).data.tags == [text]

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import FilterError, Memory, MemoryAPI, ValidationError
-from dmf_hybrid.store.sql import encode_cursor
-from tests.store import DOORS, all_pages, assert_unchanged, both_doors, open_door
+from dmf_hybrid.filters import parse_order
+from dmf_hybrid.store.sql import encode_cursor, query_fingerprint
+from tests.store import DOORS, all_pages, assert_unchanged, behind, both_doors, open_door
 
 mem = both_doors()
 
@@ -200,7 +201,7 @@ def test_a_cursor_only_works_for_its_own_query(pois: Memory) -> None:
 
 @pytest.mark.parametrize("cursor", [
     "garbage", "!!!", "", "e30", "W10", 42, ["x"],
-    encode_cursor("0" * 16, [1], "Poi_x"),
+    encode_cursor(b"k" * 64, "0" * 16, [1], "Poi_x"),  # sealed with another store's key
 ])
 def test_malformed_cursors_are_refused(pois: Memory, cursor: Any) -> None:
     if cursor == "":
@@ -212,20 +213,20 @@ def test_malformed_cursors_are_refused(pois: Memory, cursor: Any) -> None:
 
 
 def test_forged_cursor_values_are_refused(pois: Memory) -> None:
-    """A cursor is caller input: order values of the wrong type are a FilterError, not a 500."""
-    import base64
-    import json
-
+    """A cursor is caller input: even sealed with the store's own key (as if it leaked), order
+    values of the wrong type are a FilterError, not a 500."""
     page = pois.query("Poi", order_by=["rating", "-created_at"], limit=2)
     assert page.next_cursor
-    raw = json.loads(base64.urlsafe_b64decode(page.next_cursor + "=" * 4))
-    fingerprint = raw[0]
+    store = behind(pois)._store
+    fingerprint = query_fingerprint("Poi", None, parse_order(
+        store.type_of("Poi"), ["rating", "-created_at"]), None)
+    key = store.cursor_key
     for values in (["abc", None], [{"a": 1}, None], [[1], None], [10**30, None],
                    [1, "not a time"], [True, None], [1, 5]):
-        forged = encode_cursor(fingerprint, values, "Poi_x")
+        forged = encode_cursor(key, fingerprint, values, "Poi_x")
         assert_unchanged(pois, partial(pois.query, "Poi", order_by=["rating", "-created_at"],
                                        limit=2, cursor=forged), FilterError)
-    short = encode_cursor(fingerprint, [1], "Poi_x")
+    short = encode_cursor(key, fingerprint, [1], "Poi_x")
     assert_unchanged(pois, lambda: pois.query("Poi", order_by=["rating", "-created_at"],
                                               cursor=short), FilterError)
 

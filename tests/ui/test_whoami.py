@@ -21,7 +21,8 @@ def test_whoami_names_tenant_role_and_actor(tmp_path: Path, keys: str) -> None:
                                                                    timeout=WAIT) as http:
             if keys == "open":
                 assert http.get("/whoami").json() == {"tenant": "default", "role": "admin",
-                                                      "key_label": None, "open": True}
+                                                      "key_label": None, "open": True,
+                                                      "scope": "store"}
                 return
             assert http.get("/whoami").status_code == 401
             bad = http.get("/whoami", headers={"X-API-Key": "nope"})
@@ -31,6 +32,6 @@ def test_whoami_names_tenant_role_and_actor(tmp_path: Path, keys: str) -> None:
                                       ("ui-other", "other", "writer")):
                 me = http.get("/whoami", headers={"Authorization": f"Bearer {key}"}).json()
                 assert me == {"tenant": tenant, "role": role, "key_label": key_label(key),
-                              "open": False}
+                              "open": False, "scope": "store" if role == "admin" else "tenant"}
     finally:
         mem.close()

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, status
 
+from ...checks import SNAPSHOT_NAME_RE, full_match
 from ...errors import ValidationError
 from ...wire import CountsPublic, SnapshotRequest
 from ..deps import AdminMemory, State
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 
-SNAPSHOT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-
 
 def snapshot_dir(base: Path, name: str) -> Path:
     """``base/snapshots/name``; ValidationError for a name that could leave that directory."""
-    if not SNAPSHOT_NAME_RE.match(name) or ".." in name:
+    if not full_match(SNAPSHOT_NAME_RE, name) or ".." in name:
         raise ValidationError(
             "snapshot name must be 1-64 letters, digits, '.', '_' or '-', start with a letter "
             "or digit and contain no '..'", field="name")

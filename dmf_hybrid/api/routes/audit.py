@@ -10,7 +10,8 @@ from ...checks import MAX_SEQ
 from ...errors import LimitExceeded
 from ...models import AuditEvent, AuditReport
 from ...wire import HeadPublic
-from ..deps import ReaderMemory, State
+from ..auth import Role
+from ..deps import Caller, ReaderMemory, State
 
 router = APIRouter(tags=["audit"])
 
@@ -37,12 +38,15 @@ def events(
 
 
 @router.get("/audit/verify")
-def verify(memory: ReaderMemory) -> AuditReport:
-    """Verify the audit log's hash chain; names the first bad seq."""
-    return memory.verify_audit()
+def verify(memory: ReaderMemory, caller: Caller) -> AuditReport:
+    """Verify the whole hash chain; keys below admin see their tenant's part of the answer."""
+    report = memory.verify_audit()
+    return report if caller.role >= Role.ADMIN else memory.reads.tenant_report(report)
 
 
 @router.get("/audit/head")
-def head(memory: ReaderMemory) -> HeadPublic:
-    """The audit seq of the newest event (use it as ``as_of`` to pin a read)."""
-    return HeadPublic(last_seq=memory.last_seq)
+def head(memory: ReaderMemory, caller: Caller) -> HeadPublic:
+    """The seq to pin reads with as_of (keys below admin: their tenant's newest event)."""
+    if caller.role >= Role.ADMIN:
+        return HeadPublic(last_seq=memory.last_seq)
+    return HeadPublic(last_seq=memory.reads.tenant_head(), scope="tenant")

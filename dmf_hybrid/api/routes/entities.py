@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Response, status
 
@@ -47,7 +48,8 @@ def create_entity(type_name: str, body: EntityCreate, memory: WriterMemory, audi
                            **audit.kwargs())
     if not entity.created:
         response.status_code = status.HTTP_200_OK
-    response.headers["Location"] = f"/entities/{entity.id}"
+    # built from the stored (validated) ID, quoted: a header must never fail after the commit
+    response.headers["Location"] = f"/entities/{quote(entity.id, safe='')}"
     return _reply(entity, response)
 
 

@@ -7,11 +7,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response, status
 
+from ...checks import SNAPSHOT_NAME_RE, full_match
 from ...errors import ValidationError
 from ...models import ArchiveResult, MemoryContext, Page, SummaryResult
 from ...wire import AS_OF_DOC, ArchiveRequest, ConstraintQuery, ContextRequest, SummaryRequest
 from ..deps import AdminMemory, Audit, ReaderMemory, State, WriterMemory, parse_as_of
-from .admin import SNAPSHOT_NAME_RE
 
 router = APIRouter(tags=["lifecycle"])
 
@@ -30,7 +30,7 @@ RULE_EXAMPLE = {
 
 def archive_dir(base: Path, name: str) -> Path:
     """``base/archives/name``; ValidationError for a name that could leave that directory."""
-    if not SNAPSHOT_NAME_RE.match(name) or ".." in name:
+    if not full_match(SNAPSHOT_NAME_RE, name) or ".." in name:
         raise ValidationError(
             "archive dest must be a name of 1-64 letters, digits, '.', '_' or '-', start with "
             "a letter or digit and contain no '..' (the server keeps archives under its data "

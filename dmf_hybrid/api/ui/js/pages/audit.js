@@ -150,7 +150,9 @@ function eventRows(e) {
     h("td", {}, opBadge(e.op)),
     h("td", {}, e.type || ""),
     h("td", {}, e.entity_id ? entityLink(e.entity_id) : ""),
-    h("td", {}, e.actor || h("span", { class: "muted" }, "—")),
+    // the actor is the caller's own label; the principal is the key that authenticated
+    h("td", { class: "actor", title: `label given by the caller; authenticated as ${e.principal || "—"}` },
+      e.actor || h("span", { class: "muted" }, "—")),
     h("td", { class: "cell" }, e.reason || ""),
     h("td", { class: "mono small" }, e.trace_id || ""),
     h("td", { class: "nowrap" }, versions),
