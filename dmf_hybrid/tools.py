@@ -48,7 +48,8 @@ PROFILES = ("compact", "per_type")
 INTERNAL_TYPES = (SUMMARY_TYPE,)
 FILTER_DOC = ("Filter: {field: value} (equals) or {field: {op: value}}; ops $eq $ne $gt $gte "
               "$lt $lte $in $nin (a list) and $contains (a list field's item or a substring); "
-              "several fields must all hold; {\"$and\": [filters]}, {\"$or\": [filters]}.")
+              "several fields must all hold; {\"$and\": [filters]}, {\"$or\": [filters]}; "
+              "a json field's inner value by a dotted path, e.g. {\"metadata.user\": \"ana\"}.")
 ID_SCHEMA: dict[str, Any] = {
     "type": "string", "pattern": ID_PATTERN,
     "description": "An entity ID, as returned by create/query/search.",

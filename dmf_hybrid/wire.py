@@ -34,8 +34,10 @@ FILTER_DOC = (
     "strings), $in and $nin (a list of values), $contains (a list field holds the value; a "
     "string field contains the substring). Several fields in one object must all hold; "
     "{\"$and\": [filter, ...]} and {\"$or\": [filter, ...]} combine filters and nest (up to "
-    "16 deep, 256 terms). Keys are the type's field names; an error names the path of the "
-    "bad term, e.g. where.$or[1].rating.$gte. Example: {\"city\": \"Shanghai\", "
+    "16 deep, 256 terms). Keys are the type's field names, or a dotted path into a json "
+    "field ({\"metadata.user\": \"ana\"}, {\"value.tags\": {\"$contains\": \"x\"}}: keys of "
+    "letters, digits, _ and -, at most 16; a missing path is null). An error names the path "
+    "of the bad term, e.g. where.$or[1].rating.$gte. Example: {\"city\": \"Shanghai\", "
     "\"estimated_cost\": {\"$lte\": 50}, \"$or\": [{\"category\": \"museum\"}, "
     "{\"rating\": {\"$gte\": 4.5}}]}.")
 SearchMode = Literal["hybrid", "vector", "keyword"]
