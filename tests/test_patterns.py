@@ -196,7 +196,8 @@ def _fill(op_name: str, bad_arg: str, poi_id: str, trip_id: str) -> dict[str, An
             step[arg.name] = (trip_id if arg.name == "from_id" else poi_id) + "\n"
         elif arg.required:
             step[arg.name] = {"type": "Poi", "data": {"name": "p", "city": "q"},
-                              "messages": [{"role": "user", "content": "hi"}], "field": "tags", "values": ["x"],
+                              "messages": [{"role": "user", "content": "hi"}],
+                              "field": "tags", "values": ["x"],
                               "relation": "includes", "text": "museum", "from_id": trip_id,
                               "to_id": poi_id, "id": poi_id}[arg.name]
     if op_name == "append":
