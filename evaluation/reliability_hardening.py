@@ -184,7 +184,7 @@ def probe_slowdown(workdir: Path, figures: HardeningFigures) -> None:
         for i in range(SLOWDOWN_ROUNDS + 5):
             for j, (_, alice, ids) in enumerate(stores):
                 eid = ids[(i * 61) % len(ids)]
-                seconds = _timed(lambda a=alice, e=eid, n=i: a.update(e, {"city": f"c{n}"}))
+                seconds = _timed(lambda a=alice, e=eid, n=i: a.update(e, {"tags": [f"t{n}"]}))
                 if i >= 5:
                     times[j].append(seconds)
         ratio = statistics.median(times[1]) / statistics.median(times[0])
