@@ -12,7 +12,9 @@ Python process so nothing is warm but the OS page cache:
 (c) the first ``search`` (hybrid, k = 10), which loads the embedding model, then a second one
     (warm) for comparison; the model's own load time is read from the embedder;
 (d) ``python -m dmf_hybrid.api.server`` on the same directory, from spawn to the first 200 of
-    ``/healthz`` (alive) and of ``/readyz`` (model loaded, outbox drained); stopped by PID.
+    ``/healthz`` (alive) and of ``/readyz`` (model loaded, outbox drained);
+(e) that server's resident memory (``VmRSS``, and the peak ``VmHWM``) once it has answered
+    searches in every mode; then it is stopped by PID.
 
 A bare ``python -c pass`` is timed too, as the interpreter's share. Stages (a)–(c) also report
 the child's CPU time (``time.process_time``), which a shared machine's load inflates far less
@@ -36,7 +38,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from evaluation.bench_http import TYPE_NAME, ServerProcess, exit_on_sigterm, make_queries
+from evaluation.chroma_peer import rss_mb
 from evaluation.plotting import environment, markdown_table, write_json
 
 log = logging.getLogger("bench_coldstart")
@@ -81,6 +86,12 @@ STAGES = (
     ("second_search_s", "↳ second search (warm)"),
     ("server_healthz_s", "(d) server spawn → /healthz 200"),
     ("server_readyz_s", "(d) server spawn → /readyz 200"),
+)
+#: Searches (each mode, distinct texts) the server answers before its memory is read.
+RSS_SEARCHES = 20
+MEMORY_STAGES = (
+    ("server_rss_mb", f"(e) server resident memory after {RSS_SEARCHES} searches, MB"),
+    ("server_peak_rss_mb", "(e) server peak resident memory, MB"),
 )
 
 
@@ -137,15 +148,25 @@ def measure_in_child(path: Path, embedder: str, queries: Sequence[str], timeout:
     return result
 
 
-def time_server(path: Path, embedder: str, log_path: Path, timeout: float) -> dict[str, float]:
-    """Stage (d): seconds from spawn to /healthz 200 and to /readyz 200."""
+def time_server(path: Path, embedder: str, log_path: Path, timeout: float,
+                queries: Sequence[str]) -> dict[str, float | None]:
+    """Stages (d) and (e): seconds from spawn to /healthz 200 and to /readyz 200, then the
+    server's resident memory (now and peak) once it has answered searches in every mode
+    (model loaded, vector and keyword mirrors built)."""
     server = ServerProcess.start(path, embedder=embedder, log_path=log_path)
     try:
         healthz = server.wait_for("/healthz", timeout, interval=0.01)
         readyz = server.wait_for("/readyz", timeout, interval=0.01)
+        with httpx.Client(base_url=server.url, timeout=timeout) as client:
+            for i, text in enumerate(queries):
+                body = {"type": TYPE_NAME, "text": text, "k": 10,
+                        "mode": ("hybrid", "vector", "keyword")[i % 3]}
+                client.post("/search", json=body).raise_for_status()
+        rss, peak = rss_mb(server.proc.pid), rss_mb(server.proc.pid, "VmHWM")
     finally:
         server.stop()
-    return {"server_healthz_s": round(healthz, 4), "server_readyz_s": round(readyz, 4)}
+    return {"server_healthz_s": round(healthz, 4), "server_readyz_s": round(readyz, 4),
+            "server_rss_mb": rss, "server_peak_rss_mb": peak}
 
 
 def median_of(runs: Sequence[Mapping[str, Any]], key: str) -> float | None:
@@ -174,17 +195,19 @@ def run(*, n: int = 2000, embedder: str = "minilm", runs: int = 3, seed: int = 7
         else:
             data, build_s = store, None
         queries = make_queries(2 * runs, seed=seed + 2000)
+        probes = make_queries(RSS_SEARCHES * runs, seed=seed + 3000)
         records: list[dict[str, Any]] = []
         for i in range(runs):
             record: dict[str, Any] = {"run": i + 1,
                                       "interpreter_s": round(time_interpreter(timeout), 4)}
             record.update(measure_in_child(data, embedder, queries[2 * i:2 * i + 2], timeout))
-            record.update(time_server(data, embedder, tmp / f"server-{i + 1}.log", timeout))
+            record.update(time_server(data, embedder, tmp / f"server-{i + 1}.log", timeout,
+                                      probes[RSS_SEARCHES * i:RSS_SEARCHES * (i + 1)]))
             log.info("run %d: %s", i + 1, record)
             records.append(record)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    keys = [k for k, _ in STAGES] + [f"{k}_cpu_s" for k in
+    keys = [k for k, _ in STAGES + MEMORY_STAGES] + [f"{k}_cpu_s" for k in
                                      ("import", "open", "first_search", "second_search")]
     return {
         "benchmark": "coldstart",
@@ -211,6 +234,9 @@ def markdown(doc: Mapping[str, Any]) -> str:
         value = median.get(key)
         rows.append([label, "–" if value is None else f"{value:.3f}", spread(key),
                      "–" if cpu is None else f"{cpu:.3f}"])
+    for key, label in MEMORY_STAGES:
+        value = median.get(key)
+        rows.append([label, "–" if value is None else f"{value:.0f}", spread(key), "–"])
     return (
         "## Cold start\n\n"
         f"Store of {config['n']} entities, embedder `{config['embedder']}`, median of "

@@ -130,11 +130,14 @@ def running_peer(path: Path, port: int, embedder: Any, log_path: Path,
             log_file.close()
 
 
-def rss_mb(pid: int) -> float | None:
-    """The resident memory of a process in MB (Linux ``/proc``), or None."""
+def rss_mb(pid: int, field: str = "VmRSS") -> float | None:
+    """The resident memory of a process in MB (Linux ``/proc``), or None.
+
+    ``field``: "VmRSS" (now) or "VmHWM" (the peak since the process started).
+    """
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         return None

@@ -83,6 +83,12 @@ class LocalVectors:
             row = self._row.get(vector_id(tenant, eid))
             return None if row is None else self._text_hash[row]
 
+    def text_hashes_of(self, tenant: str, eids: Sequence[str]) -> list[str | None]:
+        """:meth:`text_hash_of` of several entities, under one lock."""
+        with self._lock.read():
+            rows = [self._row.get(vector_id(tenant, eid)) for eid in eids]
+            return [None if row is None else self._text_hash[row] for row in rows]
+
     def upsert(self, ids: Sequence[str], keys: Sequence[int], vectors: FloatMatrix,
                tenants: Sequence[str], text_hashes: Sequence[str]) -> None:
         """Insert or replace the rows of (tenants[i], ids[i]) (vectors need not be normalised)."""

@@ -26,14 +26,14 @@ def resolve_hits(scope: Scope, store: Store, local: LocalVectors | None, fused: 
         batch = fused[start:start + k - len(hits) + RESOLVE_SLACK]
         start += len(batch)
         found = scope.fetch_rows([eid for eid, _ in batch])
-        for eid, score in batch:
+        indexed: list[str | None] = [] if scope.seq is not None or local is None else (
+            local.text_hashes_of(scope.tenant, [eid for eid, _ in batch]))
+        for at, (eid, score) in enumerate(batch):
             row = found.get(eid)
             if row is None:
                 dropped += 1
                 continue
-            if scope.seq is None and (
-                    local is None or local.text_hash_of(scope.tenant, eid)
-                    != row[TEXT_HASH]):
+            if scope.seq is None and (local is None or indexed[at] != row[TEXT_HASH]):
                 dropped += 1  # the index has not caught up with this entity: stale
                 continue
             legs = {leg: LegScore(rank=pos[eid][0],

@@ -79,8 +79,10 @@ def test_bench_coldstart_smoke(tmp_path: Path) -> None:
             assert run[key] > 0 and doc["median"][key] == run[key]
     assert run["server_readyz_s"] >= run["server_healthz_s"]
     assert run["first_search_hits"] == 10
+    assert 0 < run["server_rss_mb"] <= run["server_peak_rss_mb"]
     paths = bench_coldstart.write_outputs(doc, tmp_path / "out" / "bench_coldstart.json")
     assert "(a) import dmf_hybrid" in paths[1].read_text()
+    assert "(e) server peak resident memory" in paths[1].read_text()
     assert store.exists()  # a given store is not deleted
 
 
