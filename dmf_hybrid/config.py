@@ -38,9 +38,10 @@ DEFAULT_TORCH_THREADS = 1
 DEFAULT_ONNX_THREADS = 1
 QUERY_BATCH_SIZE = 32
 QUERY_BATCH_WAIT_MS = 2.0
-#: Row cache entries (dmf_hybrid.search.row_cache); a row of a few short fields is well under
-#: a kilobyte, so the default bounds it to some MB.
-ROW_CACHE_SIZE = 20_000
+#: Row cache entries (dmf_hybrid.search.row_cache); a row of a few short fields takes well under
+#: a kilobyte, so the default bounds it to ~100 MB. It lets a type of up to that many rows be
+#: copied whole while no commit comes (searches of distinct texts then read nothing either).
+ROW_CACHE_SIZE = 200_000
 #: DuckDB's own default is 80 % of RAM; a quarter (at most 4 GiB) leaves room for the model,
 #: Chroma and other processes.
 MAX_DUCKDB_MEMORY_MB = 4096
@@ -110,7 +111,8 @@ class Settings(BaseSettings):
     row_cache_size: int = Field(
         ROW_CACHE_SIZE, ge=0,
         description="Rows (and filter outcomes) search resolution keeps in memory until the "
-        "next commit, so a repeated search reads nothing from DuckDB (0 = off).",
+        "next commit, so a repeated search reads nothing from DuckDB, and a type of up to "
+        "this many rows is copied whole once searches keep reading it (0 = off).",
     )
     embed_batch_size: int = Field(EMBED_BATCH_SIZE, ge=1, description="Texts per model call.")
     max_k: int = Field(MAX_K, ge=1, description="Largest k a search may ask for.")

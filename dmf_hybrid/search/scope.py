@@ -172,6 +172,18 @@ class Scope:
             self._checked.update(wanted)
         return {i: self.rows[i] for i in ids if i in self.rows}
 
+    def live_rows(self, limit: int) -> list[Row] | None:
+        """Every live row of this scope's type in its tenant (None: more than ``limit``)."""
+        count = self.con.execute(
+            f"SELECT count(*) FROM {self.table} WHERE tenant = ? AND deleted_at IS NULL",
+            [self.tenant]).fetchone()
+        if count is None or int(count[0]) > limit:
+            return None
+        rows: list[Row] = self.con.execute(
+            f"SELECT {self.columns} FROM {self.table} WHERE tenant = ? AND deleted_at IS NULL",
+            [self.tenant]).fetchall()
+        return rows
+
     def _select_rows(self, ids: list[str]) -> list[Row]:
         if self.seq is not None:
             return self.con.execute(

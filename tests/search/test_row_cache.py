@@ -15,6 +15,7 @@ import pytest
 from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, MemoryClient, Settings
 from dmf_hybrid.api import create_app
 from dmf_hybrid.api.server import serve_in_thread
+from dmf_hybrid.search import row_cache
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.conftest import define_travel
 from tests.store import DOORS, START_TIMEOUT
@@ -141,4 +142,59 @@ def test_the_bound_is_a_setting(tmp_path: Path) -> None:
         res = mem.search("Poi", "cafe", k=20)
         assert len(res.hits) == 20
         assert len(mem.engine.rows) == size
+        mem.close()
+
+
+def test_a_read_mostly_phase_copies_the_type_whole(door: tuple[MemoryAPI, Memory],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    mem, memory = door
+    monkeypatch.setattr(row_cache, "FILL_AFTER", 3)
+    other = memory.for_tenant("other")
+    pois = mem.create_many("Poi", [{"name": f"cafe {i}", "city": "Oslo", "cost": float(i)}
+                                   for i in range(40)])
+    other.create("Poi", {"name": "cafe 7", "city": "Oslo", "cost": 9.0}, id="theirs")
+    cheap = {"cost": {"$lt": 20.0}}
+    log = statements(memory, monkeypatch)
+
+    def ids(text: str, where: dict[str, Any] | None = None, mode: str = "vector") -> set[str]:
+        return {h.entity.id for h in mem.search("Poi", text, where=where, k=5, mode=mode).hits}
+
+    for i in range(4):  # distinct texts propose distinct IDs: lookups miss, then a copy
+        for mode in MODES:
+            ids(f"cafe {i}", mode=mode)
+    log.clear()
+    before = {i: ids(f"cafe {i}", mode=mode) for i in range(10, 30) for mode in MODES}
+    assert log == []  # every ID is answered by the copy, absent ones included
+    assert "theirs" not in set().union(*before.values())
+    found = ids("cafe 15", cheap, "hybrid")
+    assert found and found <= {p.id for p in pois[:20]}
+    mem.update(pois[15].id, {"cost": 5.0})
+    mem.delete(pois[13].id)
+    mem.update(pois[11].id, {"cost": 99.0})  # the filter no longer holds
+    for i in range(4):  # the commits dropped the copy; a new one forms
+        ids(f"cafe {i}")
+    for mode in MODES:
+        res = mem.search("Poi", "cafe 15", where=cheap, k=40, mode=mode)
+        got = {h.entity.id: h.entity for h in res.hits}
+        assert set(got) == {p.id for p in pois[:20]} - {pois[13].id, pois[11].id}, mode
+        assert pois[13].id not in got and pois[11].id not in got, mode
+        assert got[pois[15].id].version == 2 and got[pois[15].id].fields()["cost"] == 5.0
+        assert "theirs" not in got
+
+
+def test_a_type_larger_than_the_bound_is_not_copied(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(row_cache, "FILL_AFTER", 2)
+    mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(), vector_index=ExactIndex(),
+                      settings=Settings(row_cache_size=12))
+    try:
+        define_travel(mem)
+        mem.create_many("Poi", [{"name": f"cafe {i}", "city": "Oslo"} for i in range(30)])
+        log = statements(mem, monkeypatch)
+        for i in range(6):
+            log.clear()
+            assert len(mem.search("Poi", f"cafe {i}", k=5, mode="vector").hits) == 5
+            assert len(mem.engine.rows) <= 12
+        assert log  # still read from DuckDB: 30 rows do not fit in 12
+    finally:
         mem.close()
