@@ -58,6 +58,9 @@ MAX_SEQ = 2**63 - 1
 #: How many links ``related`` may follow.
 MAX_DEPTH = 5
 DIRECTIONS = ("out", "in", "both")
+#: How many of a conversation's last turns ``context(conversation=...)`` shows by default,
+#: and at most.
+LAST_TURNS, MAX_TURNS = 6, 50
 
 #: What ``create`` does when the identity (or ID) already exists: return the stored entity
 #: as it is (``differs`` names the given fields whose values differ), raise ``Conflict`` when

@@ -26,6 +26,7 @@ import httpx
 import pydantic
 from pydantic import BaseModel
 
+from .bodies import constraints_body, context_body, count_body, query_body, search_body
 from .checks import (
     AsOf,
     check_audit,
@@ -35,11 +36,9 @@ from .checks import (
     check_expected_version,
     check_id,
     check_on_conflict,
-    check_page,
     check_related,
     check_rows,
     check_seq_bounds,
-    check_where,
 )
 from .conversations import MESSAGE_TYPE
 from .encoding import (
@@ -49,7 +48,6 @@ from .encoding import (
     jsonable,
     row_json,
     type_segment,
-    where_json,
 )
 from .errors import (
     DMFError,
@@ -355,17 +353,13 @@ class MemoryClient(MemoryAPI):
     def query(self, type_name: str, where: Mapping[str, Any] | None = None,
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
-        check_page(limit, cursor)
-        body = {"where": where_json(where), "order_by": jsonable(order_by, "order_by"),
-                "limit": limit, "cursor": cursor, "as_of": as_of_value(as_of)}
         return self._get(Page, "POST", f"/entities/{type_segment(type_name)}/query",
-                         json=body)
+                         json=query_body(where, order_by, limit, cursor, as_of))
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
-        body = {"where": where_json(where), "as_of": as_of_value(as_of)}
         return self._get(CountPublic, "POST", f"/entities/{type_segment(type_name)}/count",
-                         json=body).count
+                         json=count_body(where, as_of)).count
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
@@ -442,11 +436,9 @@ class MemoryClient(MemoryAPI):
 
     def search(self, type_name: str, text: str | None = None, *,
                where: Mapping[str, Any] | None = None, k: int = 10, mode: str = "hybrid",
-               related_to: Mapping[str, Any] | None = None, as_of: AsOf = None
-               ) -> SearchResult:
-        body = {"type": type_name, "text": text, "where": where_json(where), "k": k,
-                "mode": mode, "related_to": jsonable(related_to, "related_to"),
-                "as_of": as_of_value(as_of)}
+               related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
+               conversation: str | None = None) -> SearchResult:
+        body = search_body(type_name, text, where, k, mode, related_to, as_of, conversation)
         return self._get(SearchResult, "POST", "/search", json=body)
 
     def reconcile(self) -> ReconcileCounts:
@@ -468,9 +460,9 @@ class MemoryClient(MemoryAPI):
     # ---------------------------------------------------------------- lifecycle
 
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
-                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5) -> MemoryContext:
-        body = {"focus_ids": jsonable(focus_ids, "focus_ids"), "query": query,
-                "budget_tokens": budget_tokens, "as_of": as_of_value(as_of), "k": k}
+                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5,
+                conversation: str | None = None, turns: int | None = None) -> MemoryContext:
+        body = context_body(focus_ids, query, budget_tokens, as_of, k, conversation, turns)
         return self._get(MemoryContext, "POST", "/context", json=body)
 
     def summarize(self, scope: str | None = None, since_seq: int | None = None,
@@ -497,11 +489,8 @@ class MemoryClient(MemoryAPI):
 
     def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
-        check_where(where)
-        check_page(limit, cursor)
-        body = {"where": where_json(where), "limit": limit, "cursor": cursor,
-                "as_of": as_of_value(as_of)}
-        return self._get(Page, "POST", "/constraints/query", json=body)
+        return self._get(Page, "POST", "/constraints/query",
+                         json=constraints_body(where, limit, cursor, as_of))
 
     # ---------------------------------------------------------------- agent tools
 

@@ -7,6 +7,10 @@ rows: a message is OpenAI-style ``{"role", "content"}`` or ``{"speaker", "text"}
 optional ``turn`` (its position in the conversation), ``session`` and ``time``. A message
 without ``turn`` comes after the conversation's last stored turn and the ones before it in
 the call; the same ``(conversation, turn)`` again is the existing message (idempotent).
+
+:func:`scope_to_conversation` adds ``conversation = id`` to a search's filter
+(``search(..., conversation=id)``), and :func:`check_turns` checks how many of a
+conversation's last turns ``context(conversation=id, turns=n)`` shows.
 """
 
 from __future__ import annotations
@@ -14,20 +18,53 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .checks import check_id
-from .errors import ValidationError
+from .checks import LAST_TURNS, MAX_TURNS, check_id
+from .errors import SchemaError, ValidationError
+from .filters import BoolOp, FilterNode, parse_filter
+from .schema import EntityType
 
 MESSAGE_TYPE = "Message"
 #: Keys a message may have: each of the first two pairs names one field.
 MESSAGE_KEYS = ("role", "speaker", "content", "text", "turn", "session", "time")
 MAX_MESSAGES = 1000
-#: How many of a conversation's last turns ``context(conversation=...)`` includes by default.
-LAST_TURNS = 6
+CONVERSATION_FIELD = "conversation"
 
 
 def check_conversation(conversation: Any) -> str:
     """The conversation ID, or a ValidationError naming ``conversation``."""
     return check_id(conversation, field="conversation")
+
+
+def scope_to_conversation(etype: EntityType, node: FilterNode | None, conversation: Any
+                          ) -> FilterNode | None:
+    """``node`` AND ``conversation = id`` (``node`` itself when no conversation is given).
+
+    A SchemaError naming ``conversation`` when the type has no ``conversation`` field.
+    """
+    if conversation is None:
+        return node
+    conversation = check_conversation(conversation)
+    if CONVERSATION_FIELD not in etype.fields:
+        raise SchemaError(f"{etype.name} has no field 'conversation', so it cannot be "
+                          "scoped to a conversation", field=CONVERSATION_FIELD)
+    term = parse_filter(etype, {CONVERSATION_FIELD: conversation})
+    assert term is not None  # a non-empty filter always parses to a node
+    return term if node is None else BoolOp("$and", (node, term))
+
+
+def check_turns(turns: Any, conversation: Any) -> int | None:
+    """How many last turns a context shows: ``turns``, LAST_TURNS by default, None without a
+    conversation; a ValidationError naming ``turns`` or ``conversation`` otherwise."""
+    if conversation is None:
+        if turns is not None:
+            raise ValidationError("turns needs a conversation", field="turns")
+        return None
+    check_conversation(conversation)
+    if turns is None:
+        return LAST_TURNS
+    if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= MAX_TURNS:
+        raise ValidationError(f"turns must be an integer from 1 to {MAX_TURNS}", field="turns")
+    return turns
 
 
 def message_rows(conversation: Any, messages: Any, next_turn: int) -> list[dict[str, Any]]:

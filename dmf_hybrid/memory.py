@@ -380,10 +380,11 @@ class Memory(MemoryAPI):
 
     def search(self, type_name: str, text: str | None = None, *,
                where: Mapping[str, Any] | None = None, k: int = 10, mode: str = "hybrid",
-               related_to: Mapping[str, Any] | None = None, as_of: AsOf = None
-               ) -> SearchResult:
+               related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
+               conversation: str | None = None) -> SearchResult:
         return self._engine.search(self.tenant, type_name, text, where=where, k=k, mode=mode,
-                                   related_to=related_to, as_of=as_of)
+                                   related_to=related_to, as_of=as_of,
+                                   conversation=conversation)
 
     def reconcile(self) -> ReconcileCounts:
         return self._engine.reconcile()
@@ -397,8 +398,10 @@ class Memory(MemoryAPI):
     # ---------------------------------------------------------------- lifecycle
 
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
-                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5) -> MemoryContext:
-        return context.build_context(self, focus_ids, query, budget_tokens, as_of, k=k)
+                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5,
+                conversation: str | None = None, turns: int | None = None) -> MemoryContext:
+        return context.build_context(self, focus_ids, query, budget_tokens, as_of, k=k,
+                                     conversation=conversation, turns=turns)
 
     def summarize(self, scope: str | None = None, since_seq: int | None = None,
                   until_seq: int | None = None, *,

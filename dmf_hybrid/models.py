@@ -239,6 +239,16 @@ class ContextChange(BaseModel):
     text: str
 
 
+class ContextTurn(BaseModel):
+    """One of a conversation's last turns (a ``Message``), as the context shows it."""
+
+    id: str
+    turn: int
+    role: str
+    text: str
+    time: dt.datetime | None = None
+
+
 class MemoryContext(BaseModel):
     """Prompt context: ``text`` and the structured data it shows (only what fitted)."""
 
@@ -250,6 +260,8 @@ class MemoryContext(BaseModel):
     truncated: bool = False
     omitted: int = Field(0, description="Items left out for the token budget.")
     focus: list[ContextEntity] = Field(default_factory=list)
+    turns: list[ContextTurn] = Field(default_factory=list,
+                                     description="The conversation's last turns, oldest first.")
     constraints: list[ContextEntity] = Field(default_factory=list)
     relations: list[ContextLink] = Field(default_factory=list)
     hits: list[ContextHit] = Field(default_factory=list)

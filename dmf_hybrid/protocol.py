@@ -135,7 +135,8 @@ class MemoryAPI(Protocol):
         optional ``turn`` (position in the conversation), ``session`` and ``time``; without
         ``turn`` it follows the last stored turn. The same (conversation, turn) again returns
         the stored message (``created=False``). Search one conversation with
-        ``where={"conversation": id}``.
+        ``search(type_name, text, conversation=id)``; ``context(conversation=id)`` shows its
+        last turns.
         """
         ...
 
@@ -235,9 +236,14 @@ class MemoryAPI(Protocol):
 
     def search(self, type_name: str, text: str | None = None, *,
                where: Mapping[str, Any] | None = None, k: int = 10, mode: str = "hybrid",
-               related_to: Mapping[str, Any] | None = None, as_of: AsOf = None
-               ) -> SearchResult:
-        """Similarity search; hits are resolved from DuckDB (see SearchResult)."""
+               related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
+               conversation: str | None = None) -> SearchResult:
+        """Similarity search; hits are resolved from DuckDB (see SearchResult).
+
+        ``conversation``: only rows whose ``conversation`` field is that ID (e.g. the
+        ``Message`` log), ANDed with ``where``; an unknown conversation gives no hits, a type
+        without the field a SchemaError naming ``conversation``.
+        """
         ...
 
     def reconcile(self) -> ReconcileCounts:
@@ -263,8 +269,14 @@ class MemoryAPI(Protocol):
     # ---------------------------------------------------------------- lifecycle
 
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
-                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5) -> MemoryContext:
-        """A compact, deterministic prompt context (MemoryContext: text + data) within budget."""
+                budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5,
+                conversation: str | None = None, turns: int | None = None) -> MemoryContext:
+        """A compact, deterministic prompt context (MemoryContext: text + data) within budget.
+
+        ``conversation``: add its last ``turns`` messages (default 6, at most 50; oldest shown
+        first, the oldest dropped first for the budget) and scope the ``query``'s hits of
+        types with a ``conversation`` field to it. ``turns`` needs a ``conversation``.
+        """
         ...
 
     def summarize(self, scope: str | None = None, since_seq: int | None = None,

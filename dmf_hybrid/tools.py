@@ -11,7 +11,8 @@ Internal types (``MemorySummary``) are left out unless ``internal=True``.
 ``call_tool(mem, name, arguments)`` accepts the tools of either profile: it turns a call into
 a plan and runs it, so a bad call raises the same :class:`PlanError` (with
 ``details["problems"]``) as a bad plan. ``search`` without ``type`` searches every embedded
-type and merges the hits by score.
+type (with ``conversation``: every one with a ``conversation`` field) and merges the hits by
+score.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .checks import ID_PATTERN, TOOL_NAME_RE, full_match
-from .conversations import MESSAGE_TYPE
+from .conversations import CONVERSATION_FIELD, MESSAGE_TYPE
 from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
 from .lifecycle.context import call_context_tool, context_tool_definition
@@ -59,6 +60,11 @@ VERSION_SCHEMA: dict[str, Any] = {
     "description": "Fail with a version conflict unless the entity is at this version.",
 }
 ENTITY_RESULT = "Returns the entity as {id, type, version, data}."
+CONVERSATION_ARG: dict[str, Any] = {
+    "type": "string", "pattern": ID_PATTERN,
+    "description": "Only this conversation's rows (types with a conversation field, e.g. "
+                   "Message).",
+}
 GENERIC_TOOLS = ("get", "update", "append", "delete", "restore", "link", "unlink", "related",
                  "history", "execute_plan", "context")
 COMPACT_TOOLS = ("create", "query", "search")
@@ -84,8 +90,9 @@ def tool_definitions(mem: EmbeddedMemory, format: str = "openai", profile: str =
         for etype in types:
             tools.extend(_type_tools(mem, etype))
     tools.extend(_generic_tools(types, compact=profile == "compact"))
-    tools.append(context_tool_definition())
-    if any(t.name == MESSAGE_TYPE for t in types):
+    log_kept = any(t.name == MESSAGE_TYPE for t in types)
+    tools.append(context_tool_definition(conversations=log_kept))
+    if log_kept:
         tools.append(_messages_tool())
     tools = [t for t in tools if _valid_name(t["name"])]
     if format == "openai":
@@ -247,6 +254,7 @@ def _type_tools(mem: EmbeddedMemory, etype: EntityType) -> list[dict[str, Any]]:
                    "description": "Page size."},
          "cursor": {"type": "string", "description": "next_cursor of the previous page."}}))
     if td.embed is not None:
+        scope = {"conversation": CONVERSATION_ARG} if CONVERSATION_FIELD in td.fields else {}
         tools.append(_op_tool(
             f"search_{td.name}", "search",
             f"Find {td.name} entities by meaning and keywords (text: {td.embed}), optionally "
@@ -256,7 +264,8 @@ def _type_tools(mem: EmbeddedMemory, etype: EntityType) -> list[dict[str, Any]]:
              "k": {"type": "integer", "minimum": 1, "maximum": mem.settings.max_k,
                    "description": "How many hits."},
              "mode": {"type": "string", "enum": list(SEARCH_MODES),
-                      "description": "hybrid (vectors + keywords), vector or keyword."}}))
+                      "description": "hybrid (vectors + keywords), vector or keyword."},
+             **scope}))
     return tools
 
 
@@ -317,6 +326,8 @@ def _compact_tools(mem: EmbeddedMemory, types: list[EntityType]) -> list[dict[st
              "description": "Field(s) or created_at/updated_at/version to sort by, '-field' "
                             "descending; ties by ID."}
     where = {"type": "object", "description": FILTER_DOC}
+    scope = {"conversation": CONVERSATION_ARG} if any(
+        CONVERSATION_FIELD in t.fields for t in types if t.typedef.embed is not None) else {}
     return [
         _op_tool("create", "create",
                  "Create an entity. Types (field:kind=default; * identity: the ID derives "
@@ -338,7 +349,8 @@ def _compact_tools(mem: EmbeddedMemory, types: list[EntityType]) -> list[dict[st
                  {"text": {"type": "string", "minLength": 1}, "type": search_type,
                   "where": {**where, "description": "Filter (needs type); see query."},
                   "k": {"type": "integer", "minimum": 1, "maximum": mem.settings.max_k},
-                  "mode": {"type": "string", "enum": list(SEARCH_MODES)}}),
+                  "mode": {"type": "string", "enum": list(SEARCH_MODES)},
+                  **scope}),
     ]
 
 
@@ -364,7 +376,8 @@ def _generic_tools(types: list[EntityType], compact: bool = False) -> list[dict[
                        "expected_version?}; "
                        "append {id, field, values}; delete/restore {id}; link/unlink "
                        "{from_id, relation, to_id}; get {id}; query {type, where?, order_by?, "
-                       "limit?}; search {type, text, where?, k?, mode?}; related {id, relation?};"
+                       "limit?}; search {type, text, where?, k?, mode?, conversation?}; "
+                       "related {id, relation?};"
                        " history {id}. A value may be a reference to an earlier step's "
                        "result: \"$0.id\", \"$2.hits[0].entity.id\", \"$1.items[0].data.x\".",
     }
@@ -418,7 +431,8 @@ def _messages_tool() -> dict[str, Any]:
     return _op_tool("add_messages", "add_messages",
                     "Append chat messages to a conversation's log (Message entities), oldest "
                     "first; a turn already stored is returned as it is (created=false). Search "
-                    "them with search_Message and where={conversation: id}. Returns [entity].",
+                    "them with search and conversation=id; context with conversation=id shows "
+                    "the last turns. Returns [entity].",
                     {"conversation": {"type": "string", "pattern": ID_PATTERN,
                                       "description": "Conversation ID."},
                      "messages": {"type": "array", "minItems": 1, "items": message}})
@@ -468,7 +482,13 @@ def _search_all(mem: EmbeddedMemory, step: dict[str, Any], actor: str | None,
         problems = Problems()
         problems.add(0, "where", "a filter needs a type", "add type, or leave out where")
         raise problems.error()
-    names = [t.name for t in visible_types(mem) if t.typedef.embed is not None]
+    names = [t.name for t in visible_types(mem) if t.typedef.embed is not None and (
+        step.get("conversation") is None or CONVERSATION_FIELD in t.fields)]
+    if not names and step.get("conversation") is not None:
+        problems = Problems()
+        problems.add(0, "conversation", "no searchable type has a conversation field",
+                     "leave out conversation")
+        raise problems.error()
     if not names:
         return {"hits": [], "types": []}
     k = step.get("k", next(a.default for a in OPERATIONS["search"].args if a.name == "k"))

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from .checks import MAX_SEQ, parse_as_of
+from .checks import LAST_TURNS, MAX_SEQ, MAX_TURNS, parse_as_of
 from .schema import EntityType, TypeDef
 
 #: ``as_of`` in a body: validated whole by :func:`checks.parse_as_of` (a float or a negative
@@ -194,6 +194,9 @@ class SearchRequest(Request):
     related_to: dict[str, Any] | None = Field(
         None, description='Only entities linked: {"relation": r, "from": id, "direction": "out"}.')
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
+    conversation: str | None = Field(
+        None, description="Only rows of this conversation (the type's conversation field), "
+                          "ANDed with where.")
 
 
 # ---------------------------------------------------------------- audit & admin
@@ -243,6 +246,7 @@ class ContextRequest(Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"focus_ids": ["Trip_553bfb0714443032ab13"], "budget_tokens": 600},
         {"query": "museums in Shanghai", "budget_tokens": 800, "k": 3},
+        {"conversation": "chat-1", "turns": 6, "query": "the cat's name"},
     ]})
 
     focus_ids: list[str] | None = Field(None, max_length=CONTEXT_MAX_FOCUS,
@@ -252,6 +256,12 @@ class ContextRequest(Request):
     budget_tokens: int = Field(800, ge=CONTEXT_MIN_BUDGET, le=CONTEXT_MAX_BUDGET)
     k: int = Field(5, ge=1, le=50, description="How many search hits.")
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
+    conversation: str | None = Field(
+        None, description="Adds the conversation's last turns; scopes the query's hits of "
+                          "types with a conversation field to it.")
+    turns: int | None = Field(None, ge=1, le=MAX_TURNS,
+                              description=f"How many last turns (default {LAST_TURNS}; "
+                                          "needs conversation).")
 
 
 class SummaryRequest(Request):

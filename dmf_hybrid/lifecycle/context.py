@@ -6,17 +6,23 @@ also their priority when the token budget runs out):
 
 1. ``Focus``: each focus entity with its ID, type, version and non-empty fields (identity
    fields first), read at the context's seq;
-2. ``Open constraints``: open ``Constraint`` entities on the focus entities (all of them
+2. ``Conversation``: given a conversation, its last ``turns`` messages (the ``Message`` rows
+   with the highest ``turn``), oldest first, each with its ID, turn, time when set, role and
+   text;
+3. ``Open constraints``: open ``Constraint`` entities on the focus entities (all of them
    when there is no focus);
-3. ``Relations``: the focus entities' direct links, both directions, with the other end's
+4. ``Relations``: the focus entities' direct links, both directions, with the other end's
    type and label;
-4. ``Search``: given a query, the top ``k`` hits over every embedded type (score desc, ID);
-5. ``Recent changes``: the newest audit events of the focus entities (of the tenant when
+5. ``Search``: given a query, the top ``k`` hits over every embedded type (score desc, ID);
+   with a conversation, the hits of types with a ``conversation`` field are that
+   conversation's;
+6. ``Recent changes``: the newest audit events of the focus entities (of the tenant when
    there is no focus), newest first, described without times;
-6. ``Entities``: per type, how many there are and the IDs of the most recently changed.
+7. ``Entities``: per type, how many there are and the IDs of the most recently changed.
 
 Lines are added in that order while they fit ``budget_tokens`` (a focus entity whose full
-line does not fit is shown by type, ID, version and label only); a section whose first line
+line does not fit is shown by type, ID, version and label only; of the conversation, the
+newest turns that fit, so the oldest are left out first); a section whose first line
 does not fit is left out, and the last line says how many items were left out. The
 structured lists hold exactly the items the text shows. Every ID in
 the text is read from the store (focus IDs that do not exist raise NotFound), and the same
@@ -31,11 +37,13 @@ once per line.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..checks import check_id
+from ..checks import ID_PATTERN, LAST_TURNS, MAX_TURNS, check_id
+from ..conversations import CONVERSATION_FIELD, MESSAGE_TYPE, check_turns
 from ..embedded import EmbeddedMemory
 from ..errors import NotFound, ValidationError
 from ..models import (
@@ -44,6 +52,7 @@ from ..models import (
     ContextEntity,
     ContextHit,
     ContextLink,
+    ContextTurn,
     Entity,
     MemoryContext,
 )
@@ -66,8 +75,10 @@ MAX_CONSTRAINTS = 20
 MAX_CHANGES = 12
 MAX_OVERVIEW_IDS = 5
 MAX_FIELDS = 12
+MAX_TURN_CHARS = 400
 LABEL_FIELDS = ("name", "title", "label", "handle", "destination", "message", "text")
 APPROX = "ceil(chars/4)"
+CONTEXT_TOOL_ARGS = ("focus_ids", "query", "budget_tokens", "as_of", "conversation", "turns")
 
 
 def approx_tokens(text: str) -> int:
@@ -148,6 +159,22 @@ class _Builder:
             kept.append(payload)
         return kept
 
+    def last_section(self, title: str, items: Sequence[tuple[str, Any]]) -> list[Any]:
+        """Add the section's last items that fit, in their order; kept payloads."""
+        header = f"## {title}"
+        room = self.budget - self.reserve - self.used - self.count(header + "\n")
+        start = len(items)
+        while start and self.count(items[start - 1][0] + "\n") <= room:
+            start -= 1
+            room -= self.count(items[start][0] + "\n")
+        self.omitted += start
+        if start == len(items):
+            return []
+        self.add(header)
+        for line, _ in items[start:]:
+            self.add(line)
+        return [payload for _, payload in items[start:]]
+
 
 def _check_args(focus_ids: Any, query: Any, budget_tokens: Any, k: Any) -> list[str]:
     if focus_ids is None:
@@ -186,9 +213,30 @@ def _recent_events(mem: EmbeddedMemory, focus: list[str], seq: int) -> list[Audi
     return [audit.row_to_event(r) for r in rows]
 
 
+def _last_turns(mem: EmbeddedMemory, conversation: str, turns: int, as_of: int | None
+                ) -> list[ContextTurn]:
+    """The conversation's last ``turns`` messages, oldest first (none: an empty list)."""
+    if MESSAGE_TYPE not in {t.name for t in mem.types()}:
+        return []
+    page = mem.query(MESSAGE_TYPE, {CONVERSATION_FIELD: conversation}, order_by="-turn",
+                     limit=turns, as_of=as_of)
+    return [ContextTurn(id=m.id, turn=m.data.turn, role=m.data.role, text=m.data.text,
+                        time=m.data.time) for m in reversed(page.items)]
+
+
+def _turn_line(turn: ContextTurn) -> str:
+    text = turn.text if len(turn.text) <= MAX_TURN_CHARS else \
+        turn.text[:MAX_TURN_CHARS - 1] + "…"
+    when = f" ({turn.time.isoformat()})" if turn.time is not None else ""
+    return f"- {turn.id} turn {turn.turn}{when} {turn.role}: " \
+           f"{json.dumps(text, ensure_ascii=False)}"
+
+
 def build_context(mem: EmbeddedMemory, focus_ids: Any = None, query: Any = None,
-                  budget_tokens: Any = 800, as_of: Any = None, *, k: Any = 5) -> MemoryContext:
+                  budget_tokens: Any = 800, as_of: Any = None, *, k: Any = 5,
+                  conversation: Any = None, turns: Any = None) -> MemoryContext:
     """The prompt context for the focus entities and query at ``as_of`` (see the module doc)."""
+    last = check_turns(turns, conversation)
     focus = _check_args(focus_ids, query, budget_tokens, k)
     resolved = mem.reads.resolve_as_of(as_of)
     seq = mem.last_seq if resolved is None else resolved
@@ -206,6 +254,10 @@ def build_context(mem: EmbeddedMemory, focus_ids: Any = None, query: Any = None,
                   for i in items],
         short=[f"- {i.type} {i.id} v{i.version}{': ' + i.label if i.label else ''}"
                for i in items])
+
+    if last is not None:
+        out.turns = b.last_section(f"Conversation {conversation}", [
+            (_turn_line(t), t) for t in _last_turns(mem, conversation, last, resolved)])
 
     if CONSTRAINT_TYPE in types and "status" in types[CONSTRAINT_TYPE].fields:
         where: dict[str, Any] = {"status": "open"}
@@ -232,7 +284,9 @@ def build_context(mem: EmbeddedMemory, focus_ids: Any = None, query: Any = None,
         for tname in sorted(types):
             if types[tname].typedef.embed is None or tname == SUMMARY_TYPE and focus:
                 continue
-            result = mem.search(tname, query, k=k, as_of=resolved)
+            scoped = last is not None and CONVERSATION_FIELD in types[tname].fields
+            result = mem.search(tname, query, k=k, as_of=resolved,
+                                conversation=conversation if scoped else None)
             pool += [ContextHit(id=h.entity.id, type=tname, score=round(h.score, 6),
                                 label=label(h.entity)) for h in result.hits]
         pool.sort(key=lambda h: (-h.score, h.id))
@@ -326,37 +380,47 @@ def _looks_like_id(word: str) -> bool:
     return "_" in word
 
 
-def context_tool_definition() -> dict[str, Any]:
-    """The function-calling definition of the ``context`` agent tool."""
+def context_tool_definition(conversations: bool = False) -> dict[str, Any]:
+    """The function-calling definition of the ``context`` agent tool (``conversations``: with
+    the ``conversation`` and ``turns`` parameters, for a memory that keeps a conversation log)."""
+    properties: dict[str, Any] = {
+        "focus_ids": {"type": "array", "maxItems": MAX_FOCUS, "items": {"type": "string"},
+                      "description": "IDs of the entities the task is about."},
+        "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
+                  "description": "What to look for (adds search hits)."},
+        "budget_tokens": {"type": "integer", "minimum": MIN_BUDGET, "maximum": MAX_BUDGET,
+                          "default": 800},
+        "as_of": {"type": "integer", "minimum": 0,
+                  "description": "Describe memory as of this audit seq."},
+    }
+    if conversations:
+        properties["conversation"] = {
+            "type": "string", "pattern": ID_PATTERN,
+            "description": "Add this conversation's last turns (and scope the query's "
+                           "message hits to it)."}
+        properties["turns"] = {"type": "integer", "minimum": 1, "maximum": MAX_TURNS,
+                               "default": LAST_TURNS,
+                               "description": "How many last turns (needs conversation)."}
     return {
         "name": "context",
         "description": "Get a compact, current description of memory for the prompt: the focus "
                        "entities with their IDs and fields, their links, open constraints, recent "
-                       "changes and (with a query) the top search hits. Use the IDs it lists; "
-                       "never guess IDs. Returns {text, ids, ...}.",
-        "parameters": {
-            "type": "object", "additionalProperties": False,
-            "properties": {
-                "focus_ids": {"type": "array", "maxItems": MAX_FOCUS,
-                              "items": {"type": "string"},
-                              "description": "IDs of the entities the task is about."},
-                "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
-                          "description": "What to look for (adds search hits)."},
-                "budget_tokens": {"type": "integer", "minimum": MIN_BUDGET,
-                                  "maximum": MAX_BUDGET, "default": 800},
-                "as_of": {"type": "integer", "minimum": 0,
-                          "description": "Describe memory as of this audit seq."},
-            },
-        },
+                       "changes and (with a query) the top search hits"
+                       + (" and (with a conversation) its last turns" if conversations else "")
+                       + ". Use the IDs it lists; never guess IDs. Returns {text, ids, ...}.",
+        "parameters": {"type": "object", "additionalProperties": False,
+                       "properties": properties},
     }
 
 
 def call_context_tool(mem: EmbeddedMemory, arguments: dict[str, Any]) -> dict[str, Any]:
     """Run the ``context`` tool: ``{text, ids, as_of_seq, tokens, truncated}``."""
-    unknown = sorted(set(arguments) - {"focus_ids", "query", "budget_tokens", "as_of"})
+    unknown = sorted(set(arguments) - set(CONTEXT_TOOL_ARGS))
     if unknown:
         raise ValidationError(f"context takes no argument {unknown[0]!r}", field=unknown[0])
     result = build_context(mem, arguments.get("focus_ids"), arguments.get("query"),
-                           arguments.get("budget_tokens", 800), arguments.get("as_of"))
+                           arguments.get("budget_tokens", 800), arguments.get("as_of"),
+                           conversation=arguments.get("conversation"),
+                           turns=arguments.get("turns"))
     return result.model_dump(mode="json", include={"text", "ids", "as_of_seq", "tokens",
                                                    "truncated"})

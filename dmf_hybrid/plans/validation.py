@@ -16,6 +16,7 @@ import pydantic
 from pydantic import TypeAdapter
 
 from ..checks import full_match
+from ..conversations import scope_to_conversation
 from ..embedded import EmbeddedMemory
 from ..errors import DMFError, NotFound
 from ..filters import parse_filter, parse_order
@@ -428,6 +429,12 @@ class Validator:
         if etype is None:
             return result_shape("search", None)
         self._filter(i, etype, step, refs)
+        if "conversation" not in refs:
+            try:
+                scope_to_conversation(etype, None, step.get("conversation"))
+            except DMFError as exc:
+                self.problems.add(i, "conversation", exc.message, "search a type with a "
+                                  "conversation field, or leave out conversation")
         k = step.get("k", 10)
         if isinstance(k, int) and not 1 <= k <= self.mem.settings.max_k:
             self.problems.add(i, "k", f"k must be from 1 to {self.mem.settings.max_k}")

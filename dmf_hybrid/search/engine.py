@@ -3,7 +3,8 @@
 Flow of one search (every DuckDB read at one audit seq, see :class:`.scope.Scope`), each step
 in a module of its own:
 
-1. validate the request (:mod:`.request`); compile ``where`` / ``related_to`` to SQL;
+1. validate the request (:mod:`.request`); compile ``where`` (and
+   ``conversation``) / ``related_to`` to SQL;
 2. count the candidates in DuckDB (:mod:`.filter_cache`: counts are cached per audit seq; a
    filtered count brings the candidates' 64-bit ``hash(tenant, id)`` list along when the
    exact plan is likely, and always for a search with a keyword leg);
@@ -39,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Settings
+from ..conversations import scope_to_conversation
 from ..embeddings import Embedder, embed_queries
 from ..embeddings.batching import make_query_batcher
 from ..filters import parse_filter
@@ -185,9 +187,12 @@ class SearchEngine:
                k: Any = 10, mode: Any = "hybrid", related_to: Any = None, as_of: Any = None,
                weights: Mapping[str, float] | None = None, fusion: str | None = None,
                rrf_k: int | None = None, query_terms: str | None = None,
-               neighbour_weight: float | None = None, profile: bool = True
-               ) -> SearchResult:
+               neighbour_weight: float | None = None, profile: bool = True,
+               conversation: Any = None) -> SearchResult:
         """Top-k hits for a text under filters, resolved from DuckDB; see the module doc.
+
+        ``conversation``: only rows whose ``conversation`` field is that ID (ANDed with
+        ``where``, so it is one more exact filter term).
 
         ``weights``, ``fusion``, ``rrf_k``, ``query_terms`` and ``neighbour_weight`` override
         the type's search profile, which overrides the settings (:mod:`.profiles`);
@@ -209,7 +214,7 @@ class SearchEngine:
                          neighbour_weight=neighbour_weight)
         if opts.query_terms == "drop_stopwords":
             text = strip_query(text)
-        node = parse_filter(etype, where)
+        node = scope_to_conversation(etype, parse_filter(etype, where), conversation)
         seq = self.store.resolve_as_of(as_of)
         related = None if rel is None else related_ids(self.store, tenant, etype, rel, seq)
         if seq is None:

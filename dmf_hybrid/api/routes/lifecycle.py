@@ -47,7 +47,8 @@ def archive_dir(base: Path, name: str) -> Path:
 def context(body: ContextRequest, memory: ReaderMemory) -> MemoryContext:
     """A compact, deterministic prompt context (text and data) within a token budget."""
     result: MemoryContext = memory.context(body.focus_ids, body.query, body.budget_tokens,
-                                           body.as_of, k=body.k)
+                                           body.as_of, k=body.k,
+                                           conversation=body.conversation, turns=body.turns)
     return result
 
 

@@ -15,4 +15,5 @@ router = APIRouter(tags=["search"])
 def search(body: SearchRequest, memory: ReaderMemory) -> SearchResult:
     """Top-k hits for a text under filters, with per-leg provenance and a receipt."""
     return memory.search(body.type, body.text, where=body.where, k=body.k, mode=body.mode,
-                         related_to=body.related_to, as_of=body.as_of)
+                         related_to=body.related_to, as_of=body.as_of,
+                         conversation=body.conversation)
