@@ -487,13 +487,18 @@ def chroma_write(path: Path, ids: list[str], vectors: np.ndarray) -> float:
 # ---------------------------------------------------------------- report
 
 
+#: The selectivities the filtered targets are set at.
+TARGET_SELECTIVITIES = ("0.1%", "1%", "10%")
+
+
 def targets(out: dict[str, Any]) -> dict[str, Any]:
-    """Each target with the measured value and whether it is met."""
-    filtered = [e for e in out["search"] if e["selectivity"] != "100%"]
+    """Each target with the measured value and whether it is met (filtered: at 0.1, 1 and
+    10 %; a repeated filter >= 25x Chroma's ``where``, a fresh one >= 10x)."""
+    filtered = [e for e in out["search"] if e["selectivity"] in TARGET_SELECTIVITIES]
     unfiltered = next(e for e in out["search"] if e["selectivity"] == "100%")
     result = {
         "filtered_speedup_min": {"value": min(e["speedup_vs_chroma_p50"] for e in filtered),
-                                 "target": ">= 10"},
+                                 "target": ">= 25"},
         "filtered_speedup_min_fresh_filter": {
             "value": min(e["fresh_speedup_vs_chroma_p50"] for e in filtered),
             "target": ">= 10"},
@@ -505,8 +510,9 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
                                                / unfiltered["chroma_where"]["p50_ms"], 2),
                                 "target": "<= 1.3"},
     }
-    for name in ("filtered_speedup_min", "filtered_speedup_min_fresh_filter"):
-        result[name]["met"] = result[name]["value"] >= 10
+    result["filtered_speedup_min"]["met"] = result["filtered_speedup_min"]["value"] >= 25
+    fresh = result["filtered_speedup_min_fresh_filter"]
+    fresh["met"] = fresh["value"] >= 10
     result["filtered_recall_min"]["met"] = result["filtered_recall_min"]["value"] >= 1.0
     result["unfiltered_overhead"]["met"] = result["unfiltered_overhead"]["value"] <= 1.3
     if "ingest_model" in out:
