@@ -138,6 +138,12 @@ class ServiceUnavailable(DMFError):
     status_code = 503
 
 
+def first_problem(exc: Any) -> tuple[str, str]:
+    """``(dotted location, message)`` of the first error of a pydantic ValidationError."""
+    first = exc.errors()[0]
+    return ".".join(str(part) for part in first["loc"]), str(first["msg"])
+
+
 def _all_error_classes() -> list[type[DMFError]]:
     seen: list[type[DMFError]] = []
     stack: list[type[DMFError]] = [DMFError]

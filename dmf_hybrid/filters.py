@@ -14,7 +14,7 @@ import pydantic
 from pydantic import TypeAdapter
 
 from .checks import check_filter
-from .errors import FilterError
+from .errors import FilterError, first_problem
 from .jsonpaths import split_path
 from .schema import INT64_MAX, INT64_MIN, PY_TYPES, EntityType, FieldSpec, fits_int64
 
@@ -102,7 +102,7 @@ def _coerce(spec: FieldSpec, value: Any, where: str, element: bool = False) -> A
         coerced = TypeAdapter(annotation).validate_python(value)
     except pydantic.ValidationError as exc:
         raise FilterError(f"value {value!r} does not fit field type {spec.type}: "
-                          f"{exc.errors()[0]['msg']}", field=where) from None
+                          f"{first_problem(exc)[1]}", field=where) from None
     if not fits_int64(coerced):
         raise FilterError(f"value {value!r} is out of the 64-bit integer range", field=where)
     return coerced

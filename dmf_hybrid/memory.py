@@ -25,7 +25,7 @@ from .checks import TENANT_RE, AsOf, check_rows, check_where, full_match
 from .config import Settings
 from .conversations import MESSAGE_TYPE, check_conversation, message_rows
 from .embeddings import Embedder
-from .errors import Conflict, SchemaError, ValidationError
+from .errors import Conflict, SchemaError, ValidationError, first_problem
 from .factories import make_embedder, make_vector_index
 from .lifecycle import archive, context, install, summaries
 from .lifecycle.rules import rule_json
@@ -160,9 +160,8 @@ class Memory(MemoryAPI):
             try:
                 typedef = TypeDef.model_validate(typedef)
             except pydantic.ValidationError as exc:
-                first = exc.errors()[0]
-                loc = ".".join(str(p) for p in first["loc"])
-                raise SchemaError(f"invalid type definition: {loc}: {first['msg']}",
+                loc, msg = first_problem(exc)
+                raise SchemaError(f"invalid type definition: {loc}: {msg}",
                                   field=loc or None) from None
             except (TypeError, ValueError):  # not JSON-shaped: no internal text in the answer
                 raise SchemaError("invalid type definition: not an object of the documented "

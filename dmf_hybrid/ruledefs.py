@@ -13,7 +13,7 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import SchemaError
+from .errors import SchemaError, first_problem
 from .schema import read_toml
 
 TRIGGER_OPS = ("create", "update", "append", "delete", "restore", "erase", "link", "unlink")
@@ -65,9 +65,8 @@ def rule_from_data(data: RuleDef | Mapping[str, Any], name: str | None = None) -
     try:
         return RuleDef.model_validate(body)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise SchemaError(f"rule {body.get('name', '?')}: {loc}: {first['msg']}",
+        loc, msg = first_problem(exc)
+        raise SchemaError(f"rule {body.get('name', '?')}: {loc}: {msg}",
                           field=loc or "rule") from None
 
 

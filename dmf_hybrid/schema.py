@@ -31,7 +31,7 @@ from .checks import (
     first_non_finite,
     full_match,
 )
-from .errors import FilterError, SchemaError, ValidationError
+from .errors import FilterError, SchemaError, ValidationError, first_problem
 from .jsonpaths import render, split_path, value_at
 from .profiles import GroupContext, SearchProfile, check_context, check_profile
 
@@ -154,7 +154,7 @@ class TypeDef(BaseModel):
                     TypeAdapter(spec.python_type()).validate_python(spec.default)
                 except pydantic.ValidationError as exc:
                     raise SchemaError(f"default of {name!r} does not fit its type: "
-                                      f"{exc.errors()[0]['msg']}", field=where) from None
+                                      f"{first_problem(exc)[1]}", field=where) from None
         for name in self.identity or ():
             if name not in self.fields:
                 raise SchemaError(f"identity field {name!r} is not a field of {self.name}",
@@ -336,9 +336,8 @@ def _section(model: type[_M], value: Any, section: str) -> _M | None:
     try:
         return model.model_validate(value)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise SchemaError(f"{section}: {where}: {first['msg']}",
+        where, msg = first_problem(exc)
+        raise SchemaError(f"{section}: {where}: {msg}",
                           field=f"{section}.{where}" if where else section) from None
 
 
@@ -377,10 +376,9 @@ class EntityType:
         try:
             instance = self.model.model_validate(dict(data))
         except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
+            loc, msg = first_problem(exc)
             raise ValidationError(
-                f"{self.name}.{loc}: {first['msg']}", field=f"{where}.{loc}" if loc else where,
+                f"{self.name}.{loc}: {msg}", field=f"{where}.{loc}" if loc else where,
                 errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()],
             ) from None
         for name, spec in self.typedef.fields.items():
@@ -505,8 +503,7 @@ def typedefs_from_data(types_data: Mapping[str, Any], source: str = "data") -> l
         try:
             result.append(TypeDef.model_validate({"name": tname, **body}).check())
         except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
-            raise SchemaError(f"{source}: type {tname}: {loc}: {first['msg']}",
+            loc, msg = first_problem(exc)
+            raise SchemaError(f"{source}: type {tname}: {loc}: {msg}",
                               field=loc) from None
     return result

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from ..checks import full_match
 from ..conversations import scope_to_conversation
 from ..embedded import EmbeddedMemory
-from ..errors import DMFError, NotFound
+from ..errors import DMFError, NotFound, first_problem
 from ..filters import parse_filter, parse_order
 from ..schema import EntityType
 from .ops import (
@@ -266,7 +266,7 @@ class Validator:
                 try:
                     TypeAdapter(annotation).validate_python(resolve(value, []))
                 except pydantic.ValidationError as exc:
-                    self.problems.add(i, f"{where}.{name}", exc.errors()[0]["msg"],
+                    self.problems.add(i, f"{where}.{name}", first_problem(exc)[1],
                                       field_hint(etype, name))
             return
         try:
