@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -24,6 +26,45 @@ DEFAULT_BATCH_SIZE = 64
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 FloatMatrix = npt.NDArray[np.float32]
+
+
+class LazyModel:
+    """The load-once part of a model-backed embedder: the model opens on first use, once,
+    under a lock (concurrent first callers wait for the one load).
+
+    A subclass sets ``model_id`` and implements :meth:`_open_model`; ``load_seconds`` is how
+    long opening took (None before).
+    """
+
+    model_id: str
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handle: Any = None
+        self.load_seconds: float | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model_id={self.model_id!r}, loaded={self.loaded})"
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory (readiness, as opposed to liveness)."""
+        return self._handle is not None
+
+    def load(self) -> Any:
+        """The loaded model (opening it on first call, offline)."""
+        handle = self._handle
+        if handle is not None:
+            return handle
+        with self._lock:
+            if self._handle is None:
+                start = time.perf_counter()
+                self._handle = self._open_model()
+                self.load_seconds = time.perf_counter() - start
+            return self._handle
+
+    def _open_model(self) -> Any:
+        raise NotImplementedError
 
 
 @runtime_checkable

