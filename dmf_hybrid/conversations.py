@@ -28,6 +28,8 @@ MESSAGE_TYPE = "Message"
 MESSAGE_KEYS = ("role", "speaker", "content", "text", "turn", "session", "time")
 MAX_MESSAGES = 1000
 CONVERSATION_FIELD = "conversation"
+#: The fields every conversation-log type has (the bundled Message type has more).
+LOG_FIELDS = (CONVERSATION_FIELD, "turn", "role", "text")
 
 
 def check_conversation(conversation: Any) -> str:
@@ -50,6 +52,14 @@ def scope_to_conversation(etype: EntityType, node: FilterNode | None, conversati
     term = parse_filter(etype, {CONVERSATION_FIELD: conversation})
     assert term is not None  # a non-empty filter always parses to a node
     return term if node is None else BoolOp("$and", (node, term))
+
+
+def check_log_type(etype: EntityType, field: str = "type_name") -> None:
+    """A SchemaError naming ``field`` unless ``etype`` has the fields of a conversation log."""
+    missing = sorted(set(LOG_FIELDS) - set(etype.fields))
+    if missing:
+        raise SchemaError(f"{etype.name} is not a conversation log: no field "
+                          f"{missing[0]!r}", field=field)
 
 
 def check_turns(turns: Any, conversation: Any) -> int | None:

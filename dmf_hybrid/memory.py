@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from . import plans, tools
 from .checks import TENANT_RE, AsOf, check_rows, check_where, full_match
 from .config import Settings
-from .conversations import MESSAGE_TYPE, check_conversation, message_rows
+from .conversations import MESSAGE_TYPE, check_conversation, check_log_type, message_rows
 from .embeddings import Embedder
 from .errors import Conflict, SchemaError, ValidationError, first_problem
 from .factories import make_embedder, make_vector_index
@@ -208,10 +208,7 @@ class Memory(MemoryAPI):
                      reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
         conversation = check_conversation(conversation)
         etype = self._store.type_of(type_name)
-        missing = sorted({"conversation", "turn", "role", "text"} - set(etype.fields))
-        if missing:
-            raise SchemaError(f"{etype.name} is not a conversation log: no field "
-                              f"{missing[0]!r}", field="type_name")
+        check_log_type(etype)
         with self.transaction():  # the next turn and the new rows in one state
             last = self.query(etype.name, {"conversation": conversation}, order_by="-turn",
                               limit=1).items

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..checks import ID_PATTERN, LAST_TURNS, MAX_TURNS, check_id
-from ..conversations import CONVERSATION_FIELD, MESSAGE_TYPE, check_turns
+from ..conversations import CONVERSATION_FIELD, MESSAGE_TYPE, check_log_type, check_turns
 from ..embedded import EmbeddedMemory
 from ..errors import NotFound, ValidationError
 from ..models import (
@@ -216,8 +216,10 @@ def _recent_events(mem: EmbeddedMemory, focus: list[str], seq: int) -> list[Audi
 def _last_turns(mem: EmbeddedMemory, conversation: str, turns: int, as_of: int | None
                 ) -> list[ContextTurn]:
     """The conversation's last ``turns`` messages, oldest first (none: an empty list)."""
-    if MESSAGE_TYPE not in {t.name for t in mem.types()}:
+    types = {t.name: t for t in mem.types()}
+    if MESSAGE_TYPE not in types:
         return []
+    check_log_type(types[MESSAGE_TYPE], field="conversation")
     page = mem.query(MESSAGE_TYPE, {CONVERSATION_FIELD: conversation}, order_by="-turn",
                      limit=turns, as_of=as_of)
     return [ContextTurn(id=m.id, turn=m.data.turn, role=m.data.role, text=m.data.text,

@@ -160,6 +160,23 @@ def test_bad_context_arguments_are_refused_and_change_nothing(log: MemoryAPI) ->
         assert answer.status_code == 422 and answer.json()["message"] == NO_FIELD
 
 
+def define_travel_and_a_bare_log(door: MemoryAPI) -> None:
+    define_travel(door)
+    door.define_type({"name": "Message", "fields": {"conversation": {"type": "str"},
+                                                   "turn": {"type": "int"}}})
+
+
+bare = both_doors("bare", define_travel_and_a_bare_log)
+
+
+def test_a_message_type_that_is_not_a_log_is_a_clear_error(bare: MemoryAPI) -> None:
+    bare.create("Message", {"conversation": "chat-1", "turn": 0})
+    for call in (partial(bare.context, conversation="chat-1"),
+                 partial(bare.add_messages, "chat-1", CHAT_2)):
+        info = assert_unchanged(bare, call, SchemaError)
+        assert info.value.message == "Message is not a conversation log: no field 'role'"
+
+
 # ---------------------------------------------------------------- agent tools
 
 
