@@ -295,7 +295,7 @@ def test_locomo_runs_the_product_profile_with_overrides(tmp_path: Path) -> None:
     data = write_locomo(tmp_path / "locomo.json")
     results = run_locomo(data, _options(tmp_path, modes=("hybrid",)), embedder=HashEmbedder())
     profile = results["config"]["profile"]
-    assert profile["neighbours"]["weight"] == 0.5 and profile["rrf_k"] == 20
+    assert profile["neighbours"]["weight"] == 0.6 and profile["rrf_k"] == 20
     hybrid = results["modes"]["hybrid"]
     assert hybrid["plain_latency_ms"]["p50"] is not None and hybrid["p50_vs_plain"] > 0
     write_report(results, tmp_path / "out" / "product.json", plots=False)
