@@ -217,7 +217,8 @@ class RowView:
     def whole(self) -> dict[str, Row] | None:
         """The complete copy of this search's (type, tenant), if one is kept or was read."""
         if self.copy is None:
-            self.copy = self.new_copy or self.cache._copy(self.generation, self.part)
+            self.copy = (self.new_copy if self.new_copy is not None
+                         else self.cache._copy(self.generation, self.part))
         return self.copy
 
     def note_miss(self) -> None:
