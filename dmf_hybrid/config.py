@@ -42,6 +42,9 @@ QUERY_BATCH_WAIT_MS = 2.0
 #: a kilobyte, so the default bounds it to ~100 MB. It lets a type of up to that many rows be
 #: copied whole while no commit comes (searches of distinct texts then read nothing either).
 ROW_CACHE_SIZE = 200_000
+#: MiB of gathered candidate vectors kept for repeated filters (dmf_hybrid.mirrors.vectors.Blocks):
+#: four candidate sets of 10,000 384-d vectors.
+BLOCK_CACHE_MB = 64
 #: DuckDB's own default is 80 % of RAM; a quarter (at most 4 GiB) leaves room for the model,
 #: Chroma and other processes.
 MAX_DUCKDB_MEMORY_MB = 4096
@@ -113,6 +116,12 @@ class Settings(BaseSettings):
         description="Rows (and filter outcomes) search resolution keeps in memory until the "
         "next commit, so a repeated search reads nothing from DuckDB, and a type of up to "
         "this many rows is copied whole once searches keep reading it (0 = off).",
+    )
+    block_cache_mb: int = Field(
+        BLOCK_CACHE_MB, ge=0,
+        description="MiB of candidates' vectors kept contiguous for repeated filters of at "
+        "least 2,048 candidates, so the exact plan scores a copy instead of gathering rows "
+        "(per type, dropped on any vector change; 0 = off).",
     )
     embed_batch_size: int = Field(EMBED_BATCH_SIZE, ge=1, description="Texts per model call.")
     max_k: int = Field(MAX_K, ge=1, description="Largest k a search may ask for.")

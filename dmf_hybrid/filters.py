@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal, Union
 
 import pydantic
@@ -94,12 +95,18 @@ def _parse(etype: EntityType, node: Any, depth: int, counter: list[int], path: s
     return items[0] if len(items) == 1 else BoolOp("$and", tuple(items))
 
 
+@lru_cache(maxsize=256)
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    """The validator of a field type (building one costs more than a whole cached search)."""
+    return TypeAdapter(annotation)
+
+
 def _coerce(spec: FieldSpec, value: Any, where: str, element: bool = False) -> Any:
     annotation = PY_TYPES[spec.item or "str"] if element else spec.python_type()
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         raise FilterError("filter values must be finite numbers", field=where)
     try:
-        coerced = TypeAdapter(annotation).validate_python(value)
+        coerced = _adapter(annotation).validate_python(value)
     except pydantic.ValidationError as exc:
         raise FilterError(f"value {value!r} does not fit field type {spec.type}: "
                           f"{first_problem(exc)[1]}", field=where) from None

@@ -53,11 +53,12 @@ class Indexer:
     """Keeps the derived indexes in step with DuckDB."""
 
     def __init__(self, store: Store, embedder: Embedder, vectors: VectorIndex,
-                 batch_size: int = 64) -> None:
+                 batch_size: int = 64, block_bytes: int = 0) -> None:
         self.store = store
         self.embedder = embedder
         self.vectors = vectors
         self.batch_size = batch_size
+        self.block_bytes = block_bytes  # bound of each mirror's Blocks
         self.mirror: dict[str, LocalVectors] = {}  # type name -> loaded exact mirror
         self._keyword: dict[tuple[str, str], KeywordIndex] = {}
         self._keyword_types: set[str] = set()  # types whose keyword indexes are loaded
@@ -292,7 +293,7 @@ class Indexer:
             "ON e.model_id = ? AND e.text_hash = t.text_hash "
             "WHERE t.deleted_at IS NULL AND t.text_hash IS NOT NULL ORDER BY t.id, t.tenant",
             [self.embedder.model_id]).fetch_arrow_table()
-        local = LocalVectors(self.embedder.dim)
+        local = LocalVectors(self.embedder.dim, self.block_bytes)
         uncached = table.column("vector").null_count
         cached = table if not uncached else table.filter(
             pa.compute.is_valid(table.column("vector")))

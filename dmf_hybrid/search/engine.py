@@ -78,7 +78,8 @@ class SearchEngine:
         self.settings = settings
         self.embedder = embedder
         self.vectors = vectors
-        self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size)
+        self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size,
+                               block_bytes=settings.block_cache_mb * 2**20)
         self.filters = FilterCache(settings.exact_threshold)
         self.rows = RowCache(settings.row_cache_size)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
