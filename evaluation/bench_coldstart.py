@@ -271,6 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="bound of each child process and readiness wait, seconds")
     parser.add_argument("--workdir", type=Path, default=None, help="parent of the temp dir")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--store", type=Path, default=None,
+                        help="a closed store built earlier with the same --n and --embedder "
+                             "(python -m evaluation.bench_coldstart --build-into DIR ...); "
+                             "used instead of building one, and kept")
     parser.add_argument("--build-into", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -281,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         doc = run(n=args.n, embedder=args.embedder, runs=args.runs, seed=args.seed,
-                  timeout=args.timeout, workdir=args.workdir)
+                  timeout=args.timeout, workdir=args.workdir, store=args.store)
     except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
         print(f"bench_coldstart failed: {exc}", file=sys.stderr)
         return 1

@@ -214,6 +214,11 @@ class LocalVectors:
         if self.blocks.held:
             self.blocks.clear()
 
+    def reserve(self, rows: int) -> None:
+        """Make room for ``rows`` rows at once (a load of known size grows the matrix once)."""
+        with self._lock.write():
+            self._reserve(rows)
+
     def _reserve(self, needed: int) -> None:
         capacity = self._matrix.shape[0]
         if needed <= capacity:
