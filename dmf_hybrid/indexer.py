@@ -31,7 +31,7 @@ from .mirrors.keyword import KeywordIndex, entity_document, type_analysis
 from .mirrors.text import KeywordDocument, TypeAnalyzer
 from .mirrors.vectors import Key, LocalVectors, key_sql
 from .models import ReconcileCounts, ReindexCounts
-from .schema import EntityType
+from .schema import EntityType, text_of_parts
 from .store import Store
 from .store.sql import field_values, q
 from .store.tables import table_name
@@ -179,8 +179,9 @@ class Indexer:
         items: list[Item] = []
         analysis = type_analysis(etype)
         for eid, tenant, version, text_hash, data, key in live:
-            text = etype.embed_text(data)
-            if text is None:
+            parts = etype.embed_parts(data)
+            text = text_of_parts(parts)
+            if parts is None or text is None:
                 gone.append((tenant, eid))
                 continue
             th = sha256_hex(text)
@@ -188,7 +189,7 @@ class Indexer:
                 log.warning("text hash of %s differs from the stored one; using the current "
                             "text", eid)
             items.append((eid, tenant, version, th, text, key,
-                          entity_document(analysis, etype, data, text)))
+                          entity_document(analysis, etype, data, text, parts)))
         return items, gone
 
     def _apply_type(self, etype: EntityType, keys: Sequence[Key]) -> None:

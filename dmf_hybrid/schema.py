@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import string
 import tomllib
 import types
@@ -403,8 +404,7 @@ class EntityType:
 
     def embed_text(self, data: Mapping[str, Any]) -> str | None:
         """The text the embed template makes of an entity's data (None: not embedded)."""
-        parts = self.embed_parts(data)
-        return None if parts is None else " ".join("".join(t for _, t in parts).split())
+        return text_of_parts(self.embed_parts(data))
 
     def embed_parts(self, data: Mapping[str, Any]) -> list[tuple[str | None, str]] | None:
         """The rendered template as ``(field, text)`` pieces (``None`` for its own words)."""
@@ -412,12 +412,11 @@ class EntityType:
         if template is None:
             return None
         parts: list[tuple[str | None, str]] = []
-        for literal, name, _, _ in string.Formatter().parse(template):
+        for literal, name, root, keys in _parsed_template(template):
             if literal:
                 parts.append((None, literal))
             if name is None:
                 continue
-            root, keys = split_path(name, "embed")
             value = data.get(root)
             if self.typedef.fields[root].type == "json":
                 text = render(value_at(value, keys))
@@ -431,6 +430,22 @@ class EntityType:
                 text = str(value)
             parts.append((name, text))
         return parts
+
+
+def text_of_parts(parts: Sequence[tuple[str | None, str]] | None) -> str | None:
+    """The embed text of rendered template pieces (:meth:`EntityType.embed_parts`)."""
+    return None if parts is None else " ".join("".join(t for _, t in parts).split())
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed_template(template: str) -> tuple[tuple[str, str | None, str, tuple[str, ...]], ...]:
+    """(literal, field path, its root, its keys) of each piece of an embed template, parsed
+    once (rendering 100,000 entities parsed it 100,000 times)."""
+    out: list[tuple[str, str | None, str, tuple[str, ...]]] = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        root, keys = ("", ()) if name is None else split_path(name, "embed")
+        out.append((literal, name, root, keys))
+    return tuple(out)
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

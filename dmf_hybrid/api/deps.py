@@ -43,7 +43,8 @@ class ServiceState:
     _thread: threading.Thread | None = field(default=None, repr=False)
 
     def start_warmup(self) -> None:
-        """Run the startup tasks, load the model and drain the outbox in the background."""
+        """Run the startup tasks, load the model, drain the outbox and load the search
+        mirrors in the background."""
         self.warming_up = True
         self._thread = threading.Thread(target=self._warm_up, name="dmf-warmup", daemon=True)
         self._thread.start()
@@ -57,6 +58,7 @@ class ServiceState:
                 load()
             self.memory.engine.catch_up()
             self.memory.flush()
+            self.memory.engine.warm()
         except Exception as exc:  # noqa: BLE001 - reported by /readyz, the process stays alive
             log.exception("warm-up failed")
             self.warmup_error = f"{type(exc).__name__}: {exc}"

@@ -426,10 +426,13 @@ def type_analysis(etype: EntityType) -> TypeAnalyzer:
 
 
 def entity_document(analysis: TypeAnalyzer, etype: EntityType, data: Mapping[str, Any],
-                    text: str) -> KeywordDocument:
-    """What the keyword index of a type analyses of one entity (``text``: its embed text):
-    the text (or its segments) and the values of its embedded text fields."""
-    parts = etype.embed_parts(data) or []
+                    text: str, parts: list[tuple[str | None, str]] | None = None
+                    ) -> KeywordDocument:
+    """What the keyword index of a type analyses of one entity (``text``: its embed text;
+    ``parts``: its rendered template, if already made): the text (or its segments) and the
+    values of its embedded text fields."""
+    if parts is None:
+        parts = etype.embed_parts(data) or []
     body = text if not analysis.mixed else keyword_document(analysis, parts)
     values: list[tuple[str, str]] = []
     for name, _ in parts:

@@ -80,6 +80,11 @@ LUCENE_STOPWORDS_EN: frozenset[str] = frozenset(
 
 #: Words whose stems are remembered (stemming is about half the cost of indexing a text).
 STEM_CACHE_SIZE = 500_000
+#: Texts of up to this many characters (field values: categories, cities, names) keep their
+#: terms; building the BM25 index of 100,000 entities analysed each value again.
+SHORT_TEXT = 64
+#: Short texts whose terms are remembered.
+TERMS_CACHE_SIZE = 100_000
 
 STOPWORD_SETS: dict[str, frozenset[str]] = {"en": LUCENE_STOPWORDS_EN}
 
@@ -154,6 +159,7 @@ class Analyzer:
         self.stopwords = stopword_set(stopwords)
         self._local = threading.local()
         self._stem_cache: dict[str, str] = {}
+        self._terms_cache: dict[str, tuple[str, ...]] = {}
         self._cut = _load_jieba() if cjk == "jieba" else None
         if stemmer is not None:
             module = _load_stemmer_module()
@@ -180,6 +186,16 @@ class Analyzer:
 
     def terms(self, text: str) -> list[str]:
         """The index terms of ``text`` in order, duplicates kept (empty for stopword-only text)."""
+        if len(text) > SHORT_TEXT:
+            return self._terms(text)
+        known = self._terms_cache.get(text)
+        if known is None:
+            known = tuple(self._terms(text))
+            if len(self._terms_cache) < TERMS_CACHE_SIZE:
+                self._terms_cache[text] = known  # atomic under the GIL; racers agree
+        return list(known)
+
+    def _terms(self, text: str) -> list[str]:
         text = fold_width(text.lower())
         if not has_cjk(text):
             return self._words(TOKEN_PATTERN.findall(text))

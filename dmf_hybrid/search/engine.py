@@ -153,6 +153,13 @@ class SearchEngine:
         """Load a type's in-memory mirrors now (outside a write transaction, before a plan)."""
         self.indexer.ensure_local(etype)
 
+    def warm(self) -> None:
+        """Load every embedded type's mirrors now (the service does it before ``/readyz``, so
+        its first search does not build them: 15-20 s at 100,000 entities)."""
+        for etype in self.store.types():
+            if etype.typedef.embed is not None:
+                self.indexer.ensure_local(etype)
+
     def reindex(self) -> ReindexCounts:
         """Rebuild the vector index from the cache."""
         return self.indexer.reindex()

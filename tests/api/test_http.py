@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from dmf_hybrid import (
     ValidationError,
 )
 from dmf_hybrid.api import create_app
+from dmf_hybrid.api.server import serve_in_thread
 from dmf_hybrid.client import MemoryClient
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.api.conftest import Front, SyncASGITransport, open_memory
@@ -222,6 +224,28 @@ def test_readyz_reports_what_is_missing(tmp_path: Path) -> None:
         client.close()
     finally:
         mem.engine.embedder = embedder
+        mem.close()
+
+
+def test_the_service_builds_the_search_mirrors_before_it_is_ready(tmp_path: Path) -> None:
+    mem = open_memory(tmp_path / "m")
+    try:
+        mem.create("Poi", POI)
+        mem.engine.indexer.forget_local()  # as after a restart: nothing loaded yet
+        assert mem.engine.indexer.local("Poi") is None
+        settings = Settings(data_dir=tmp_path / "server", embedder="hash", load_examples=False)
+        with serve_in_thread(create_app(settings, mem), timeout=30) as url, \
+                MemoryClient(url, timeout=30) as client:
+            deadline = time.monotonic() + 30
+            while not client.readiness()["ready"]:
+                assert time.monotonic() < deadline, client.readiness()
+                time.sleep(0.05)
+            local = mem.engine.indexer.local("Poi")
+            assert local is not None and len(local) == 1
+            assert mem.engine.indexer.keyword_index("Poi", "default") is not None
+            assert [h.entity.data.name for h in client.search("Poi", "Bund").hits] == [
+                "The Bund"]
+    finally:
         mem.close()
 
 
