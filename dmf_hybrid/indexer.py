@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -152,9 +152,7 @@ class Indexer:
                    ) -> list[tuple[str, str, int, str | None, dict[str, Any], int]]:
         """(id, tenant, version, text_hash, data, hash(tenant, id)) of live rows (all, or of
         those (tenant, id) ``keys``), by ID then tenant."""
-        cols = ", ".join(q(n) for n in etype.fields)
-        base = (f"SELECT id, tenant, version, text_hash, {key_sql()}, {cols} "
-                f"FROM {table_name(etype.name)} WHERE deleted_at IS NULL")
+        base = _live_sql(etype)
         con = self.store.db.reader()
         rows: list[tuple[Any, ...]] = []
         if keys is None:
@@ -168,14 +166,26 @@ class Indexer:
                 rows.extend(r for r in con.execute(
                     base + " AND id IN (SELECT unnest(CAST(? AS VARCHAR[]))) ORDER BY id, tenant",
                     [unique[i:i + LOOKUP_CHUNK]]).fetchall() if (r[1], r[0]) in wanted)
-        return [(r[0], r[1], r[2], r[3], field_values(etype, r[5:]), r[4])
-                for r in rows]
+        return [_live_row(etype, r) for r in rows]
 
     def _items(self, etype: EntityType, keys: Sequence[Key] | None
                ) -> tuple[list[Item], list[Key]]:
         """(live items with their text, (tenant, id) keys that have no vector any more)."""
         live = self._live_rows(etype, keys)
         gone = sorted(set(keys or ()) - {(r[1], r[0]) for r in live})
+        return self._items_of(etype, live, gone), gone
+
+    def _all_items(self, etype: EntityType) -> Iterator[list[Item]]:
+        """Every live, embedded item of a type, by ID then tenant, ``LOAD_BATCH`` at a time
+        (building the BM25 index of 100,000 entities from one list held them all at once)."""
+        cursor = self.store.db.reader().execute(_live_sql(etype) + " ORDER BY id, tenant")
+        while rows := cursor.fetchmany(LOAD_BATCH):
+            yield self._items_of(etype, [_live_row(etype, r) for r in rows], [])
+
+    def _items_of(self, etype: EntityType,
+                  live: list[tuple[str, str, int, str | None, dict[str, Any], int]],
+                  gone: list[Key]) -> list[Item]:
+        """The items of live rows; the keys of those that are not embedded go to ``gone``."""
         items: list[Item] = []
         analysis = type_analysis(etype)
         for eid, tenant, version, text_hash, data, key in live:
@@ -190,7 +200,7 @@ class Indexer:
                             "text", eid)
             items.append((eid, tenant, version, th, text, key,
                           entity_document(analysis, etype, data, text, parts)))
-        return items, gone
+        return items
 
     def _apply_type(self, etype: EntityType, keys: Sequence[Key]) -> None:
         """Bring every index in step with DuckDB for these (tenant, id) of one type."""
@@ -278,11 +288,11 @@ class Indexer:
                                 and self._keyword_analysis.get(etype.name) == analysis):
                 # first load, or the type's analyzer changed (a new type version): every
                 # tenant's index of the type is rebuilt with it, never two analyzers mixed
-                items, _ = self._items(etype, None)
                 for key in [key for key in self._keyword if key[0] == etype.name]:
                     del self._keyword[key]
                 self._keyword_analysis[etype.name] = analysis
-                self._add_keyword(etype.name, items)
+                for items in self._all_items(etype):
+                    self._add_keyword(etype.name, items)
                 self._keyword_types.add(etype.name)
 
     def _load_mirror(self, etype: EntityType) -> None:
@@ -434,6 +444,19 @@ def own_ids(hits: Iterable[tuple[str, float]], tenant: str) -> list[tuple[str, f
         if hit_tenant == tenant:
             out.append((eid, score))
     return out
+
+
+def _live_sql(etype: EntityType) -> str:
+    """SELECT of the live rows of a type, as :func:`_live_row` reads them."""
+    cols = ", ".join(q(n) for n in etype.fields)
+    return (f"SELECT id, tenant, version, text_hash, {key_sql()}, {cols} "
+            f"FROM {table_name(etype.name)} WHERE deleted_at IS NULL")
+
+
+def _live_row(etype: EntityType, row: Sequence[Any]
+              ) -> tuple[str, str, int, str | None, dict[str, Any], int]:
+    """(id, tenant, version, text_hash, data, hash(tenant, id)) of a :func:`_live_sql` row."""
+    return row[0], row[1], row[2], row[3], field_values(etype, row[5:]), row[4]
 
 
 def _matrix(column: Any, rows: int) -> npt.NDArray[np.float32]:

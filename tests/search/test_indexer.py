@@ -365,3 +365,28 @@ def test_rows_found_before_a_move_are_found_again_before_scoring() -> None:
     fresh = LocalVectors(4)
     fresh.upsert(["x", "y", "z"], [1, 2, 3], eye[:3], ["t"] * 3, ["hx", "hy", "hz"])
     assert fresh.generation != local.generation
+
+
+def test_mirrors_loaded_in_batches_answer_as_loaded_at_once(mem: Memory,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    from dmf_hybrid import indexer
+
+    cities = ["Shanghai", "Hangzhou", "Beijing", "上海"]
+    mem.create_many("Poi", [{"name": f"place {i} by the river", "city": cities[i % 4]}
+                            for i in range(23)])
+    mem.delete(mem.query("Poi", where={"city": "Beijing"}, limit=1).items[0].id)
+
+    def answers() -> list[list[tuple[str, float]]]:
+        mem.engine.indexer.forget_local()  # rebuilt on the next search
+        return [[(h.entity.id, h.score) for h in mem.search(
+            "Poi", text, k=30, mode=mode, where=where).hits]
+            for text in ("river place 7", "上海 place")
+            for mode in ("vector", "keyword", "hybrid")
+            for where in (None, {"city": "Shanghai"})]
+
+    at_once = answers()
+    monkeypatch.setattr(indexer, "LOAD_BATCH", 3)
+    assert answers() == at_once
+    assert len(mem.engine.indexer.local("Poi") or ()) == 22
+    assert all(at_once)
