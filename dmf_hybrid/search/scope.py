@@ -111,7 +111,6 @@ class Scope:
     def _key_sql(self) -> str:
         return key_sql() if self.by_key else "id"
 
-
     def candidate_keys(self) -> npt.NDArray[np.uint64]:
         """Every candidate's DuckDB ``hash(tenant, id)`` (needs ``by_key``; fetched once)."""
         assert self.by_key
