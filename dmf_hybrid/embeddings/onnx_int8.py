@@ -307,7 +307,6 @@ class OnnxEmbedder(LazyModel):
         """Tokens per text the model reads; longer texts are truncated."""
         return self._max_len
 
-
     def _open_model(self) -> Any:
         """The ONNX Runtime session (exporting the model on first use; see the module doc)."""
         start = time.perf_counter()
@@ -405,8 +404,10 @@ __all__ = ["DEFAULT_THREADS", "EXPORT_RECIPE", "MODEL_ID_SUFFIX", "ONNX_EMBEDDER
 
 
 if __name__ == "__main__":  # the export's child process: python -m dmf_hybrid.embeddings.onnx_int8
+    # the parent reports the last line of this process's stderr
+    logging.basicConfig(format="%(message)s")
     try:
         _build(Path(sys.argv[1]), Path(sys.argv[2]))
     except ServiceUnavailable as error:
-        print(error.message, file=sys.stderr)
+        log.error("%s", error.message)
         sys.exit(1)

@@ -144,9 +144,7 @@ class LocalVectors:
 
     def text_hash_of(self, tenant: str, eid: str) -> str | None:
         """The text hash the stored vector of ``tenant``'s ``eid`` was made from (None: absent)."""
-        with self._lock.read():
-            row = self._row.get(vector_id(tenant, eid))
-            return None if row is None else self._text_hash[row]
+        return self.text_hashes_of(tenant, [eid])[0]
 
     def text_hashes_of(self, tenant: str, eids: Sequence[str]) -> list[str | None]:
         """:meth:`text_hash_of` of several entities, under one lock."""

@@ -56,7 +56,11 @@ class RowCache:
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._entries) + sum(len(rows) for rows in self._whole.values())
+        return len(self._entries) + self._copied()
+
+    def _copied(self) -> int:
+        """Rows held by complete copies (they count against the bound)."""
+        return sum(len(rows) for rows in self._whole.values())
 
     def _reset(self, generation: int) -> None:
         """Forget everything (a commit happened); caller holds the lock."""
@@ -97,7 +101,7 @@ class RowCache:
             self._entries.update(fresh)
             for key in fresh:
                 self._entries.move_to_end(key)
-            bound = self.size - sum(len(rows) for rows in self._whole.values())
+            bound = self.size - self._copied()
             while self._entries and len(self._entries) > bound:
                 self._entries.popitem(last=False)
 
@@ -118,7 +122,7 @@ class RowCache:
     def _room(self) -> int:
         """Rows a new copy may hold."""
         with self._lock:
-            return self.size - sum(len(rows) for rows in self._whole.values())
+            return self.size - self._copied()
 
     def _store_copy(self, generation: int, part: Part, rows: dict[str, Row] | None) -> None:
         with self._lock:

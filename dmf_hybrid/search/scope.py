@@ -171,14 +171,13 @@ class Scope:
 
     def live_rows(self, limit: int) -> list[Row] | None:
         """Every live row of this scope's type in its tenant (None: more than ``limit``)."""
-        count = self.con.execute(
-            f"SELECT count(*) FROM {self.table} WHERE tenant = ? AND deleted_at IS NULL",
-            [self.tenant]).fetchone()
+        assert self.seq is None  # the scope's source: the tenant's live rows now
+        count = self.con.execute(f"SELECT count(*) FROM {self.source}",
+                                 self.source_params).fetchone()
         if count is None or int(count[0]) > limit:
             return None
-        rows: list[Row] = self.con.execute(
-            f"SELECT {self.columns} FROM {self.table} WHERE tenant = ? AND deleted_at IS NULL",
-            [self.tenant]).fetchall()
+        rows: list[Row] = self.con.execute(f"SELECT {self.columns} FROM {self.source}",
+                                           self.source_params).fetchall()
         return rows
 
     def _select_rows(self, ids: list[str]) -> list[Row]:
