@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from ..ids import DEFAULT_TENANT, vector_id
 from ..vector.exact import ReadWriteLock, normalise_rows
-from .keys import KeyIndex, distinct, key_index, positions_of
+from .keys import KeyIndex, distinct, key_index, locate, positions_of
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,9 @@ class Blocks:
     its cached candidate list); gathering those rows from the whole matrix is most of the cost
     of scoring them (random reads), and scoring a contiguous copy is several times faster.
     A block holds the rows' vectors as they were at one :attr:`LocalVectors.version`, which
-    every change of any vector moves on, so a block is only read while it is exact.
+    every change of a row's vector moves on (an update that leaves the vector as it was, a
+    new row at the end or the removal of the last row does not), so a block is only read
+    while it is exact, and only for the very rows it was gathered from.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -96,6 +98,14 @@ class Blocks:
                 _, (_, dropped) = self._blocks.popitem(last=False)
                 self.held -= dropped.nbytes
 
+    def drop(self, memo: dict[str, Any]) -> None:
+        """Drop the block of one candidate list (its rows moved)."""
+        token = memo.get("block")
+        with self._lock:
+            old = self._blocks.pop(token, None) if token is not None else None
+            if old is not None:
+                self.held -= old[1].nbytes
+
     def clear(self) -> None:
         """Drop every block (a vector changed)."""
         with self._lock:
@@ -131,7 +141,7 @@ class LocalVectors:
         self.size = 0
         #: changes with every change of which entity sits in which row (see :meth:`top`)
         self.generation = next(_GENERATIONS)
-        #: changes with every change of any row (a block is exact only at its version)
+        #: changes with every change of a row's vector (a block is exact only at its version)
         self.version = 0
         self.blocks = Blocks(block_bytes)
 
@@ -169,6 +179,11 @@ class LocalVectors:
                 self._keys[self.size] = keys[i]
                 self.size += 1
             rows = np.fromiter((self._row[vid] for vid in vids), dtype=np.intp, count=len(vids))
+            # a row that keeps its vector (an update of fields the text does not read) leaves
+            # the blocks exact; a new row is in no block
+            old = np.ones(len(vids), dtype=bool)
+            old[new] = False
+            moved = bool(old.any()) and not np.array_equal(self._matrix[rows[old]], unit[old])
             self._matrix[rows] = unit
             for row, tenant, text_hash in zip(rows.tolist(), tenants, text_hashes, strict=True):
                 code = self._tenant_code.get(tenant)
@@ -178,9 +193,46 @@ class LocalVectors:
                 self._tenant[row] = code
                 self._text_hash[row] = text_hash
             if new:
-                self._by_key = None
+                self._index_keys(rows[~old])
                 self.generation = next(_GENERATIONS)
-            self._changed()
+            if moved:
+                self._changed()
+
+    def _index_keys(self, rows: npt.NDArray[np.intp]) -> None:
+        """Add new rows to the key index (caller holds the write lock): an insertion into
+        the sorted keys, not a sort of all of them; a collision leaves it to be rebuilt."""
+        if self._by_key is None or not len(rows):
+            return
+        ordered, positions = self._by_key
+        keys = self._keys[rows]
+        order = np.argsort(keys, kind="stable")
+        keys, rows = keys[order], rows[order]
+        _, hit = locate(ordered, keys)
+        if hit.any() or (len(keys) > 1 and bool((keys[1:] == keys[:-1]).any())):
+            self._by_key = None  # two entities share a key: the rebuild says so
+            return
+        slots = np.searchsorted(ordered, keys)
+        self._by_key = (np.insert(ordered, slots, keys), np.insert(positions, slots, rows))
+
+    def _unindex_key(self, key: int, moved: tuple[int, int] | None) -> None:
+        """Take a deleted row's key out of the key index and, if another row moved into its
+        place, point that row's key at its new position (caller holds the write lock)."""
+        if self._by_key is None:
+            return
+        ordered, positions = self._by_key
+        at, hit = locate(ordered, np.array([key], dtype=np.uint64))
+        if not hit[0]:
+            self._by_key = None
+            return
+        ordered, positions = np.delete(ordered, at[0]), np.delete(positions, at[0])
+        if moved is not None:
+            moved_key, row = moved
+            at, hit = locate(ordered, np.array([moved_key], dtype=np.uint64))
+            if not hit[0]:
+                self._by_key = None
+                return
+            positions[at[0]] = row
+        self._by_key = (ordered, positions)
 
     def delete(self, keys: Iterable[Key]) -> None:
         """Remove the rows of these (tenant, entity ID); unknown ones are ignored."""
@@ -190,21 +242,24 @@ class LocalVectors:
                 if row is None:
                     continue
                 last = self.size - 1
+                key = int(self._keys[row])
                 if row != last:
                     moved = vector_id(self._tenant_name[int(self._tenant[last])],
                                       self._ids[last])
+                    self._unindex_key(key, (int(self._keys[last]), row))
                     self._matrix[row] = self._matrix[last]
                     self._keys[row] = self._keys[last]
                     self._tenant[row] = self._tenant[last]
                     self._text_hash[row] = self._text_hash[last]
                     self._ids[row] = self._ids[last]
                     self._row[moved] = row
+                    self._changed()  # a vector moved into that row
+                else:
+                    self._unindex_key(key, None)  # the last row: no other row moves
                 self._ids.pop()
                 self._text_hash.pop()
                 self.size = last
-                self._by_key = None
                 self.generation = next(_GENERATIONS)
-                self._changed()
 
     def _changed(self) -> None:
         """A vector changed (caller holds the write lock): every block is stale."""
@@ -267,7 +322,8 @@ class LocalVectors:
         """:meth:`head` of the rows ``find()`` maps a candidate set to (None if it returns None).
 
         Rows move when entities come or go (swap-remove), so the rows are scored only if no
-        such change happened since they were found; otherwise they are found again. ``memo``
+        such change happened since they were found; otherwise they are found again (and, if
+        they are the same rows, the list still counts as repeated). ``memo``
         belongs to one cached candidate list: while nothing has moved, the same list maps to
         the same rows, so a repeated filter skips the mapping (and, from its second search
         on, past ``BLOCK_MIN_ROWS`` rows, scores a kept copy of their vectors: :class:`Blocks`).
@@ -282,6 +338,11 @@ class LocalVectors:
                 rows = find()
                 if rows is None:
                     return None
+                if known is not None and memo is not None:
+                    if np.array_equal(known[1], rows):
+                        repeated = True  # entities came or went elsewhere: same rows
+                    else:
+                        self.blocks.drop(memo)  # its rows moved: its block is not theirs
                 if memo is not None and self.generation == generation:
                     memo["rows"] = (generation, rows)
             # a block is only worth its copy for a list used a second time

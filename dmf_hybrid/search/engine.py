@@ -50,6 +50,7 @@ from ..models import Receipt, ReconcileCounts, ReindexCounts, SearchResult
 from ..schema import EntityType
 from ..store import Store
 from ..vector.base import VectorIndex, collection_name
+from .changes import ChangeFeed
 from .filter_cache import FilterCache
 from .fusion import fuse
 from .keyword_leg import keyword_leg
@@ -80,8 +81,9 @@ class SearchEngine:
         self.vectors = vectors
         self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size,
                                block_bytes=settings.block_cache_mb * 2**20)
-        self.filters = FilterCache(settings.exact_threshold)
-        self.rows = RowCache(settings.row_cache_size)
+        self.changes = ChangeFeed(store.journal)  # what commits changed, for both caches
+        self.filters = FilterCache(settings.exact_threshold, self.changes)
+        self.rows = RowCache(settings.row_cache_size, self.changes)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.query_batcher = make_query_batcher(embedder, settings)
         self._cache_lock = threading.Lock()
@@ -243,7 +245,7 @@ class SearchEngine:
                     scope = Scope(db.reader(), self.store, etype, tenant, seq, at_seq, node,
                                   related)
                     if seq is None and not db.in_transaction:
-                        self.rows.attach(scope, generation)
+                        self.rows.attach(scope, generation, visible)
                     local = self.indexer.local(etype.name)
                     kw = self.indexer.keyword_index(etype.name, tenant)
                     # candidates are listed by 64-bit hash(tenant, id), not as strings, while

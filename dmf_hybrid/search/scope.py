@@ -180,6 +180,18 @@ class Scope:
                                            self.source_params).fetchall()
         return rows
 
+    def passing(self, ids: list[str]) -> set[str]:
+        """Those of ``ids`` that are candidates at this state (live, in the tenant, passing
+        the filter), read by the ID index: for a few IDs."""
+        return {row[0] for row in self._select_rows(ids)}
+
+    def keys_of(self, ids: list[str]) -> dict[str, int]:
+        """The ``hash(tenant, id)`` DuckDB lists each of the tenant's ``ids`` by."""
+        rows = self.con.execute(
+            f"SELECT id, {key_sql()} FROM (SELECT CAST(? AS VARCHAR) AS tenant, "
+            "unnest(CAST(? AS VARCHAR[])) AS id)", [self.tenant, ids]).fetchall()
+        return {str(eid): int(key) for eid, key in rows}
+
     def _select_rows(self, ids: list[str]) -> list[Row]:
         if self.seq is not None:
             return self.con.execute(

@@ -160,6 +160,8 @@ class BulkLoad(Writes):
             return results
         self._bulk_insert(con, etype, new_rows)
         audit.insert_events(con, events)
+        self._journal([(event[0], "create", etype.name, tenant, new_row[0])
+                       for event, new_row in zip(events, new_rows, strict=True)])
         if outbox:
             con.executemany("INSERT INTO outbox (seq, tenant, entity_id, type, op) "
                             "VALUES (?,?,?,?,?)", outbox) if len(outbox) < 8 else \

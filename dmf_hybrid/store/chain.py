@@ -20,6 +20,7 @@ from ..errors import (
 )
 from ..models import AuditEvent, AuditReport
 from . import audit
+from .journal import Entry
 from .state import StoreState
 from .tables import EVENTS_ALL
 
@@ -35,7 +36,13 @@ class AuditChain(StoreState):
         audit.insert_events(con, [row])
         self._seq, self._last_hash = seq, row[-2]
         self.db.on_rollback(lambda: self._reset_chain(seq_before, hash_before))
+        self._journal([(seq, fields["op"], fields.get("type_name"), fields["tenant"],
+                        fields.get("entity_id"))])
         return seq
+
+    def _journal(self, entries: list[Entry]) -> None:
+        """Record appended events in the journal once their transaction commits."""
+        self.db.after_commit(lambda: self.journal.committed(entries))
 
     def _reset_chain(self, seq: int, last_hash: str) -> None:
         self._seq, self._last_hash = seq, last_hash

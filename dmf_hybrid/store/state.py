@@ -21,6 +21,7 @@ from ..errors import (
 )
 from ..schema import EntityType
 from .db import Database
+from .journal import Journal
 
 #: Called inside the write transaction after each entity mutation, link and unlink with
 #: (con, tenant, op, type name, entity id); writes a hook makes do not call hooks again.
@@ -45,6 +46,8 @@ class StoreState:
     _modified: set[str]
     _seq: int
     _last_hash: str
+    #: what the events this process committed lately were about (``journal.Journal``)
+    journal: Journal
 
     def types(self) -> list[EntityType]:
         """Every registered type, by name."""

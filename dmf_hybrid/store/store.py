@@ -15,6 +15,7 @@ from ..checks import Limits
 from ..schema import EntityType
 from . import audit
 from .db import Database
+from .journal import Journal
 from .relations import Relations
 from .state import Listener, WriteHook
 from .tables import (
@@ -52,6 +53,7 @@ class Store(Relations):
         self._in_hooks = False
         # types whose rows the open write transaction updated or deleted (see define)
         self._modified: set[str] = set()
+        self.journal = Journal()
         with self.db.write() as con:
             create_fixed(con)
             self.cursor_key = cursor_secret(con)

@@ -141,11 +141,16 @@ def test_bench_search_smoke(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert [e["selectivity"] for e in result["search"]] == list(bench_search.SELECTIVITIES)
     for entry in result["search"]:
-        # exact whatever the plan, with the filter cache and without
-        assert entry["ours"]["recall_at_10"] == entry["ours_fresh"]["recall_at_10"] == 1.0
+        # exact whatever the plan, with the caches and without, and right after commits
+        assert entry["ours"]["recall_at_10"] == entry["ours_cold"]["recall_at_10"] == 1.0
+        if entry["selectivity"] != "100%":
+            assert entry["ours_after_update"]["recall_at_10"] == 1.0
+            assert entry["ours_after_create"]["recall_at_10"] == 1.0
         assert entry["numpy_exact"]["recall_at_10"] == 1.0
     assert set(result["targets"]) >= {"filtered_speedup_min", "filtered_recall_min",
-                                      "filtered_speedup_min_fresh_filter",
+                                      "filtered_speedup_min_new_filter",
+                                      "filtered_speedup_min_after_update",
+                                      "filtered_speedup_min_after_create",
                                       "unfiltered_overhead"}
     assert out.with_suffix(".md").read_text().startswith("n = 2,000")
     assert out.with_suffix(".png").stat().st_size > 0
