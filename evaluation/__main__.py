@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dmf_hybrid.analyzers import DEFAULT_ANALYZER
+from dmf_hybrid.config import DEFAULT_EMBEDDER
 from dmf_hybrid.embeddings import EMBEDDERS
 from dmf_hybrid.errors import DMFError
 from dmf_hybrid.search.fusion import DEFAULT_FUSION, FUSIONS
@@ -84,9 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--workdir", type=Path, default=None,
                        help="memory directory reused across runs "
                             "(default evaluation/results/work/<dataset hash>)")
-        p.add_argument("--embedder", default="minilm",
+        p.add_argument("--embedder", default=DEFAULT_EMBEDDER,
                        help=f"one of {', '.join(EMBEDDERS)} or a model directory "
-                            "(default minilm)")
+                            f"(default {DEFAULT_EMBEDDER}, the product's)")
         p.add_argument("--threads", type=int, default=None,
                        help="threads of the model's runtime (torch or ONNX)")
         p.add_argument("--limit", type=int, default=None,

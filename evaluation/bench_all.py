@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dmf_hybrid.config import DEFAULT_EMBEDDER
 from evaluation.plotting import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,10 +104,10 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
              [("--data", str(scifact)), ("--synthetic", "10000"), ("--systems", "ours,bm25s"),
               out("keyword")], 300, [scifact]),
         Step("http", "evaluation.bench_http",
-             [("--n", "1000"), ("--embedder", "minilm"), ("--requests", "144"),
+             [("--n", "1000"), ("--embedder", DEFAULT_EMBEDDER), ("--requests", "144"),
               ("--rounds", "3"), ("--max-seconds", "240"), out("http")], 480),
         Step("coldstart", "evaluation.bench_coldstart",
-             [("--n", "1000"), ("--embedder", "minilm"), ("--runs", "3"), out("coldstart")],
+             [("--n", "1000"), ("--embedder", DEFAULT_EMBEDDER), ("--runs", "3"), out("coldstart")],
              540),
         Step("embed", "evaluation.bench_embed",
              [("--scifact", str(scifact)), ("--rounds", "3"), out("embed")], 900, [scifact]),

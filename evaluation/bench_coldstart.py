@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from dmf_hybrid.config import DEFAULT_EMBEDDER
 from evaluation.bench_http import TYPE_NAME, ServerProcess, exit_on_sigterm, make_queries
 from evaluation.chroma_peer import rss_mb
 from evaluation.plotting import environment, markdown_table, write_json
@@ -180,7 +181,7 @@ def median_of(runs: Sequence[Mapping[str, Any]], key: str) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
 
-def run(*, n: int = 2000, embedder: str = "minilm", runs: int = 3, seed: int = 7,
+def run(*, n: int = 2000, embedder: str = DEFAULT_EMBEDDER, runs: int = 3, seed: int = 7,
         timeout: float = 600.0, workdir: Path | None = None, store: Path | None = None
         ) -> dict[str, Any]:
     """Build the store, then time ``runs`` cold starts; the results document.
@@ -264,7 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring); 0 on success."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=2000, help="entities in the store (2000)")
-    parser.add_argument("--embedder", default="minilm", help='"minilm" (default) or "hash"')
+    parser.add_argument("--embedder", default=DEFAULT_EMBEDDER,
+                        help=f'an embedder setting (default "{DEFAULT_EMBEDDER}"), or "hash"')
     parser.add_argument("--runs", type=int, default=3, help="cold starts to time (median)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=600.0,

@@ -51,6 +51,7 @@ from typing import Any
 
 import httpx
 
+from dmf_hybrid.config import DEFAULT_EMBEDDER
 from evaluation.chroma_peer import ChromaPeer, rss_mb, running_peer, stop_process
 from evaluation.plotting import environment, latency_summary, line_plots, markdown_table, write_json
 
@@ -385,7 +386,7 @@ def summarise(cell: Cell) -> dict[str, Any]:
 # ---------------------------------------------------------------- the run
 
 
-def run(*, n: int = 2000, embedder: str = "minilm", modes: Sequence[str] = MODES,
+def run(*, n: int = 2000, embedder: str = DEFAULT_EMBEDDER, modes: Sequence[str] = MODES,
         levels: Sequence[int] = LEVELS, requests: int = 120, rounds: int = 3, k: int = 10,
         batch: int = 250, warmup: int = 5, max_seconds: float = 600.0,
         ready_timeout: float = 300.0, seed: int = 7, workdir: Path | None = None,
@@ -557,7 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring); 0 on success."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=2000, help="entities to ingest (default 2000)")
-    parser.add_argument("--embedder", default="minilm", help='"minilm" (default) or "hash"')
+    parser.add_argument("--embedder", default=DEFAULT_EMBEDDER,
+                        help=f'an embedder setting (default "{DEFAULT_EMBEDDER}"), or "hash"')
     parser.add_argument("--requests", type=int, default=120,
                         help="distinct requests per (mode, concurrency) cell (default 120)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")

@@ -37,6 +37,7 @@ from typing import Any
 
 from dmf_hybrid import Entity, Hit, Memory, Settings
 from dmf_hybrid.analyzers import DEFAULT_ANALYZER
+from dmf_hybrid.config import DEFAULT_EMBEDDER
 from dmf_hybrid.conversations import MESSAGE_TYPE
 from dmf_hybrid.embeddings import Embedder
 from dmf_hybrid.errors import ValidationError
@@ -94,9 +95,10 @@ class RunOptions:
     else the fusion's defaults."""
     workdir: Path | None = None
     """Memory directory reused across runs; None = ``results/work/<dataset hash>``."""
-    embedder: str = "minilm"
-    """An ``embedder`` setting: ``"minilm"``, ``"minilm-onnx"``, ``"m3e-small"``,
-    ``"e5-small"``, ``"hash"`` or a model directory (``dmf_hybrid.embeddings.embedder_named``)."""
+    embedder: str = DEFAULT_EMBEDDER
+    """An ``embedder`` setting (default: the product's): ``"minilm-onnx"``, ``"minilm"``,
+    ``"m3e-small"``, ``"e5-small"``, ``"hash"`` or a model directory
+    (``dmf_hybrid.embeddings.embedder_named``)."""
     threads: int | None = None
     """Threads of the model's runtime, torch or ONNX (None = the runtime's default)."""
     context: int | None = None

