@@ -271,7 +271,7 @@ class Indexer:
 
             def load() -> None:
                 try:
-                    self.ensure_local(etype, keyword)
+                    self._load(etype, keyword, analysis)
                 except BaseException as exc:  # noqa: BLE001 - re-raised below
                     errors.append(exc)
 
@@ -281,6 +281,14 @@ class Indexer:
             if errors:
                 raise errors[0]
             return
+        # the order every commit takes them in (its hooks drain under the database's lock):
+        # the database's lock, then the indexer's; the other order deadlocks with a commit
+        # when the load embeds a vector the commit's drain has not cached yet
+        with self.store.db.no_writes():
+            self._load(etype, keyword, analysis)
+
+    def _load(self, etype: EntityType, keyword: bool, analysis: TypeAnalyzer) -> None:
+        """The loading part of :meth:`ensure_local` (the caller orders the locks)."""
         with self._lock:
             if etype.name not in self.mirror:
                 self._load_mirror(etype)
@@ -352,7 +360,7 @@ class Indexer:
 
     def drain(self, limit: int = 100_000) -> int:
         """Apply pending outbox rows (oldest first); returns how many were applied."""
-        with self._lock:
+        with self.store.db.no_writes(), self._lock:  # in that order, as every commit
             rows = self.store.db.fetchall(
                 "SELECT seq, type, tenant, entity_id FROM outbox WHERE NOT done ORDER BY seq "
                 f"LIMIT {int(limit)}")
@@ -389,7 +397,7 @@ class Indexer:
 
     def reconcile(self) -> ReconcileCounts:
         """Compare the vector index with DuckDB; repair missing, stale and orphan vectors."""
-        with self._lock:
+        with self.store.db.no_writes(), self._lock:
             self.drain()
             counts: ReconcileCounts = {"checked": 0, "missing": 0, "stale": 0, "orphan": 0}
             for etype in self.store.types():
@@ -421,7 +429,7 @@ class Indexer:
 
     def reindex(self) -> ReindexCounts:
         """Rebuild every collection from DuckDB and the embedding cache."""
-        with self._lock:
+        with self.store.db.no_writes(), self._lock:
             self.drain()
             counts: ReindexCounts = {"types": 0, "entities": 0}
             for etype in self.store.types():

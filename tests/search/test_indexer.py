@@ -6,6 +6,8 @@ import math
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -390,3 +392,52 @@ def test_mirrors_loaded_in_batches_answer_as_loaded_at_once(mem: Memory,
     assert answers() == at_once
     assert len(mem.engine.indexer.local("Poi") or ()) == 22
     assert all(at_once)
+
+
+@pytest.mark.timeout(120)
+def test_a_mirror_load_racing_commits_never_deadlocks(tmp_path: Path) -> None:
+    # a load that finds a committed row whose vector the commit's drain has not cached yet
+    # embeds and caches it itself; it must take the locks in the commit's order
+    mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(), vector_index=ExactIndex())
+    define_travel(mem)
+    indexer = mem.engine.indexer
+    store = mem._store
+    at = store.listeners.index(indexer.on_commit)
+    drain = store.listeners[at]
+
+    def slow_hook(batch: Any) -> None:
+        time.sleep(0.01)  # the committed row waits a while for its vector
+        drain(batch)
+
+    store.listeners[at] = slow_hook
+    poi = store.type_of("Poi")
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            while not done.is_set():
+                indexer.forget_local()
+                indexer.ensure_local(poi)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    def write() -> None:
+        try:
+            for i in range(40):
+                mem.create("Poi", {"name": f"cafe {i}", "city": "Oslo"})
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            done.set()
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (load, write)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "deadlocked"
+    assert failures == []
+    indexer.ensure_local(poi)
+    assert len(mem.search("Poi", "cafe", k=50, mode="vector").hits) == 40
+    mem.close()
