@@ -116,9 +116,9 @@ class Settings(BaseSettings):
     )
     row_cache_size: int = Field(
         ROW_CACHE_SIZE, ge=0,
-        description="Rows (and filter outcomes) search resolution keeps in memory until the "
-        "next commit, so a repeated search reads nothing from DuckDB, and a type of up to "
-        "this many rows is copied whole once searches keep reading it (0 = off).",
+        description="Rows (and filter outcomes) search resolution keeps in memory until a "
+        "commit changes their entity, so a repeated search reads nothing from DuckDB, and a "
+        "type of up to this many rows is copied whole once searches keep reading it (0 = off).",
     )
     block_cache_mb: int = Field(
         BLOCK_CACHE_MB, ge=0,
