@@ -38,8 +38,9 @@ class FilterCache:
         # (fingerprint, seq, by_key) -> (count, candidate list or None, its row memo)
         self._lists: OrderedDict[tuple[str, int, bool], tuple[int, Any, dict[str, Any]]] = (
             OrderedDict())
-        # the newest seq each filter (each unfiltered type and tenant) has an entry at
-        self._latest: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+        # each filter's (each unfiltered type and tenant's) newest entry: (its seq, its key)
+        self._latest: OrderedDict[tuple[Any, ...], tuple[int, tuple[Any, ...]]] = (
+            OrderedDict())
         self._lock = threading.Lock()
 
     def count(self, scope: Scope, cacheable: bool) -> int:
@@ -59,11 +60,12 @@ class FilterCache:
         if scope.filtered:
             shape = scope.fingerprint()
             key = (shape, scope.seen_seq, scope.by_key)
+            ident = (shape, scope.by_key)
             with self._lock:
                 cached = self._lists.get(key) if cacheable else None
                 guess = self._guesses.get(shape)
             if cached is None and cacheable:
-                cached = self._carried(scope, key)
+                cached = self._carried(scope, self._lists, ident, key)
             if cached is not None:
                 count, listed, memo = cached
                 if listed is not None:
@@ -80,33 +82,35 @@ class FilterCache:
             if cacheable:
                 fresh: dict[str, Any] = {}
                 scope.row_memo = fresh
-                scope.on_valid.append(lambda: self._keep(self._lists, key,
-                                                         (count, found, fresh)))
+                scope.on_valid.append(lambda: self._keep(
+                    self._lists, key, (count, found, fresh), ident, scope.seen_seq))
             return count
-        count_key = (scope.etype.name, scope.tenant, scope.seen_seq)
+        part = (scope.etype.name, scope.tenant)
+        count_key = (*part, scope.seen_seq)
         with self._lock:
             known = self._count_cache.get(count_key) if cacheable else None
         if known is None and cacheable:
-            known = self._carried(scope, count_key)
+            known = self._carried(scope, self._count_cache, part, count_key)
         if known is not None:
             return known
         count = scope.count_candidates()
         if cacheable:
-            scope.on_valid.append(lambda: self._keep(self._count_cache, count_key, count))
+            scope.on_valid.append(lambda: self._keep(self._count_cache, count_key, count, part,
+                                                     scope.seen_seq))
         return count
 
-    def _carried(self, scope: Scope, key: tuple[Any, ...]) -> Any:
-        """The entry of ``key``'s filter at an earlier seq, brought to the scope's seq (and
-        kept under ``key`` once the search is valid); None if the events do not allow it."""
-        listing = isinstance(key[2], bool)  # (fingerprint, seq, by_key), not (type, tenant, seq)
-        cache: OrderedDict[Any, Any] = self._lists if listing else self._count_cache
-        ident = _ident(key)
+    def _carried(self, scope: Scope, cache: OrderedDict[Any, Any], ident: tuple[Any, ...],
+                 key: tuple[Any, ...]) -> Any:
+        """The newest entry of ``ident`` (a filter, or an unfiltered type and tenant), of an
+        earlier seq, brought to the scope's seq (and kept under ``key`` once the search is
+        valid); None if the events do not allow it."""
+        listing = cache is self._lists
         with self._lock:
-            seq = self._latest.get(ident)
-            value = None if seq is None else cache.get(_at(key, seq))
-        if value is None or seq is None or seq >= scope.seen_seq:
+            latest = self._latest.get(ident)
+            value = None if latest is None else cache.get(latest[1])
+        if value is None or latest is None or latest[0] >= scope.seen_seq:
             return None
-        changes = self.feed.between(scope.con, seq, scope.seen_seq)
+        changes = self.feed.between(scope.con, latest[0], scope.seen_seq)
         if changes is None:
             return None
         changed = changes.ids.get((scope.etype.name, scope.tenant))
@@ -116,16 +120,17 @@ class FilterCache:
             listed = _patched(scope, value[1], sorted(changed))
             if listed is not None:  # new members: new mirror rows, so a new row memo
                 value = (len(listed), listed, {})
-        scope.on_valid.append(lambda: self._keep(cache, key, value))
+        scope.on_valid.append(lambda: self._keep(cache, key, value, ident, scope.seen_seq))
         return value
 
-    def _keep(self, cache: OrderedDict[Any, Any], key: tuple[Any, ...], value: Any) -> None:
+    def _keep(self, cache: OrderedDict[Any, Any], key: tuple[Any, ...], value: Any,
+              ident: tuple[Any, ...], seq: int) -> None:
         with self._lock:
             _remember(cache, key, value,
                       LIST_CACHE_SIZE if cache is self._lists else COUNT_CACHE_SIZE)
-            ident, seq = _ident(key), _seq_of(key)
-            if self._latest.get(ident, -1) <= seq:
-                _remember(self._latest, ident, seq, LIST_CACHE_SIZE + COUNT_CACHE_SIZE)
+            latest = self._latest.get(ident)
+            if latest is None or latest[0] <= seq:
+                _remember(self._latest, ident, (seq, key), LIST_CACHE_SIZE + COUNT_CACHE_SIZE)
 
     def forget(self) -> None:
         """Drop the cached candidate counts and lists (they are rebuilt on demand)."""
@@ -133,22 +138,6 @@ class FilterCache:
             self._count_cache.clear()
             self._lists.clear()
             self._latest.clear()
-
-
-def _seq_of(key: tuple[Any, ...]) -> int:
-    """The seq of a list key ``(fingerprint, seq, by_key)`` or a count key ``(type, tenant,
-    seq)``."""
-    return int(key[1] if isinstance(key[2], bool) else key[2])
-
-
-def _ident(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A key without its seq: what the entry is of."""
-    return (key[0], key[2]) if isinstance(key[2], bool) else (key[0], key[1])
-
-
-def _at(key: tuple[Any, ...], seq: int) -> tuple[Any, ...]:
-    """The same key at another seq."""
-    return (key[0], seq, key[2]) if isinstance(key[2], bool) else (key[0], key[1], seq)
 
 
 def _patched(scope: Scope, listed: Any, changed: list[str]) -> Any:

@@ -189,8 +189,8 @@ class RowCache:
 
     def _store_copy(self, at: At, part: Part, rows: dict[str, Row] | None) -> None:
         with self._lock:
-            if not self._sync(at) or at[0] != self._generation:
-                return  # a commit got in: this copy may be stale already
+            if not self._sync(at):
+                return  # a later state is cached: this copy may be stale already
             if rows is None:
                 self._too_big.add(part)
                 return
