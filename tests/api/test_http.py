@@ -289,3 +289,39 @@ def test_unreachable_server_is_service_unavailable() -> None:
     with MemoryClient(f"http://127.0.0.1:{port}", timeout=2) as client, \
             pytest.raises(ServiceUnavailable):
         client.types()
+
+
+def test_search_answers_the_bytes_fastapis_own_serialisation_gives(tmp_path: Path) -> None:
+    """/search skips FastAPI's dump-validate-serialise of its result (model_response): the
+    same result through FastAPI's own path, on a route added here, gives the same bytes."""
+    from dmf_hybrid.api.deps import model_response
+    from dmf_hybrid.models import SearchResult
+
+    mem = open_memory(tmp_path / "mem")
+    try:
+        mem.create("Trip", {"destination": "上海 Shanghai", "budget": 5000,
+                            "tags": ["外滩", "food"], "start": "2026-05-01"})
+        mem.create("Trip", {"destination": "Hangzhou"})
+        mem.create("Poi", {"name": "The Bund \"外滩\"", "city": "Shanghai", "rating": None})
+        kept: dict[str, SearchResult] = {}
+        app = create_app(Settings(data_dir=tmp_path), mem)
+
+        @app.get("/test/default-serialisation", response_model=SearchResult)
+        def default_path() -> SearchResult:
+            return kept["result"]
+
+        with serve_in_thread(app, timeout=10.0) as url, MemoryClient(url) as client:
+            for type_name, text in (("Trip", "上海 budget"), ("Poi", "Bund"), ("Trip", "nothing")):
+                served = client._http.post("/search", json={"type": type_name, "text": text})
+                assert served.status_code == 200
+                assert served.headers["content-type"] == "application/json"
+                result = SearchResult.model_validate_json(served.content)
+                assert result.hits or text == "nothing"
+                kept["result"] = mem.search(type_name, text)
+                default = client._http.get("/test/default-serialisation")
+                assert default.content == bytes(model_response(kept["result"]).body)
+            schema = client._http.get("/openapi.json").json()["paths"]["/search"]["post"]
+        assert schema["responses"]["200"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/SearchResult"}
+    finally:
+        mem.close()

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from ...models import SearchResult
 from ...wire import SearchRequest
-from ..deps import ReaderMemory
+from ..deps import ReaderMemory, model_response
 
 router = APIRouter(tags=["search"])
 
 
-@router.post("/search")
-def search(body: SearchRequest, memory: ReaderMemory) -> SearchResult:
+@router.post("/search", response_model=SearchResult)
+def search(body: SearchRequest, memory: ReaderMemory) -> Response:
     """Top-k hits for a text under filters, with per-leg provenance and a receipt."""
-    return memory.search(body.type, body.text, where=body.where, k=body.k, mode=body.mode,
-                         related_to=body.related_to, as_of=body.as_of,
-                         conversation=body.conversation)
+    return model_response(memory.search(
+        body.type, body.text, where=body.where, k=body.k, mode=body.mode,
+        related_to=body.related_to, as_of=body.as_of, conversation=body.conversation))
