@@ -262,6 +262,11 @@ class Cell:
     errors: int = 0
     truncated: bool = False
     round_rps: list[float] = field(default_factory=list)
+    #: What the first failed requests answered or raised (at most ``FAILURES_KEPT``).
+    failures: list[str] = field(default_factory=list)
+
+
+FAILURES_KEPT = 5
 
 
 Send = Callable[[Mapping[str, Any]], tuple[int, float | None]]
@@ -272,9 +277,9 @@ def post_search(client: httpx.Client) -> Send:
 
     def send(body: Mapping[str, Any]) -> tuple[int, float | None]:
         response = client.post("/search", json=body)
-        status = response.status_code
-        return status, (response.json()["receipt"].get("timings_ms", {}).get("total_ms")
-                        if status == 200 else None)
+        if response.status_code != 200:  # recorded by drive() as a failure, with the body
+            raise RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
+        return 200, response.json()["receipt"].get("timings_ms", {}).get("total_ms")
     return send
 
 
@@ -310,6 +315,9 @@ def drive(send: Send, bodies: Sequence[Mapping[str, Any]], concurrency: int,
             except Exception as exc:  # noqa: BLE001 - counted as an error of the cell
                 log.warning("request failed: %s", exc)
                 status, server = 0, None
+                with lock:
+                    if len(cell.failures) < FAILURES_KEPT:
+                        cell.failures.append(f"{type(exc).__name__}: {exc}"[:400])
             samples.append((time.perf_counter() - start, status, server))
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -380,6 +388,7 @@ def summarise(cell: Cell) -> dict[str, Any]:
         "rps_per_round": cell.round_rps,
         "server_p50_ms": server["p50_ms"] if cell.server_ms else None,  # the peer has none
         "truncated": cell.truncated,
+        "failures": cell.failures,
     }
 
 
@@ -516,7 +525,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
         + "\n" + markdown_table(["mode", "clients", "requests", "p50 ms", "p95 ms", "req/s",
                                  "server p50 ms", "errors"], rows)
         + "\n" + "\n".join(f"- {name}: {value}" for name, value in doc.get("ratios", {}).items())
-        + "\n"
+        + "\n" + "".join(f"- failed ({r['mode']}, {r['concurrency']} clients): {failure}\n"
+                         for r in ordered for failure in r.get("failures", []))
     )
 
 

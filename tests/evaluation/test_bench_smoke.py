@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import math
 import signal
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,6 +62,26 @@ def test_bench_http_smoke(tmp_path: Path) -> None:
     assert json.loads(paths[0].read_text())["results"] == doc["results"]
     assert "| hybrid | 2 | 4 |" in paths[1].read_text()
     assert not list(tmp_path.glob("dmf-bench-http-*"))  # the data directory was removed
+
+
+def test_bench_http_records_what_failed_requests_answered() -> None:
+    def send(body: Any) -> tuple[int, float | None]:
+        if body["i"] % 3 == 0:
+            raise RuntimeError(f"HTTP 503: busy {body['i']}")
+        return 200, 1.0
+
+    cell = bench_http.Cell("hybrid", 2)
+    bodies = [{"i": i} for i in range(30)]
+    bench_http.drive(send, bodies, 2, time.perf_counter() + 60, cell)
+    assert cell.ok == 20 and cell.errors == 10
+    assert len(cell.failures) == bench_http.FAILURES_KEPT
+    assert all(f.startswith("RuntimeError: HTTP 503: busy ") for f in cell.failures)
+    row = bench_http.summarise(cell)
+    assert row["failures"] == cell.failures
+    doc = {"config": {"n": 1, "embedder": "hash", "k": 1, "requests_per_cell": 30, "rounds": 1},
+           "server": {"spawn_to_healthz_s": 0, "spawn_to_readyz_s": 0, "ingest_per_s": 0},
+           "environment": {"cpus": 2, "load_average": [0, 0, 0]}, "results": [row]}
+    assert "- failed (hybrid, 2 clients): RuntimeError: HTTP 503: busy" in bench_http.markdown(doc)
 
 
 @pytest.mark.slow  # starts the service and fresh interpreters in subprocesses
