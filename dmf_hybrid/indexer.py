@@ -19,38 +19,44 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from .embeddings import Embedder
-from .ids import sha256_hex, split_vector_id, vector_id
-from .mirrors.keyword import KeywordIndex, entity_document, type_analysis
-from .mirrors.text import KeywordDocument, TypeAnalyzer
-from .mirrors.vectors import Key, LocalVectors, key_sql
+from .ids import split_vector_id, vector_id
+from .mirror_load import (
+    FaultHook,
+    Item,
+    LiveRow,
+    Snapshot,
+    add_keyword,
+    all_items,
+    items_of,
+    live_row,
+    live_sql,
+    read_snapshot,
+    vector_matrix,
+    vector_mirror,
+)
+from .mirrors.keyword import KeywordIndex, type_analysis
+from .mirrors.text import TypeAnalyzer
+from .mirrors.vectors import Key, LocalVectors
 from .models import ReconcileCounts, ReindexCounts
-from .schema import EntityType, text_of_parts
+from .schema import EntityType
 from .store import Store
-from .store.sql import field_values, q
-from .store.tables import table_name
+from .store.changes import ChangeFeed
 from .vector.base import VectorIndex, collection_name
 
 log = logging.getLogger(__name__)
 
-# (id, tenant, version, text_hash, text, DuckDB hash(tenant, id), keyword document) of one
-# live entity
-Item = tuple[str, str, int, str, str, int, KeywordDocument]
-FaultHook = Callable[[str], None]
 #: IDs or hashes per DuckDB lookup (bound as one list parameter).
 LOOKUP_CHUNK = 20_000
 #: Vectors per vector-index write.
 UPSERT_CHUNK = 1000
 #: New vectors per embedding-cache transaction.
 CACHE_CHUNK = 2048
-#: Rows per batch when a mirror is loaded from DuckDB.
-LOAD_BATCH = 8192
 class Indexer:
     """Keeps the derived indexes in step with DuckDB."""
 
@@ -66,7 +72,11 @@ class Indexer:
         self._keyword_types: set[str] = set()  # types whose keyword indexes are loaded
         self._keyword_analysis: dict[str, TypeAnalyzer] = {}  # what they were analysed with
         self._lock = threading.RLock()
+        self._building = threading.Lock()  # held by the one snapshot load at a time
         self.fault: FaultHook | None = None
+        #: What commits changed (set by the search engine), to bring a snapshot forward;
+        #: None: mirrors load holding off writes
+        self.changes: ChangeFeed | None = None
 
     # ------------------------------------------------------------------ names
 
@@ -98,7 +108,7 @@ class Indexer:
             table = con.execute(
                 "SELECT text_hash, vector FROM embeddings WHERE model_id = ? AND text_hash IN "
                 "(SELECT unnest(CAST(? AS VARCHAR[])))", [model, present]).fetch_arrow_table()
-            matrix = _matrix(table.column("vector"), table.num_rows)
+            matrix = vector_matrix(table.column("vector"), table.num_rows)
             for h, vec in zip(table.column("text_hash").to_pylist(), matrix, strict=True):
                 found[h] = vec
         return found
@@ -149,10 +159,10 @@ class Indexer:
     # ------------------------------------------------------------------ state
 
     def _live_rows(self, etype: EntityType, keys: Sequence[Key] | None = None
-                   ) -> list[tuple[str, str, int, str | None, dict[str, Any], int]]:
+                   ) -> list[LiveRow]:
         """(id, tenant, version, text_hash, data, hash(tenant, id)) of live rows (all, or of
         those (tenant, id) ``keys``), by ID then tenant."""
-        base = _live_sql(etype)
+        base = live_sql(etype)
         con = self.store.db.reader()
         rows: list[tuple[Any, ...]] = []
         if keys is None:
@@ -166,41 +176,14 @@ class Indexer:
                 rows.extend(r for r in con.execute(
                     base + " AND id IN (SELECT unnest(CAST(? AS VARCHAR[]))) ORDER BY id, tenant",
                     [unique[i:i + LOOKUP_CHUNK]]).fetchall() if (r[1], r[0]) in wanted)
-        return [_live_row(etype, r) for r in rows]
+        return [live_row(etype, r) for r in rows]
 
     def _items(self, etype: EntityType, keys: Sequence[Key] | None
                ) -> tuple[list[Item], list[Key]]:
         """(live items with their text, (tenant, id) keys that have no vector any more)."""
         live = self._live_rows(etype, keys)
         gone = sorted(set(keys or ()) - {(r[1], r[0]) for r in live})
-        return self._items_of(etype, live, gone), gone
-
-    def _all_items(self, etype: EntityType) -> Iterator[list[Item]]:
-        """Every live, embedded item of a type, by ID then tenant, ``LOAD_BATCH`` at a time
-        (building the BM25 index of 100,000 entities from one list held them all at once)."""
-        cursor = self.store.db.reader().execute(_live_sql(etype) + " ORDER BY id, tenant")
-        while rows := cursor.fetchmany(LOAD_BATCH):
-            yield self._items_of(etype, [_live_row(etype, r) for r in rows], [])
-
-    def _items_of(self, etype: EntityType,
-                  live: list[tuple[str, str, int, str | None, dict[str, Any], int]],
-                  gone: list[Key]) -> list[Item]:
-        """The items of live rows; the keys of those that are not embedded go to ``gone``."""
-        items: list[Item] = []
-        analysis = type_analysis(etype)
-        for eid, tenant, version, text_hash, data, key in live:
-            parts = etype.embed_parts(data)
-            text = text_of_parts(parts)
-            if parts is None or text is None:
-                gone.append((tenant, eid))
-                continue
-            th = sha256_hex(text)
-            if text_hash is not None and th != text_hash:
-                log.warning("text hash of %s differs from the stored one; using the current "
-                            "text", eid)
-            items.append((eid, tenant, version, th, text, key,
-                          entity_document(analysis, etype, data, text, parts)))
-        return items
+        return items_of(etype, live, gone, _differs), gone
 
     def _apply_type(self, etype: EntityType, keys: Sequence[Key]) -> None:
         """Bring every index in step with DuckDB for these (tenant, id) of one type."""
@@ -245,26 +228,31 @@ class Indexer:
             self._add_keyword(type_name, items)
 
     def _add_keyword(self, type_name: str, items: list[Item]) -> None:
-        by_tenant: dict[str, tuple[list[tuple[str, KeywordDocument]], list[int]]] = {}
-        for eid, tenant, _version, _th, _text, key, doc in items:
-            docs, keys = by_tenant.setdefault(tenant, ([], []))
-            docs.append((eid, doc))
-            keys.append(key)
-        analysis = self._keyword_analysis[type_name]
-        for tenant, (docs, keys) in sorted(by_tenant.items()):
-            self._keyword.setdefault((type_name, tenant), KeywordIndex(analyzer=analysis)
-                                     ).upsert(docs, keys)
+        indexes = {tenant: index for (name, tenant), index in self._keyword.items()
+                   if name == type_name}
+        add_keyword(indexes, self._keyword_analysis[type_name], items)
+        for tenant, index in indexes.items():
+            self._keyword[(type_name, tenant)] = index
+
+    def _has_local(self, etype: EntityType, keyword: bool, analysis: TypeAnalyzer) -> bool:
+        return etype.name in self.mirror and (not keyword or self._keyword_loaded(
+            etype.name, analysis))
+
+    def _keyword_loaded(self, type_name: str, analysis: TypeAnalyzer) -> bool:
+        return (type_name in self._keyword_types
+                and self._keyword_analysis.get(type_name) == analysis)
 
     def ensure_local(self, etype: EntityType, keyword: bool = True) -> None:
         """Load the exact mirror (and, with ``keyword``, the BM25 indexes) of a type, once.
 
-        Inside a write transaction the load runs on a helper thread, so the mirrors see only
-        committed state, never the open transaction's writes.
+        Writes go on while it loads: the mirrors are read from one DuckDB snapshot with no
+        lock held, then installed and brought forward to the commits made meanwhile under
+        the locks (:mod:`dmf_hybrid.mirror_load`). Inside a write transaction the load runs
+        on a helper thread, so the mirrors see only committed state, never the open
+        transaction's writes.
         """
         analysis = type_analysis(etype)
-        loaded = (etype.name in self._keyword_types
-                  and self._keyword_analysis.get(etype.name) == analysis)
-        if etype.name in self.mirror and (not keyword or loaded):
+        if self._has_local(etype, keyword, analysis):
             return
         if self.store.db.in_transaction:
             errors: list[BaseException] = []
@@ -281,68 +269,71 @@ class Indexer:
             if errors:
                 raise errors[0]
             return
-        # the order every commit takes them in (its hooks drain under the database's lock):
-        # the database's lock, then the indexer's; the other order deadlocks with a commit
-        # when the load embeds a vector the commit's drain has not cached yet
-        with self.store.db.no_writes():
-            self._load(etype, keyword, analysis)
+        with self._building:  # one load at a time: a second caller finds the first's mirrors
+            if self._has_local(etype, keyword, analysis):
+                return
+            snapshot = None if self.changes is None else read_snapshot(
+                self.store, etype, model_id=self.embedder.model_id, dim=self.embedder.dim,
+                block_bytes=self.block_bytes, mirror=etype.name not in self.mirror,
+                keyword=analysis if keyword and not self._keyword_loaded(
+                    etype.name, analysis) else None, fault=self.fault)
+            # the order every commit takes them in (its hooks drain under the database's
+            # lock): the database's lock, then the indexer's; the other order deadlocks with
+            # a commit when the load embeds a vector the commit's drain has not cached yet
+            with self.store.db.no_writes(), self._lock:
+                if snapshot is None or not self._install(etype, analysis, snapshot):
+                    self._load(etype, keyword, analysis)
+
+    def _install(self, etype: EntityType, analysis: TypeAnalyzer, snapshot: Snapshot) -> bool:
+        """Install a snapshot's mirrors and bring them to the current state; False if what
+        the commits since its seq changed is not known (both locks held)."""
+        assert self.changes is not None
+        changed = self.changes.between(self.store.db.reader(), snapshot.seq,
+                                       self.store.db.visible_seq)
+        if changed is None:  # a type defined, a reindex, too many events...
+            return False
+        name = etype.name
+        if snapshot.mirror is not None and name not in self.mirror:
+            self.mirror[name] = snapshot.mirror
+        if snapshot.keyword is not None and not self._keyword_loaded(name, analysis):
+            self._set_keyword(name, analysis, snapshot.keyword)
+        keys = set(snapshot.missing)  # vectors evicted from the cache (or never made)
+        keys.update((tenant, eid) for (type_name, tenant), ids in changed.ids.items()
+                    if type_name == name for eid in ids)
+        if keys:
+            items, gone = self._items(etype, sorted(keys))
+            vectors = self.embed_texts({p[3]: p[4] for p in items})
+            self._update_local(name, items, vectors, gone)
+        return True
+
+    def _set_keyword(self, type_name: str, analysis: TypeAnalyzer,
+                     indexes: dict[str, KeywordIndex]) -> None:
+        """Replace every tenant's BM25 index of a type (first load, or the type's analyzer
+        changed with a new type version: never two analyzers mixed)."""
+        for key in [key for key in self._keyword if key[0] == type_name]:
+            del self._keyword[key]
+        for tenant, index in indexes.items():
+            self._keyword[(type_name, tenant)] = index
+        self._keyword_analysis[type_name] = analysis
+        self._keyword_types.add(type_name)
 
     def _load(self, etype: EntityType, keyword: bool, analysis: TypeAnalyzer) -> None:
-        """The loading part of :meth:`ensure_local` (the caller orders the locks)."""
+        """Read the mirrors at the current state (the caller orders the locks)."""
         with self._lock:
+            con = self.store.db.reader()
             if etype.name not in self.mirror:
-                self._load_mirror(etype)
-            if keyword and not (etype.name in self._keyword_types
-                                and self._keyword_analysis.get(etype.name) == analysis):
-                # first load, or the type's analyzer changed (a new type version): every
-                # tenant's index of the type is rebuilt with it, never two analyzers mixed
-                for key in [key for key in self._keyword if key[0] == etype.name]:
-                    del self._keyword[key]
-                self._keyword_analysis[etype.name] = analysis
-                for items in self._all_items(etype):
-                    self._add_keyword(etype.name, items)
-                self._keyword_types.add(etype.name)
-
-    def _load_mirror(self, etype: EntityType) -> None:
-        """Fill the exact mirror of a type from DuckDB: its live rows joined to the cache.
-
-        Streamed in batches of ``LOAD_BATCH`` rows into a mirror sized once, so the load
-        never holds more than one batch besides the mirror (at 100,000 x 384 a whole-table
-        fetch, its sort and their copies took ~800 MB more than the mirror's 150 MB).
-        """
-        import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
-
-        con = self.store.db.reader()
-        table = f"{table_name(etype.name)} AS t"
-        live = "t.deleted_at IS NULL AND t.text_hash IS NOT NULL"
-        count = con.execute(f"SELECT count(*) FROM {table} WHERE {live}").fetchone()
-        local = LocalVectors(self.embedder.dim, self.block_bytes)
-        local.reserve(int(count[0]) if count else 0)
-        batches = con.execute(
-            f"SELECT t.id, {key_sql('t.')} AS key, t.tenant, t.text_hash, e.vector "
-            f"FROM {table} LEFT JOIN embeddings AS e "
-            f"ON e.model_id = ? AND e.text_hash = t.text_hash WHERE {live}",
-            [self.embedder.model_id]).fetch_record_batch(LOAD_BATCH)
-        missing: list[Key] = []
-        for batch in batches:
-            valid = pa.compute.is_valid(batch.column("vector"))
-            cached = batch.filter(valid)
-            if cached.num_rows:
-                local.upsert(cached.column("id").to_pylist(),
-                             cached.column("key").to_numpy().tolist(),
-                             _matrix(cached.column("vector"), cached.num_rows),
-                             cached.column("tenant").to_pylist(),
-                             cached.column("text_hash").to_pylist())
-            if cached.num_rows < batch.num_rows:
-                gone = batch.filter(pa.compute.invert(valid))
-                missing += zip(gone.column("tenant").to_pylist(), gone.column("id").to_pylist(),
-                               strict=True)
-        pa.default_memory_pool().release_unused()
-        self.mirror[etype.name] = local
-        if missing:  # vectors evicted from the cache (or never made): embed them now
-            items, gone_keys = self._items(etype, missing)
-            vectors = self.embed_texts({p[3]: p[4] for p in items})
-            self._update_local(etype.name, items, vectors, gone_keys)
+                local, missing = vector_mirror(con, etype, self.embedder.model_id,
+                                               self.embedder.dim, self.block_bytes)
+                self.mirror[etype.name] = local
+                if missing:  # vectors evicted from the cache (or never made): embed them
+                    items, gone_keys = self._items(etype, missing)
+                    vectors = self.embed_texts({p[3]: p[4] for p in items})
+                    self._update_local(etype.name, items, vectors, gone_keys)
+            if keyword and not self._keyword_loaded(etype.name, analysis):
+                indexes: dict[str, KeywordIndex] = {}
+                for items in all_items(con, etype):
+                    add_keyword(indexes, analysis, items)
+                self._set_keyword(etype.name, analysis, indexes)
 
     def local(self, type_name: str) -> LocalVectors | None:
         """The loaded exact mirror of a type (None until its first search)."""
@@ -454,23 +445,5 @@ def own_ids(hits: Iterable[tuple[str, float]], tenant: str) -> list[tuple[str, f
     return out
 
 
-def _live_sql(etype: EntityType) -> str:
-    """SELECT of the live rows of a type, as :func:`_live_row` reads them."""
-    cols = ", ".join(q(n) for n in etype.fields)
-    return (f"SELECT id, tenant, version, text_hash, {key_sql()}, {cols} "
-            f"FROM {table_name(etype.name)} WHERE deleted_at IS NULL")
-
-
-def _live_row(etype: EntityType, row: Sequence[Any]
-              ) -> tuple[str, str, int, str | None, dict[str, Any], int]:
-    """(id, tenant, version, text_hash, data, hash(tenant, id)) of a :func:`_live_sql` row."""
-    return row[0], row[1], row[2], row[3], field_values(etype, row[5:]), row[4]
-
-
-def _matrix(column: Any, rows: int) -> npt.NDArray[np.float32]:
-    """A (rows, dim) float32 matrix from an Arrow list<float> column (or array)."""
-    if hasattr(column, "combine_chunks"):
-        column = column.combine_chunks()
-    flat = column.flatten().to_numpy(zero_copy_only=False)
-    matrix: npt.NDArray[np.float32] = np.asarray(flat, dtype=np.float32).reshape(rows, -1)
-    return matrix
+def _differs(eid: str) -> None:
+    log.warning("text hash of %s differs from the stored one; using the current text", eid)

@@ -49,8 +49,8 @@ from ..mirrors.keyword import exact_leg
 from ..models import Receipt, ReconcileCounts, ReindexCounts, SearchResult
 from ..schema import EntityType
 from ..store import Store
+from ..store.changes import ChangeFeed
 from ..vector.base import VectorIndex, collection_name
-from .changes import ChangeFeed
 from .filter_cache import FilterCache
 from .fusion import fuse
 from .keyword_leg import keyword_leg
@@ -82,6 +82,7 @@ class SearchEngine:
         self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size,
                                block_bytes=settings.block_cache_mb * 2**20)
         self.changes = ChangeFeed(store.journal)  # what commits changed, for both caches
+        self.indexer.changes = self.changes  # and for mirrors loaded while writes go on
         self.filters = FilterCache(settings.exact_threshold, self.changes)
         self.rows = RowCache(settings.row_cache_size, self.changes)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()

@@ -5,7 +5,8 @@ event, so a new seq is a new key (like Lucene's filter cache). Entries are store
 search has checked that it read exactly that state, and never inside a write transaction.
 
 A new seq does not mean new candidates: the events since the seq an entry was read at
-(:mod:`.changes`) name the entities that changed. An entry whose type changed in none of its
+(:mod:`dmf_hybrid.store.changes`) name the entities that changed. An entry whose type changed
+in none of its
 tenant's entities holds as it is; a candidate list of a type a few entities of which changed is
 patched (those IDs out, the ones that pass the filter now back in, two statements on the ID
 index) instead of being listed again. When the events cannot tell, the entry is read again.
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .changes import ChangeFeed
+from ..store.changes import ChangeFeed
 from .scope import INDEX_LOOKUP_MAX, Scope
 
 COUNT_CACHE_SIZE = 256

@@ -8,7 +8,8 @@ search read, never written to directly, and a miss reads DuckDB.
 The cache is at one state, the commit generation of the database (:meth:`Database.stable`)
 and its audit seq. An entry is stored only once its search has checked that no commit got in
 while it read (``Scope.on_valid``), and only at the cache's state. A search at a later state
-first brings the cache to it: the audit events between the two seqs (:mod:`.changes`) name
+first brings the cache to it: the audit events between the two seqs
+(:mod:`dmf_hybrid.store.changes`) name
 every entity those commits changed, and exactly their entries are dropped, so every commit of
 this process (its only writer) invalidates what it touched. When the events cannot tell (a
 type defined, a reindex, a rule, a gap) the whole cache is dropped. A search at an earlier
@@ -44,7 +45,7 @@ from typing import Any
 
 import duckdb
 
-from .changes import ChangeFeed, Changes
+from ..store.changes import ChangeFeed, Changes
 from .scope import Row, Scope
 
 #: Searches that read a (type, tenant) from DuckDB before it is copied whole.

@@ -1,7 +1,7 @@
 """The journal: what the audit events this process committed lately were about.
 
 The search caches ask which entities the commits between two seqs changed
-(:mod:`dmf_hybrid.search.changes`). The events table answers, but DuckDB scans it for a range
+(:mod:`.changes`). The events table answers, but DuckDB scans it for a range
 of seqs (its key index serves no range), a cost that grows with the log. This process is the
 file's only writer, so it records the (op, type, tenant, entity ID) of each event it appends
 and makes them visible once their transaction commits; a rolled-back transaction's events are

@@ -13,10 +13,11 @@ import pytest
 from pydantic import BaseModel
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.search import changes, filter_cache, row_cache
-from dmf_hybrid.search.changes import ChangeFeed
+from dmf_hybrid.search import filter_cache, row_cache
 from dmf_hybrid.search.filter_cache import FilterCache
 from dmf_hybrid.search.row_cache import RowCache
+from dmf_hybrid.store import changes
+from dmf_hybrid.store.changes import ChangeFeed
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.conftest import define_travel
 from tests.search.test_row_cache import MODES, PLANS, a_door, statements

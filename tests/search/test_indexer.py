@@ -372,7 +372,7 @@ def test_rows_found_before_a_move_are_found_again_before_scoring() -> None:
 def test_mirrors_loaded_in_batches_answer_as_loaded_at_once(mem: Memory,
                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
-    from dmf_hybrid import indexer
+    from dmf_hybrid import mirror_load
 
     cities = ["Shanghai", "Hangzhou", "Beijing", "上海"]
     mem.create_many("Poi", [{"name": f"place {i} by the river", "city": cities[i % 4]}
@@ -388,7 +388,7 @@ def test_mirrors_loaded_in_batches_answer_as_loaded_at_once(mem: Memory,
             for where in (None, {"city": "Shanghai"})]
 
     at_once = answers()
-    monkeypatch.setattr(indexer, "LOAD_BATCH", 3)
+    monkeypatch.setattr(mirror_load, "LOAD_BATCH", 3)
     assert answers() == at_once
     assert len(mem.engine.indexer.local("Poi") or ()) == 22
     assert all(at_once)

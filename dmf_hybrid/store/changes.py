@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import duckdb
 
-from ..store.journal import Journal
-from ..store.tables import ENTITY_OPS
+from .journal import Journal
+from .tables import ENTITY_OPS
 
 #: Longest range of events read to carry caches over; past it they start over (a bulk load).
 MAX_EVENTS = 4096

@@ -1,0 +1,191 @@
+"""Reading a type's in-memory mirrors from DuckDB: rows to items, and a snapshot read unlocked.
+
+The exact vector mirror and the BM25 indexes of a type are read from DuckDB on its first search
+(or at the service's warm-up): 15-25 s at 100,000 entities. :func:`read_snapshot` reads them
+inside one DuckDB read transaction, so they show one committed state, the one at a known audit
+seq, while no lock of this process is held: commits go on meanwhile. The indexer then installs
+the snapshot under its locks and brings it forward to the current state: the audit events since
+the snapshot's seq name the entities that changed (:mod:`dmf_hybrid.store.changes`), and those
+rows alone are read again. Rows whose vector was not in the embedding cache at the snapshot are
+embedded then too, never while reading (embedding caches the vector, a write).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+import numpy.typing as npt
+
+from .ids import sha256_hex
+from .mirrors.keyword import KeywordIndex, entity_document, type_analysis
+from .mirrors.text import KeywordDocument, TypeAnalyzer
+from .mirrors.vectors import Key, LocalVectors, key_sql
+from .schema import EntityType, text_of_parts
+from .store import Store
+from .store.sql import field_values, q
+from .store.tables import table_name
+
+# (id, tenant, version, text_hash, text, DuckDB hash(tenant, id), keyword document) of one
+# live entity
+Item = tuple[str, str, int, str, str, int, KeywordDocument]
+# (id, tenant, version, text_hash, data, hash(tenant, id)) of one live row
+LiveRow = tuple[str, str, int, str | None, dict[str, Any], int]
+FaultHook = Callable[[str], None]
+#: Rows per batch when a mirror is loaded from DuckDB.
+LOAD_BATCH = 8192
+#: Tries to start a read transaction between two commits before giving up.
+SNAPSHOT_TRIES = 3
+
+
+def live_sql(etype: EntityType) -> str:
+    """SELECT of the live rows of a type, as :func:`live_row` reads them."""
+    cols = ", ".join(q(n) for n in etype.fields)
+    return (f"SELECT id, tenant, version, text_hash, {key_sql()}, {cols} "
+            f"FROM {table_name(etype.name)} WHERE deleted_at IS NULL")
+
+
+def live_row(etype: EntityType, row: Sequence[Any]) -> LiveRow:
+    """(id, tenant, version, text_hash, data, hash(tenant, id)) of a :func:`live_sql` row."""
+    return row[0], row[1], row[2], row[3], field_values(etype, row[5:]), row[4]
+
+
+def items_of(etype: EntityType, live: list[LiveRow], gone: list[Key],
+             warn: Callable[[str], None] | None = None) -> list[Item]:
+    """The items of live rows; the keys of those that are not embedded go to ``gone``."""
+    items: list[Item] = []
+    analysis = type_analysis(etype)
+    for eid, tenant, version, text_hash, data, key in live:
+        parts = etype.embed_parts(data)
+        text = text_of_parts(parts)
+        if parts is None or text is None:
+            gone.append((tenant, eid))
+            continue
+        th = sha256_hex(text)
+        if text_hash is not None and th != text_hash and warn is not None:
+            warn(eid)
+        items.append((eid, tenant, version, th, text, key,
+                      entity_document(analysis, etype, data, text, parts)))
+    return items
+
+
+def all_items(con: duckdb.DuckDBPyConnection, etype: EntityType) -> Iterator[list[Item]]:
+    """Every live, embedded item of a type, by ID then tenant, ``LOAD_BATCH`` at a time
+    (building the BM25 index of 100,000 entities from one list held them all at once)."""
+    cursor = con.execute(live_sql(etype) + " ORDER BY id, tenant")
+    while rows := cursor.fetchmany(LOAD_BATCH):
+        yield items_of(etype, [live_row(etype, r) for r in rows], [])
+
+
+def keyword_indexes(con: duckdb.DuckDBPyConnection, etype: EntityType,
+                    analysis: TypeAnalyzer) -> dict[str, KeywordIndex]:
+    """One BM25 index per tenant of a type's live, embedded entities."""
+    out: dict[str, KeywordIndex] = {}
+    for items in all_items(con, etype):
+        add_keyword(out, analysis, items)
+    return out
+
+
+def add_keyword(indexes: dict[str, KeywordIndex], analysis: TypeAnalyzer,
+                items: list[Item]) -> None:
+    """Upsert items into their tenants' indexes (made with ``analysis`` where missing)."""
+    by_tenant: dict[str, tuple[list[tuple[str, KeywordDocument]], list[int]]] = {}
+    for eid, tenant, _version, _th, _text, key, doc in items:
+        docs, keys = by_tenant.setdefault(tenant, ([], []))
+        docs.append((eid, doc))
+        keys.append(key)
+    for tenant, (docs, keys) in sorted(by_tenant.items()):
+        indexes.setdefault(tenant, KeywordIndex(analyzer=analysis)).upsert(docs, keys)
+
+
+def vector_mirror(con: duckdb.DuckDBPyConnection, etype: EntityType, model_id: str, dim: int,
+                  block_bytes: int) -> tuple[LocalVectors, list[Key]]:
+    """The exact mirror of a type's live rows joined to the embedding cache, and the
+    (tenant, id) of live rows whose vector the cache does not hold.
+
+    Streamed in batches of ``LOAD_BATCH`` rows into a mirror sized once, so the load never
+    holds more than one batch besides the mirror (at 100,000 x 384 a whole-table fetch, its
+    sort and their copies took ~800 MB more than the mirror's 150 MB).
+    """
+    import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
+
+    table = f"{table_name(etype.name)} AS t"
+    live = "t.deleted_at IS NULL AND t.text_hash IS NOT NULL"
+    count = con.execute(f"SELECT count(*) FROM {table} WHERE {live}").fetchone()
+    local = LocalVectors(dim, block_bytes)
+    local.reserve(int(count[0]) if count else 0)
+    batches = con.execute(
+        f"SELECT t.id, {key_sql('t.')} AS key, t.tenant, t.text_hash, e.vector "
+        f"FROM {table} LEFT JOIN embeddings AS e "
+        f"ON e.model_id = ? AND e.text_hash = t.text_hash WHERE {live}",
+        [model_id]).fetch_record_batch(LOAD_BATCH)
+    missing: list[Key] = []
+    for batch in batches:
+        valid = pa.compute.is_valid(batch.column("vector"))
+        cached = batch.filter(valid)
+        if cached.num_rows:
+            local.upsert(cached.column("id").to_pylist(),
+                         cached.column("key").to_numpy().tolist(),
+                         vector_matrix(cached.column("vector"), cached.num_rows),
+                         cached.column("tenant").to_pylist(),
+                         cached.column("text_hash").to_pylist())
+        if cached.num_rows < batch.num_rows:
+            gone = batch.filter(pa.compute.invert(valid))
+            missing += zip(gone.column("tenant").to_pylist(), gone.column("id").to_pylist(),
+                           strict=True)
+    pa.default_memory_pool().release_unused()
+    return local, missing
+
+
+def vector_matrix(column: Any, rows: int) -> npt.NDArray[np.float32]:
+    """A (rows, dim) float32 matrix from an Arrow list<float> column (or array)."""
+    if hasattr(column, "combine_chunks"):
+        column = column.combine_chunks()
+    flat = column.flatten().to_numpy(zero_copy_only=False)
+    matrix: npt.NDArray[np.float32] = np.asarray(flat, dtype=np.float32).reshape(rows, -1)
+    return matrix
+
+
+@dataclass
+class Snapshot:
+    """A type's mirrors as DuckDB held them at audit seq ``seq``."""
+
+    seq: int
+    mirror: LocalVectors | None  # None: not asked for
+    keyword: dict[str, KeywordIndex] | None  # per tenant; None: not asked for
+    missing: list[Key] = field(default_factory=list)  # live rows without a cached vector
+
+
+def read_snapshot(store: Store, etype: EntityType, *, model_id: str, dim: int,
+                  block_bytes: int, mirror: bool, keyword: TypeAnalyzer | None,
+                  fault: FaultHook | None = None) -> Snapshot | None:
+    """The mirror (if ``mirror``) and the BM25 indexes (if ``keyword``, with that analysis) of
+    a type, read in one DuckDB read transaction and so at one committed seq; no lock of this
+    process is held. None if commits kept starting while the transaction began (the caller
+    reads under its locks instead). Call outside a write transaction."""
+    db = store.db
+    con = db.reader()
+    table = table_name(etype.name)
+    for _ in range(SNAPSHOT_TRIES):
+        stamp = db.stable()
+        if stamp is None:  # a commit is becoming visible right now
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            # DuckDB takes a database's snapshot at the transaction's first read of it; no
+            # commit started between the stamp and this read, so it is the state at the stamp
+            con.execute(f"SELECT count(*) FROM {table} WHERE false").fetchall()
+            if not db.unchanged(stamp[0]):
+                continue
+            local, missing = (vector_mirror(con, etype, model_id, dim, block_bytes) if mirror
+                              else (None, []))
+            indexes = None if keyword is None else keyword_indexes(con, etype, keyword)
+            if fault:
+                fault("snapshot_read")
+            return Snapshot(stamp[1], local, indexes, missing)
+        finally:
+            con.execute("ROLLBACK")  # it only read
+    return None
