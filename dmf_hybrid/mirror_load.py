@@ -41,11 +41,14 @@ LOAD_BATCH = 8192
 SNAPSHOT_TRIES = 3
 
 
-def live_sql(etype: EntityType) -> str:
-    """SELECT of the live rows of a type, as :func:`live_row` reads them."""
+def live_sql(etype: EntityType, live_only: bool = True) -> str:
+    """SELECT of the live rows of a type, as :func:`live_row` reads them; with ``live_only``
+    False, of every row, ``deleted_at IS NULL`` first and no WHERE (the caller's own)."""
     cols = ", ".join(q(n) for n in etype.fields)
-    return (f"SELECT id, tenant, version, text_hash, {key_sql()}, {cols} "
-            f"FROM {table_name(etype.name)} WHERE deleted_at IS NULL")
+    select = f"SELECT id, tenant, version, text_hash, {key_sql()}, {cols}"
+    if live_only:
+        return f"{select} FROM {table_name(etype.name)} WHERE deleted_at IS NULL"
+    return f"SELECT deleted_at IS NULL, {select[7:]} FROM {table_name(etype.name)}"
 
 
 def live_row(etype: EntityType, row: Sequence[Any]) -> LiveRow:

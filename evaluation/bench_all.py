@@ -11,6 +11,8 @@ search     ``evaluation.bench_search``      filtered vector search vs Chroma ``w
 keyword    ``evaluation.bench_keyword``     the BM25 leg vs bm25s on SciFact and synthetic
 http       ``evaluation.bench_http``        POST /search at 1, 4, 16 clients, real server
 coldstart  ``evaluation.bench_coldstart``   import, open, first search, server readiness
+embed      ``evaluation.bench_embed``       every embedder's passages/s, query latency, agreement
+loadwrites ``evaluation.bench_load_writes`` write latency while a type's mirrors load
 =========  ===============================  =================================================
 
 Each writes its JSON / markdown / PNG under ``evaluation/results/``. Before a run, the flags
@@ -93,6 +95,9 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
                  [("--scifact", str(scifact)), ("--variants", "hash"), ("--rounds", "1"),
                   ("--passages", "8"), ("--sentences", "8"), ("--queries", "5"), out("embed")],
                  300, [scifact]),
+            Step("loadwrites", "evaluation.bench_load_writes",
+                 [("--n", "300"), ("--embedder", "hash"), ("--rounds", "1"),
+                  out("load_writes")], 300),
         ]
     # Sizes measured to fit ~20 minutes on the shared 2-core machine (load average ~10);
     # MiniLM embeds only ~10 texts/s there, so the model-backed steps stay at 1000 entities.
@@ -111,6 +116,9 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
              540),
         Step("embed", "evaluation.bench_embed",
              [("--scifact", str(scifact)), ("--rounds", "3"), out("embed")], 900, [scifact]),
+        Step("loadwrites", "evaluation.bench_load_writes",
+             [("--n", "20000"), ("--embedder", DEFAULT_EMBEDDER), ("--rounds", "2"),
+              out("load_writes")], 900),
     ]
 
 

