@@ -52,7 +52,7 @@ from typing import Any
 import httpx
 
 from dmf_hybrid.config import DEFAULT_EMBEDDER
-from evaluation.chroma_peer import ChromaPeer, rss_mb, running_peer, stop_process
+from evaluation.chroma_peer import ChromaPeer, cpu_seconds, rss_mb, running_peer, stop_process
 from evaluation.plotting import environment, latency_summary, line_plots, markdown_table, write_json
 
 log = logging.getLogger("bench_http")
@@ -264,6 +264,8 @@ class Cell:
     round_rps: list[float] = field(default_factory=list)
     #: What the first failed requests answered or raised (at most ``FAILURES_KEPT``).
     failures: list[str] = field(default_factory=list)
+    server_cpu_s: float | None = 0.0  # CPU the serving process used (None: unknown)
+    client_cpu_s: float = 0.0  # CPU this process used: HTTP clients (and the peer's embedding)
 
 
 FAILURES_KEPT = 5
@@ -345,12 +347,15 @@ def drive(send: Send, bodies: Sequence[Mapping[str, Any]], concurrency: int,
 
 def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[int],
               requests: int, rounds: int, k: int, max_seconds: float, seed: int,
-              peer: ChromaPeer | None = None) -> list[Cell]:
+              peer: ChromaPeer | None = None, server_pid: int | None = None) -> list[Cell]:
     """Every (mode, level) cell driven with ``requests`` distinct queries over ``rounds``
-    (with ``peer``, its cells too, in the same rotation)."""
+    (with ``peer``, its cells too, in the same rotation); each cell also adds up the CPU
+    time of the process serving it (``server_pid``, or the peer's server) and of this one."""
     senders = {m: post_search(client) for m in modes}
+    serving: dict[str, int | None] = dict.fromkeys(modes, server_pid)
     if peer is not None:
         senders[PEER] = peer_search(peer)
+        serving[PEER] = peer.proc.pid
     cells = {(m, c): Cell(m, c) for m in senders for c in levels}
     per_round = [requests // rounds + (1 if r < requests % rounds else 0) for r in range(rounds)]
     queries = iter(make_queries(len(cells) * requests, seed=seed))
@@ -364,8 +369,17 @@ def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[in
                       for _ in range(per_round[r])]
             # a cell may use its share of the time left: fast cells leave more to slow ones
             now = time.perf_counter()
+            cell = cells[(mode, level)]
+            pid = serving[mode]
+            server_cpu = None if pid is None else cpu_seconds(pid)
+            client_cpu = time.process_time()
             drive(senders[mode], bodies, level, now + max(deadline - now, 0.0) / remaining,
-                  cells[(mode, level)])
+                  cell)
+            cell.client_cpu_s += time.process_time() - client_cpu
+            used = None if pid is None or server_cpu is None else cpu_seconds(pid)
+            cell.server_cpu_s = (None if used is None or server_cpu is None
+                                 or cell.server_cpu_s is None
+                                 else cell.server_cpu_s + used - server_cpu)
             remaining -= 1
             log.info("round %d %s x%d: %d ok so far", r + 1, mode, level,
                      cells[(mode, level)].ok)
@@ -389,6 +403,10 @@ def summarise(cell: Cell) -> dict[str, Any]:
         "server_p50_ms": server["p50_ms"] if cell.server_ms else None,  # the peer has none
         "truncated": cell.truncated,
         "failures": cell.failures,
+        "server_cpu_ms_per_request": (round(cell.server_cpu_s * 1000 / cell.ok, 2)
+                                      if cell.ok and cell.server_cpu_s is not None else None),
+        "client_cpu_ms_per_request": (round(cell.client_cpu_s * 1000 / cell.ok, 2)
+                                      if cell.ok else None),
     }
 
 
@@ -434,7 +452,7 @@ def run(*, n: int = 2000, embedder: str = DEFAULT_EMBEDDER, modes: Sequence[str]
                               seed) as (chroma, peer_info):
                     cells = load_test(client, modes=modes, levels=levels, requests=requests,
                                       rounds=rounds, k=k, max_seconds=max_seconds, seed=seed,
-                                      peer=chroma)
+                                      peer=chroma, server_pid=server.proc.pid)
                 rss["after_load_mb"] = rss_mb(server.proc.pid)
         results = [summarise(c) for c in cells]
     finally:
@@ -506,7 +524,9 @@ def markdown(doc: Mapping[str, Any]) -> str:
     ordered = sorted(doc["results"], key=lambda r: (
         MODES.index(r["mode"]) if r["mode"] in MODES else len(MODES), r["concurrency"]))
     rows = [[r["mode"], r["concurrency"], r["requests"], r["p50_ms"], r["p95_ms"], r["rps"],
-             r["server_p50_ms"], f"{r['errors']}{' (time bound hit)' if r['truncated'] else ''}"]
+             r["server_p50_ms"], r.get("server_cpu_ms_per_request"),
+             r.get("client_cpu_ms_per_request"),
+             f"{r['errors']}{' (time bound hit)' if r['truncated'] else ''}"]
             for r in ordered]
     env_note = f", server env {config['server_env']}" if config.get("server_env") else ""
     return (
@@ -523,7 +543,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
         + (f"Peer (`{PEER}`): {doc['peer']['kind']}, model `{doc['peer']['model_id']}`, "
            f"server RSS {doc['peer']['rss_mb']} MB.\n" if doc.get("peer") else "")
         + "\n" + markdown_table(["mode", "clients", "requests", "p50 ms", "p95 ms", "req/s",
-                                 "server p50 ms", "errors"], rows)
+                                 "server p50 ms", "server CPU ms/req", "client CPU ms/req",
+                                 "errors"], rows)
         + "\n" + "\n".join(f"- {name}: {value}" for name, value in doc.get("ratios", {}).items())
         + "\n" + "".join(f"- failed ({r['mode']}, {r['concurrency']} clients): {failure}\n"
                          for r in ordered for failure in r.get("failures", []))

@@ -11,6 +11,7 @@ does, minus filters, keyword leg, resolution and audit.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -128,6 +129,15 @@ def running_peer(path: Path, port: int, embedder: Any, log_path: Path,
             proc.kill()
             proc.wait(30)
             log_file.close()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used (Linux ``/proc``), or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float | None:

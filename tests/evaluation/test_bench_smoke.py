@@ -19,7 +19,8 @@ from evaluation import bench_all, bench_coldstart, bench_http, bench_load_writes
 from evaluation.plotting import latency_summary, markdown_table, percentile
 
 RESULT_KEYS = {"mode", "concurrency", "requests", "errors", "p50_ms", "p95_ms", "mean_ms", "rps",
-               "rps_per_round", "server_p50_ms", "truncated"}
+               "rps_per_round", "server_p50_ms", "truncated", "failures",
+               "server_cpu_ms_per_request", "client_cpu_ms_per_request"}
 
 
 def test_percentiles_interpolate() -> None:
@@ -57,6 +58,9 @@ def test_bench_http_smoke(tmp_path: Path) -> None:
         assert RESULT_KEYS <= set(row)
         assert row["requests"] == 4 and row["errors"] == 0 and not row["truncated"]
         assert row["p95_ms"] >= row["p50_ms"] > 0 and row["rps"] > 0
+        # the serving process (ours, or the peer's Chroma server) and this one did work
+        assert row["server_cpu_ms_per_request"] >= 0 and row["client_cpu_ms_per_request"] > 0
+    assert sum(r["server_cpu_ms_per_request"] for r in doc["results"]) > 0
     paths = bench_http.write_outputs(doc, tmp_path / "out" / "bench_http.json")
     assert [p.suffix for p in paths] == [".json", ".md", ".png"]
     assert json.loads(paths[0].read_text())["results"] == doc["results"]
