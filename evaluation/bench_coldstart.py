@@ -43,7 +43,7 @@ import httpx
 from dmf_hybrid.config import DEFAULT_EMBEDDER
 from evaluation.bench_http import TYPE_NAME, ServerProcess, exit_on_sigterm, make_queries
 from evaluation.chroma_peer import rss_mb
-from evaluation.plotting import environment, markdown_table, write_json
+from evaluation.plotting import environment, markdown_table, write_results
 
 log = logging.getLogger("bench_coldstart")
 
@@ -254,11 +254,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
 
 def write_outputs(doc: Mapping[str, Any], out: Path) -> list[Path]:
     """JSON at ``out`` and markdown beside it; the paths written."""
-    written = [write_json(out, doc)]
-    md = out.with_suffix(".md")
-    md.write_text(markdown(doc), encoding="utf-8")
-    written.append(md)
-    return written
+    return write_results(doc, out, markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

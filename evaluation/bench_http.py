@@ -53,7 +53,13 @@ import httpx
 
 from dmf_hybrid.config import DEFAULT_EMBEDDER
 from evaluation.chroma_peer import ChromaPeer, cpu_seconds, rss_mb, running_peer, stop_process
-from evaluation.plotting import environment, latency_summary, line_plots, markdown_table, write_json
+from evaluation.plotting import (
+    environment,
+    latency_summary,
+    line_plots,
+    markdown_table,
+    write_results,
+)
 
 log = logging.getLogger("bench_http")
 
@@ -573,16 +579,8 @@ def plot(doc: Mapping[str, Any], path: Path) -> Path | None:
 
 
 def write_outputs(doc: Mapping[str, Any], out: Path, *, png: bool = True) -> list[Path]:
-    """JSON at ``out``, markdown and PNG beside it; the paths written."""
-    written = [write_json(out, doc)]
-    md = out.with_suffix(".md")
-    md.write_text(markdown(doc), encoding="utf-8")
-    written.append(md)
-    if png:
-        image = plot(doc, out.with_suffix(".png"))
-        if image is not None:
-            written.append(image)
-    return written
+    """JSON at ``out``, markdown and (optionally) PNG beside it; the paths written."""
+    return write_results(doc, out, markdown, plot if png else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,7 +34,7 @@ from typing import Any
 from dmf_hybrid.config import DEFAULT_EMBEDDER
 from evaluation.bench_coldstart import build_in_child
 from evaluation.bench_http import TYPE_NAME
-from evaluation.plotting import environment, line_plots, markdown_table, write_json
+from evaluation.plotting import environment, line_plots, markdown_table, write_results
 
 log = logging.getLogger("bench_load_writes")
 
@@ -173,16 +173,8 @@ def plot(doc: Mapping[str, Any], path: Path) -> Path | None:
 
 
 def write_outputs(doc: Mapping[str, Any], out: Path, *, png: bool = True) -> list[Path]:
-    """JSON at ``out``, markdown and (optionally) PNG beside it."""
-    paths = [write_json(out, doc)]
-    md = out.with_suffix(".md")
-    md.write_text(markdown(doc), encoding="utf-8")
-    paths.append(md)
-    if png:
-        image = plot(doc, out.with_suffix(".png"))
-        if image is not None:
-            paths.append(image)
-    return paths
+    """JSON at ``out``, markdown and (optionally) PNG beside it; the paths written."""
+    return write_results(doc, out, markdown, plot if png else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,7 +14,7 @@ import math
 import os
 import platform
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,23 @@ def write_json(path: Path, document: Mapping[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     return path
+
+
+def write_results(document: Mapping[str, Any], out: Path,
+                  markdown: Callable[[Mapping[str, Any]], str],
+                  plot: Callable[[Mapping[str, Any], Path], Path | None] | None = None
+                  ) -> list[Path]:
+    """A benchmark's JSON at ``out``, its markdown beside it (same stem, ``.md``) and, with
+    ``plot``, its PNG (``.png``, unless matplotlib is missing); the paths written."""
+    written = [write_json(out, document)]
+    md = out.with_suffix(".md")
+    md.write_text(markdown(document), encoding="utf-8")
+    written.append(md)
+    if plot is not None:
+        image = plot(document, out.with_suffix(".png"))
+        if image is not None:
+            written.append(image)
+    return written
 
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float], str]]
