@@ -322,8 +322,9 @@ class Indexer:
             # lock): the database's lock, then the indexer's; the other order deadlocks with
             # a commit when the load embeds a vector the commit's drain has not cached yet
             with self.store.db.no_writes(), self._lock:
-                if snapshot is None or not self._install(etype, analysis, snapshot):
-                    self._load(etype, keyword, analysis)
+                if snapshot is None or not self._install(etype, analysis, snapshot) or (
+                        not self._has_local(etype, keyword, analysis)):  # forgotten meanwhile
+                    self._load(etype, keyword, analysis)  # reads only what is missing
 
     def _install(self, etype: EntityType, analysis: TypeAnalyzer, snapshot: Snapshot) -> bool:
         """Install a snapshot's mirrors and bring them to the current state; False if what

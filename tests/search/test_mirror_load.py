@@ -45,9 +45,10 @@ def freshly_loaded(mem: Memory) -> list[list[tuple[str, float]]]:
 
 
 class HeldLoad:
-    """``ensure_local`` of Trip in a thread, held at the point its snapshot has been read."""
+    """``ensure_local`` of Trip in a thread, held at the point its snapshot has been read
+    (``keyword_only``: the vector mirror is loaded first, so the load reads the BM25 part)."""
 
-    def __init__(self, mem: Memory) -> None:
+    def __init__(self, mem: Memory, keyword_only: bool = False) -> None:
         self.indexer: Indexer = mem.engine.indexer
         self.reading, self.release = threading.Event(), threading.Event()
         self.failures: list[BaseException] = []
@@ -59,10 +60,12 @@ class HeldLoad:
             load(*args)
 
         self.indexer._load = counted  # type: ignore[method-assign]
-        self.indexer.fault = self._fault
         self.indexer.forget_local()
-        self.thread = threading.Thread(target=self._run, daemon=True)
         self.trip = mem._store.type_of("Trip")
+        if keyword_only:
+            self.indexer.ensure_local(self.trip, keyword=False)
+        self.indexer.fault = self._fault
+        self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _fault(self, point: str) -> None:
         if point == "snapshot_read":
@@ -162,4 +165,16 @@ def test_a_second_caller_waits_for_the_first_load_instead_of_reading_again(
     second.join(WAIT)
     held.finish()
     assert not second.is_alive() and reads == []  # the second found the first's mirrors
+    assert answers(memory) == freshly_loaded(memory)
+
+
+def test_mirrors_forgotten_during_the_load_are_read_again(memory: Memory) -> None:
+    held = HeldLoad(memory, keyword_only=True)
+    held.start()
+    held.indexer.forget_local()  # the vector mirror the keyword-only load left alone
+    run_bounded(lambda: memory.update(memory.query("Trip", limit=1).items[0].id,
+                                      {"tags": ["harbour", "lighthouse"]}))
+    held.finish()
+    assert held.locked_loads == 1  # installed its part, then read the missing mirror
+    assert memory.engine.indexer.local("Trip") is not None
     assert answers(memory) == freshly_loaded(memory)
