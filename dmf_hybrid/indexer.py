@@ -32,8 +32,8 @@ from .mirror_load import (
     LiveRow,
     Snapshot,
     add_keyword,
-    all_items,
     items_of,
+    keyword_indexes,
     live_row,
     live_sql,
     read_snapshot,
@@ -372,10 +372,7 @@ class Indexer:
                     vectors = self.embed_texts({p[3]: p[4] for p in items})
                     self._update_local(etype.name, items, vectors, gone_keys)
             if keyword and not self._keyword_loaded(etype.name, analysis):
-                indexes: dict[str, KeywordIndex] = {}
-                for items in all_items(con, etype):
-                    add_keyword(indexes, analysis, items)
-                self._set_keyword(etype.name, analysis, indexes)
+                self._set_keyword(etype.name, analysis, keyword_indexes(con, etype, analysis))
 
     def local(self, type_name: str) -> LocalVectors | None:
         """The loaded exact mirror of a type (None until its first search)."""
