@@ -64,7 +64,8 @@ class Indexer:
     """Keeps the derived indexes in step with DuckDB."""
 
     def __init__(self, store: Store, embedder: Embedder, vectors: VectorIndex,
-                 batch_size: int = 64, block_bytes: int = 0) -> None:
+                 batch_size: int = 64, block_bytes: int = 0,
+                 changes: ChangeFeed | None = None) -> None:
         self.store = store
         self.embedder = embedder
         self.vectors = vectors
@@ -77,9 +78,9 @@ class Indexer:
         self._lock = threading.RLock()
         self._building = threading.Lock()  # held by the one snapshot load at a time
         self.fault: FaultHook | None = None
-        #: What commits changed (set by the search engine), to bring a snapshot forward;
-        #: None: mirrors load holding off writes
-        self.changes: ChangeFeed | None = None
+        #: What commits changed, to bring a snapshot forward; None: mirrors load holding
+        #: off writes
+        self.changes = changes
 
     # ------------------------------------------------------------------ names
 
@@ -118,14 +119,18 @@ class Indexer:
                 found[h] = vec
         return found
 
-    def _cached_few(self, con: Any, hashes: list[str]) -> dict[str, np.ndarray]:
-        """:meth:`cached_vectors` of a few hashes: `text_hash IN (...)` alone uses the
-        index on text_hash; the model is checked on the rows found."""
-        marks = ", ".join("?" * len(hashes))
+    def _cached_hashes(self, con: Any, hashes: list[str]) -> list[str]:
+        """Which of a few hashes have a vector of the current model: `text_hash IN (...)`
+        alone uses the index on text_hash; the model is checked on the rows found."""
         model = self.embedder.model_id
-        present = [h for h, m in con.execute(
-            f"SELECT text_hash, model_id FROM embeddings WHERE text_hash IN ({marks})",
-            hashes).fetchall() if m == model]
+        return [h for h, m in con.execute(
+            "SELECT text_hash, model_id FROM embeddings WHERE text_hash IN "
+            f"({', '.join('?' * len(hashes))})", hashes).fetchall() if m == model]
+
+    def _cached_few(self, con: Any, hashes: list[str]) -> dict[str, np.ndarray]:
+        """:meth:`cached_vectors` of a few hashes, through the index on text_hash."""
+        model = self.embedder.model_id
+        present = self._cached_hashes(con, hashes)
         if not present:  # new texts, a write's usual case: the vector column is never read
             return {}
         found: dict[str, np.ndarray] = {}
@@ -167,10 +172,7 @@ class Indexer:
             few = len(items) <= POINT_LOOKUP_MAX
             if few:  # a write's few vectors: drop those cached meanwhile, insert the rest plain
                 # (ON CONFLICT took 18 ms for one row at 100,000 cached vectors; this, 5 ms)
-                marks = ", ".join("?" * len(items))
-                cached = {h for h, m in con.execute(
-                    f"SELECT text_hash, model_id FROM embeddings WHERE text_hash IN ({marks})",
-                    [h for h, _ in items]).fetchall() if m == model}
+                cached = set(self._cached_hashes(con, [h for h, _ in items]))
                 items = [item for item in items if item[0] not in cached]
                 if not items:
                     return
@@ -269,11 +271,13 @@ class Indexer:
             self._add_keyword(type_name, items)
 
     def _add_keyword(self, type_name: str, items: list[Item]) -> None:
-        indexes = {tenant: index for (name, tenant), index in self._keyword.items()
-                   if name == type_name}
-        add_keyword(indexes, self._keyword_analysis[type_name], items)
-        for tenant, index in indexes.items():
-            self._keyword[(type_name, tenant)] = index
+        def index_of(tenant: str) -> KeywordIndex:
+            key = (type_name, tenant)
+            if key not in self._keyword:
+                self._keyword[key] = KeywordIndex(analyzer=self._keyword_analysis[type_name])
+            return self._keyword[key]
+
+        add_keyword(index_of, items)
 
     def _has_local(self, etype: EntityType, keyword: bool, analysis: TypeAnalyzer) -> bool:
         return etype.name in self.mirror and (not keyword or self._keyword_loaded(
@@ -343,10 +347,15 @@ class Indexer:
         keys.update((tenant, eid) for (type_name, tenant), ids in changed.ids.items()
                     if type_name == name for eid in ids)
         if keys:
-            items, gone = self._items(etype, sorted(keys))
-            vectors = self.embed_texts({p[3]: p[4] for p in items})
-            self._update_local(name, items, vectors, gone)
+            self._refresh_local(etype, sorted(keys))
         return True
+
+    def _refresh_local(self, etype: EntityType, keys: Sequence[Key]) -> None:
+        """Bring the loaded mirrors of a type to DuckDB's current rows of these keys (their
+        vectors from the cache, or embedded now); the vector index is not touched."""
+        items, gone = self._items(etype, keys)
+        vectors = self.embed_texts({p[3]: p[4] for p in items})
+        self._update_local(etype.name, items, vectors, gone)
 
     def _set_keyword(self, type_name: str, analysis: TypeAnalyzer,
                      indexes: dict[str, KeywordIndex]) -> None:
@@ -368,9 +377,7 @@ class Indexer:
                                                self.embedder.dim, self.block_bytes)
                 self.mirror[etype.name] = local
                 if missing:  # vectors evicted from the cache (or never made): embed them
-                    items, gone_keys = self._items(etype, missing)
-                    vectors = self.embed_texts({p[3]: p[4] for p in items})
-                    self._update_local(etype.name, items, vectors, gone_keys)
+                    self._refresh_local(etype, missing)
             if keyword and not self._keyword_loaded(etype.name, analysis):
                 self._set_keyword(etype.name, analysis, keyword_indexes(con, etype, analysis))
 

@@ -44,11 +44,11 @@ SNAPSHOT_TRIES = 3
 def live_sql(etype: EntityType, live_only: bool = True) -> str:
     """SELECT of the live rows of a type, as :func:`live_row` reads them; with ``live_only``
     False, of every row, ``deleted_at IS NULL`` first and no WHERE (the caller's own)."""
-    cols = ", ".join(q(n) for n in etype.fields)
-    select = f"SELECT id, tenant, version, text_hash, {key_sql()}, {cols}"
+    columns = (f"id, tenant, version, text_hash, {key_sql()}, "
+               + ", ".join(q(n) for n in etype.fields))
     if live_only:
-        return f"{select} FROM {table_name(etype.name)} WHERE deleted_at IS NULL"
-    return f"SELECT deleted_at IS NULL, {select[7:]} FROM {table_name(etype.name)}"
+        return f"SELECT {columns} FROM {table_name(etype.name)} WHERE deleted_at IS NULL"
+    return f"SELECT deleted_at IS NULL, {columns} FROM {table_name(etype.name)}"
 
 
 def live_row(etype: EntityType, row: Sequence[Any]) -> LiveRow:
@@ -87,21 +87,27 @@ def keyword_indexes(con: duckdb.DuckDBPyConnection, etype: EntityType,
                     analysis: TypeAnalyzer) -> dict[str, KeywordIndex]:
     """One BM25 index per tenant of a type's live, embedded entities."""
     out: dict[str, KeywordIndex] = {}
+
+    def index_of(tenant: str) -> KeywordIndex:
+        if tenant not in out:
+            out[tenant] = KeywordIndex(analyzer=analysis)
+        return out[tenant]
+
     for items in all_items(con, etype):
-        add_keyword(out, analysis, items)
+        add_keyword(index_of, items)
     return out
 
 
-def add_keyword(indexes: dict[str, KeywordIndex], analysis: TypeAnalyzer,
-                items: list[Item]) -> None:
-    """Upsert items into their tenants' indexes (made with ``analysis`` where missing)."""
+def add_keyword(index_of: Callable[[str], KeywordIndex], items: list[Item]) -> None:
+    """Upsert items into their tenants' BM25 indexes (``index_of``: a tenant's index, made
+    if it has none yet)."""
     by_tenant: dict[str, tuple[list[tuple[str, KeywordDocument]], list[int]]] = {}
     for eid, tenant, _version, _th, _text, key, doc in items:
         docs, keys = by_tenant.setdefault(tenant, ([], []))
         docs.append((eid, doc))
         keys.append(key)
     for tenant, (docs, keys) in sorted(by_tenant.items()):
-        indexes.setdefault(tenant, KeywordIndex(analyzer=analysis)).upsert(docs, keys)
+        index_of(tenant).upsert(docs, keys)
 
 
 def vector_mirror(con: duckdb.DuckDBPyConnection, etype: EntityType, model_id: str, dim: int,

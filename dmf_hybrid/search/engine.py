@@ -79,10 +79,10 @@ class SearchEngine:
         self.settings = settings
         self.embedder = embedder
         self.vectors = vectors
+        # what commits changed: for both search caches, and for mirrors loaded while writes go on
+        self.changes = ChangeFeed(store.journal)
         self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size,
-                               block_bytes=settings.block_cache_mb * 2**20)
-        self.changes = ChangeFeed(store.journal)  # what commits changed, for both caches
-        self.indexer.changes = self.changes  # and for mirrors loaded while writes go on
+                               block_bytes=settings.block_cache_mb * 2**20, changes=self.changes)
         self.filters = FilterCache(settings.exact_threshold, self.changes)
         self.rows = RowCache(settings.row_cache_size, self.changes)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
