@@ -353,12 +353,12 @@ def drive(send: Send, bodies: Sequence[Mapping[str, Any]], concurrency: int,
 
 def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[int],
               requests: int, rounds: int, k: int, max_seconds: float, seed: int,
-              peer: ChromaPeer | None = None, server_pid: int | None = None) -> list[Cell]:
+              server_pid: int, peer: ChromaPeer | None = None) -> list[Cell]:
     """Every (mode, level) cell driven with ``requests`` distinct queries over ``rounds``
     (with ``peer``, its cells too, in the same rotation); each cell also adds up the CPU
     time of the process serving it (``server_pid``, or the peer's server) and of this one."""
     senders = {m: post_search(client) for m in modes}
-    serving: dict[str, int | None] = dict.fromkeys(modes, server_pid)
+    serving = dict.fromkeys(modes, server_pid)
     if peer is not None:
         senders[PEER] = peer_search(peer)
         serving[PEER] = peer.proc.pid
@@ -377,15 +377,15 @@ def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[in
             now = time.perf_counter()
             cell = cells[(mode, level)]
             pid = serving[mode]
-            server_cpu = None if pid is None else cpu_seconds(pid)
-            client_cpu = time.process_time()
+            server_before, client_before = cpu_seconds(pid), time.process_time()
             drive(senders[mode], bodies, level, now + max(deadline - now, 0.0) / remaining,
                   cell)
-            cell.client_cpu_s += time.process_time() - client_cpu
-            used = None if pid is None or server_cpu is None else cpu_seconds(pid)
-            cell.server_cpu_s = (None if used is None or server_cpu is None
-                                 or cell.server_cpu_s is None
-                                 else cell.server_cpu_s + used - server_cpu)
+            cell.client_cpu_s += time.process_time() - client_before
+            server_after = cpu_seconds(pid)
+            if server_before is None or server_after is None or cell.server_cpu_s is None:
+                cell.server_cpu_s = None  # /proc could not tell
+            else:
+                cell.server_cpu_s += server_after - server_before
             remaining -= 1
             log.info("round %d %s x%d: %d ok so far", r + 1, mode, level,
                      cells[(mode, level)].ok)
