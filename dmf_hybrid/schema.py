@@ -358,6 +358,18 @@ class EntityType:
     def fields(self) -> dict[str, FieldSpec]:
         return self.typedef.fields
 
+    @functools.cached_property
+    def json_fields(self) -> tuple[str, ...]:
+        """The fields of type json (DuckDB returns their columns as JSON text)."""
+        return tuple(n for n, spec in self.typedef.fields.items() if spec.type == "json")
+
+    @functools.cached_property
+    def datetime_fields(self) -> tuple[tuple[str, bool], ...]:
+        """``(name, is a list)`` of the datetime and list-of-datetime fields."""
+        return tuple((n, spec.type == "list") for n, spec in self.typedef.fields.items()
+                     if spec.type == "datetime"
+                     or (spec.type == "list" and spec.item == "datetime"))
+
     def field(self, name: str, where: str = "where") -> FieldSpec:
         """The spec of a field, or a FilterError naming the known fields."""
         spec = self.typedef.fields.get(name)

@@ -30,6 +30,12 @@ from .tables import (
     table_name,
 )
 
+#: Where a row of :data:`SYSTEM_COLUMNS` then the fields keeps each system column.
+_ID_AT, _TENANT_AT, _VERSION_AT, _CREATED_AT, _UPDATED_AT, _DELETED_AT = (
+    SYSTEM_COLUMNS.index(c)
+    for c in ("id", "tenant", "version", "created_at", "updated_at", "deleted_at"))
+_FIELDS_AT = len(SYSTEM_COLUMNS)
+
 
 def jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
     """Data as plain JSON values (UTC ISO datetimes), as snapshots store it."""
@@ -44,14 +50,11 @@ def aware_datetimes(etype: EntityType, data: dict[str, Any]) -> dict[str, Any]:
             value = dt.datetime.fromisoformat(value)
         return to_aware_utc(value)
 
-    for name, spec in etype.fields.items():
+    for name, many in etype.datetime_fields:
         value = data.get(name)
         if value is None:
             continue
-        if spec.type == "datetime":
-            data[name] = aware(value)
-        elif spec.type == "list" and spec.item == "datetime":
-            data[name] = [None if v is None else aware(v) for v in value]
+        data[name] = [None if v is None else aware(v) for v in value] if many else aware(value)
     return data
 
 
@@ -63,14 +66,15 @@ class RowReader(AuditChain):
 
     def row_to_entity(self, etype: EntityType, row: Sequence[Any], created: bool = False
                        ) -> Entity:
-        sys_vals = dict(zip(SYSTEM_COLUMNS, row[: len(SYSTEM_COLUMNS)], strict=True))
-        data = aware_datetimes(etype, field_values(etype, row[len(SYSTEM_COLUMNS):]))
+        data = field_values(etype, row[_FIELDS_AT:])
+        if etype.datetime_fields:
+            data = aware_datetimes(etype, data)
         return Entity(
-            id=sys_vals["id"], type=etype.name, tenant=sys_vals["tenant"],
-            version=sys_vals["version"], data=etype.model.model_validate(data),
-            created_at=to_aware_utc(sys_vals["created_at"]),
-            updated_at=to_aware_utc(sys_vals["updated_at"]),
-            deleted_at=to_aware_utc(sys_vals["deleted_at"]), created=created,
+            id=row[_ID_AT], type=etype.name, tenant=row[_TENANT_AT], version=row[_VERSION_AT],
+            data=etype.model.model_validate(data),
+            created_at=to_aware_utc(row[_CREATED_AT]),
+            updated_at=to_aware_utc(row[_UPDATED_AT]),
+            deleted_at=to_aware_utc(row[_DELETED_AT]), created=created,
         )
 
     @staticmethod

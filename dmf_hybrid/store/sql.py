@@ -54,9 +54,10 @@ def bind_field(spec: FieldSpec, value: Any) -> Any:
 def field_values(etype: EntityType, values: Sequence[Any]) -> dict[str, Any]:
     """A row's field columns by name, JSON columns (which DuckDB returns as text) decoded."""
     data = dict(zip(etype.fields, values, strict=True))
-    for name, spec in etype.fields.items():
-        if spec.type == "json" and isinstance(data[name], str):
-            data[name] = json.loads(data[name])
+    for name in etype.json_fields:
+        value = data[name]
+        if isinstance(value, str):
+            data[name] = json.loads(value)
     return data
 
 

@@ -132,6 +132,36 @@ def test_get_recovers_the_type_from_the_id(mem: Memory) -> None:
     assert_unchanged(mem, lambda: mem.get("Trip_0000000000000000dead"), NotFound)
 
 
+def test_lists_of_datetimes_and_json_fields_read_back_typed(mem: Memory) -> None:
+    """Every read path decodes a row alike: datetimes in lists aware UTC, json fields as their
+    values, the other fields untouched."""
+
+    class Log(BaseModel):
+        title: str
+        seen: list[dt.datetime] = []
+        extra: dict[str, Any] | None = None
+        note: str = ""
+
+    mem.define(Log, identity=["title"], embed="{title} {note}")
+    cet = dt.timezone(dt.timedelta(hours=1))
+    made = mem.create("Log", {"title": "visits 访问", "note": "lobby",
+                              "seen": [dt.datetime(2025, 1, 1, 10, tzinfo=cet),
+                                       dt.datetime(2025, 7, 1, 12, tzinfo=dt.UTC)],
+                              "extra": {"n": 2, "tags": ["a", "b"]}})
+    reads = [mem.get(made.id), mem.get(made.id, as_of=mem.last_seq),
+             mem.query("Log").items[0]]
+    reads += [h.entity for m in ("vector", "keyword", "hybrid")
+              for h in mem.search("Log", "visits lobby", k=1, mode=m).hits]
+    assert len(reads) == 6
+    for got in reads:
+        assert got.data.seen == [dt.datetime(2025, 1, 1, 9, tzinfo=dt.UTC),
+                                 dt.datetime(2025, 7, 1, 12, tzinfo=dt.UTC)]
+        assert all(t.tzinfo is not None for t in got.data.seen)
+        assert got.data.extra == {"n": 2, "tags": ["a", "b"]}
+        assert (got.data.title, got.data.note) == ("visits 访问", "lobby")
+        assert got.created_at.tzinfo is not None and got.deleted_at is None
+
+
 def test_datetimes_round_trip_as_utc(mem: Memory) -> None:
     class Meeting(BaseModel):
         title: str
