@@ -19,6 +19,7 @@ from ..wire import ErrorBody
 from .auth import KeyRing
 from .deps import ServiceState, StartupTask
 from .errors import GuardMiddleware, install_error_handlers
+from .fast_search import SearchFastPath
 from .routes import (
     admin,
     audit,
@@ -103,6 +104,8 @@ def create_app(settings: Settings, memory: Memory | None = None, *,
                   docs_url=None, redoc_url=None)  # served offline by routes/docs.py
     app.state.dmf = state
     install_error_handlers(app)
+    # added first, so it runs inside the guard (body limit, text checks, 500s)
+    app.add_middleware(SearchFastPath)
     app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes)
     for router in ROUTERS:
         app.include_router(router)

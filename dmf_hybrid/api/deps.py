@@ -41,6 +41,8 @@ class ServiceState:
     startup_tasks: Sequence[StartupTask] = ()
     warming_up: bool = False
     warmup_error: str | None = None
+    #: searches :mod:`.fast_search` answered without FastAPI's routing
+    fast_searches: int = 0
     _thread: threading.Thread | None = field(default=None, repr=False)
 
     def start_warmup(self) -> None:

@@ -1,0 +1,164 @@
+"""``POST /search`` answered by the fast path gives what FastAPI's route gives, byte for byte.
+
+Two apps serve the same memory over real uvicorn servers on 127.0.0.1: the product's, and one
+without the fast-path middleware (the route alone). Every request goes to both; status,
+content type and body must be equal (but for the receipt's stage timings), and the product's
+app must have answered exactly the well-formed, permitted searches itself (the rest went the
+normal way).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from dmf_hybrid import Memory
+from dmf_hybrid.api import create_app
+from dmf_hybrid.api.fast_search import SearchFastPath
+from tests.api.conftest import KEYS, START_TIMEOUT, _settings, open_memory, serve
+
+#: (headers, body or raw bytes) of requests that succeed through the fast path
+GOOD: list[tuple[dict[str, str], Any]] = [
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": "soup dumplings"}),
+    ({"authorization": "bearer key-admin"}, {"type": "Poi", "text": "外滩 night view",
+                                              "mode": "keyword", "k": 2}),
+    ({"X-API-Key": "key-writer"}, {"type": "Poi", "text": "museum", "mode": "vector", "k": 1,
+                                   "where": {"city": "Shanghai"}}),
+    ({"X-API-Key": "key-other"}, {"type": "Poi", "text": "museum"}),  # another tenant
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": "小笼包", "as_of": 1}),
+    ({"Authorization": "Bearer key-reader",
+      "Content-Type": "application/json; charset=utf-8"},
+     {"type": "Trip", "text": "shanghai trip", "where": {"budget": {"$lte": 5000}}}),
+]
+
+#: requests the normal path answers (each with an error, or a success it decides)
+OTHER: list[tuple[dict[str, str], Any]] = [
+    ({}, {"type": "Poi", "text": "museum"}),  # no key
+    ({"Authorization": "Bearer nope"}, {"type": "Poi", "text": "museum"}),
+    ({"Authorization": "Basic a2V5LXJlYWRlcg=="}, {"type": "Poi", "text": "museum"}),
+    ({"Authorization": "Bearer"}, {"type": "Poi", "text": "museum"}),
+    ({"Authorization": "Bearer key-reader", "Content-Type": "text/plain"},
+     b'{"type": "Poi", "text": "museum"}'),
+    ({"Authorization": "Bearer key-reader"}, b'{"type": "Poi", "text": '),  # not JSON
+    ({"Authorization": "Bearer key-reader"}, b""),
+    ({"Authorization": "Bearer key-reader"}, ["Poi"]),
+    ({"Authorization": "Bearer key-reader"}, {"text": "museum"}),
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": "x", "colour": "red"}),
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": "x", "k": -1}),
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": "x", "mode": "fuzzy"}),
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": 3}),
+    ({"Authorization": "Bearer key-reader"}, b'{"type": "Poi", "text": "\\ud800"}'),
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": "x" * 70_000}),
+]
+
+#: requests that pass the fast path's checks but whose search fails (answered by the handler
+#: the app registers for the error)
+FAILING: list[tuple[dict[str, str], Any]] = [
+    ({"Authorization": "Bearer key-reader"}, {"type": "Nope", "text": "museum"}),
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": "x",
+                                              "where": {"colour": "red"}}),
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": "x", "k": 10**6}),
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": "x", "as_of": "soon"}),
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": None, "mode": "keyword"}),
+    ({"Authorization": "Bearer key-reader"}, {"type": "Poi", "text": "x",
+                                              "related_to": {"relation": "includes"}}),
+]
+
+
+@pytest.fixture(scope="module")
+def doors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Memory, str, str, Any]]:
+    """The memory, the product's URL, the route-only app's URL and the product's app (one
+    for the module: searches change nothing, which every test checks)."""
+    tmp_path = tmp_path_factory.mktemp("fast-search")
+    mem = open_memory(tmp_path / "mem")
+    mem.create("Poi", {"name": "Din Tai Fung", "city": "Shanghai", "cost": 120})
+    mem.create("Poi", {"name": "外滩 night view", "city": "Shanghai"})
+    mem.create("Poi", {"name": "小笼包 stall", "city": "Shanghai", "rating": 5})
+    mem.create("Trip", {"destination": "Shanghai", "budget": 5000, "tags": ["food"]})
+    mem.for_tenant("other").create("Poi", {"name": "Louvre museum", "city": "Paris"})
+    settings = _settings(tmp_path, api_keys=KEYS, max_body_bytes=64 * 1024)
+    fast = create_app(settings, mem)
+    plain = create_app(settings, mem)
+    plain.user_middleware = [m for m in plain.user_middleware if m.cls is not SearchFastPath]
+    assert len(plain.user_middleware) == len(fast.user_middleware) - 1
+    with serve(fast) as fast_url, serve(plain) as plain_url:
+        yield mem, fast_url, plain_url, fast
+    mem.close()
+
+
+def _post(url: str, headers: dict[str, str], body: Any) -> httpx.Response:
+    content = body if isinstance(body, bytes) else None
+    with httpx.Client(base_url=url, timeout=START_TIMEOUT) as client:
+        if content is not None:
+            return client.post("/search", content=content, headers=headers)
+        return client.post("/search", json=body, headers=headers)
+
+
+def _same(fast_url: str, plain_url: str, headers: dict[str, str], body: Any) -> httpx.Response:
+    got, want = _post(fast_url, headers, body), _post(plain_url, headers, body)
+    assert got.status_code == want.status_code, (headers, body, got.text, want.text)
+    assert got.headers.get("content-type") == want.headers.get("content-type")
+    assert _untimed(got.content) == _untimed(want.content), (headers, body)
+    return got
+
+
+def _untimed(content: bytes) -> bytes:
+    """The bytes with the receipt's stage timings (which differ run to run) blanked."""
+    return re.sub(rb'"timings_ms":\{[^}]*\}', b'"timings_ms":{}', content)
+
+
+def test_fast_path_answers_searches_as_the_route_does(
+        doors: tuple[Memory, str, str, Any]) -> None:
+    mem, fast_url, plain_url, fast = doors
+    state = fast.state.dmf
+    before = mem.last_seq
+    for headers, body in GOOD:
+        served = state.fast_searches
+        got = _same(fast_url, plain_url, headers, body)
+        assert got.status_code == 200, got.text
+        assert state.fast_searches == served + 1, body
+    hits = _post(fast_url, {"X-API-Key": "key-other"}, {"type": "Poi", "text": "museum"})
+    assert [h["entity"]["data"]["name"] for h in hits.json()["hits"]] == ["Louvre museum"]
+    shanghai = _post(fast_url, {"X-API-Key": "key-reader"},
+                     {"type": "Poi", "text": "museum", "mode": "vector", "k": 5,
+                      "where": {"city": "Shanghai"}}).json()["hits"]
+    assert {h["entity"]["data"]["city"] for h in shanghai} == {"Shanghai"}
+    assert mem.last_seq == before  # searching changes nothing
+
+
+@pytest.mark.parametrize(("headers", "body"), OTHER)
+def test_requests_the_fast_path_does_not_take_get_the_routes_answer(
+        doors: tuple[Memory, str, str, Any], headers: dict[str, str], body: Any) -> None:
+    mem, fast_url, plain_url, fast = doors
+    before, served = mem.last_seq, fast.state.dmf.fast_searches
+    got = _same(fast_url, plain_url, headers, body)
+    assert got.status_code in (401, 413, 422), got.text
+    assert got.json()["error"] in ("unauthorized", "limit_exceeded", "validation_error")
+    assert fast.state.dmf.fast_searches == served
+    assert mem.last_seq == before
+
+
+@pytest.mark.parametrize(("headers", "body"), FAILING)
+def test_failing_searches_get_the_errors_the_route_gives(
+        doors: tuple[Memory, str, str, Any], headers: dict[str, str], body: Any) -> None:
+    mem, fast_url, plain_url, fast = doors
+    before, served = mem.last_seq, fast.state.dmf.fast_searches
+    got = _same(fast_url, plain_url, headers, body)
+    assert got.status_code in (404, 422), got.text
+    assert fast.state.dmf.fast_searches == served
+    assert mem.last_seq == before
+
+
+def test_other_routes_and_methods_are_untouched(doors: tuple[Memory, str, str, Any]) -> None:
+    _mem, fast_url, plain_url, fast = doors
+    served = fast.state.dmf.fast_searches
+    for method, path in (("GET", "/search"), ("POST", "/search/"), ("GET", "/types")):
+        with httpx.Client(timeout=START_TIMEOUT, headers={"X-API-Key": "key-reader"}) as c:
+            got = c.request(method, fast_url + path)
+            want = c.request(method, plain_url + path)
+        assert (got.status_code, got.content) == (want.status_code, want.content), path
+    assert fast.state.dmf.fast_searches == served
