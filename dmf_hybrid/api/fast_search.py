@@ -7,12 +7,13 @@ and the request's wrappers. This middleware sits inside :class:`~.errors.GuardMi
 the body limit and the text checks still apply) and answers a plain search itself, with the
 same functions the route's dependencies call: the key ring authenticates the caller, the
 principal needs the reader role, the body is parsed as JSON and validated as
-:class:`~dmf_hybrid.wire.SearchRequest`, the search runs in the same thread pool and the result
-is serialised by :func:`~.deps.model_response`.
+:class:`~dmf_hybrid.wire.SearchRequest`, and the route's own :func:`~.routes.search.answer`
+searches and serialises in the same thread pool.
 
 Anything else goes the normal way, which then answers it: another path or method, a body that
 is not JSON or does not validate, an ``Authorization`` header that is not one well-formed bearer
-token, a key that does not authenticate or lacks the role, a ``root_path``. The body read so far
+token, a key that does not authenticate or lacks the role, a repeated header this path reads, a
+``root_path``. The body read so far
 is handed on unchanged, so those answers (and their errors) are the normal path's. An error of
 the search itself is answered by the same handler the app registers for it.
 """
@@ -24,7 +25,6 @@ from typing import Any
 
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import DMFError
@@ -32,8 +32,9 @@ from ..memory import Memory
 from ..store.audit import PRINCIPAL
 from ..wire import SearchRequest
 from .auth import Role
-from .deps import OPEN_PRINCIPAL, ServiceState, model_response
+from .deps import OPEN_PRINCIPAL, ServiceState
 from .errors import dmf_error_response
+from .routes.search import answer
 
 PATH = "/search"
 
@@ -66,7 +67,7 @@ class SearchFastPath:
         state, memory, request = found
         try:
             # searched and serialised in one worker thread, as the route does
-            response = await run_in_threadpool(_answer, memory, request)
+            response = await run_in_threadpool(answer, memory, request)
         except DMFError as exc:
             await dmf_error_response(exc)(scope, receive, send)
             return
@@ -97,12 +98,6 @@ class SearchFastPath:
             return None
         PRINCIPAL.set(principal.key_label or OPEN_PRINCIPAL)
         return state, state.memory.for_tenant(principal.tenant), request
-
-
-def _answer(memory: Memory, request: SearchRequest) -> Response:
-    return model_response(memory.search(
-        request.type, request.text, where=request.where, k=request.k, mode=request.mode,
-        related_to=request.related_to, as_of=request.as_of, conversation=request.conversation))
 
 
 def _headers(scope: Scope) -> dict[str, str] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from ...memory import Memory
 from ...models import SearchResult
 from ...wire import SearchRequest
 from ..deps import ReaderMemory, model_response
@@ -14,6 +15,12 @@ router = APIRouter(tags=["search"])
 @router.post("/search", response_model=SearchResult)
 def search(body: SearchRequest, memory: ReaderMemory) -> Response:
     """Top-k hits for a text under filters, with per-leg provenance and a receipt."""
+    return answer(memory, body)
+
+
+def answer(memory: Memory, body: SearchRequest) -> Response:
+    """The response to a search request (this route's, and the fast path's of
+    :mod:`dmf_hybrid.api.fast_search`)."""
     return model_response(memory.search(
         body.type, body.text, where=body.where, k=body.k, mode=body.mode,
         related_to=body.related_to, as_of=body.as_of, conversation=body.conversation))
