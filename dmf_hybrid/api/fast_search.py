@@ -13,9 +13,9 @@ searches and serialises in the same thread pool.
 Anything else goes the normal way, which then answers it: another path or method, a body that
 is not JSON or does not validate, an ``Authorization`` header that is not one well-formed bearer
 token, a key that does not authenticate or lacks the role, a repeated header this path reads, a
-``root_path``. The body read so far
-is handed on unchanged, so those answers (and their errors) are the normal path's. An error of
-the search itself is answered by the same handler the app registers for it.
+``root_path``. The body read so far is handed on unchanged, so those answers (and their errors)
+are the normal path's. An error of the search itself is answered by the same handler the app
+registers for it.
 """
 
 from __future__ import annotations
