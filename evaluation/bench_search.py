@@ -441,6 +441,11 @@ def summary(name: str, subset: np.ndarray, samples: dict[str, list[tuple[float, 
     return entry
 
 
+#: The price of the product an after-create search adds: above every generated price, so it
+#: fails the price filter as it fails the city and category ones.
+PROBE_PRICE = 10_000.0
+
+
 def after_commits(mem: Memory, ids: list[str], where: dict[str, Any],
                   query_texts: list[str], query_vecs: np.ndarray, vectors: np.ndarray,
                   subset: np.ndarray, row_of: dict[str, int],
@@ -463,9 +468,11 @@ def after_commits(mem: Memory, ids: list[str], where: dict[str, Any],
                                                    truth))
         probe = mem.create("Product", {
             "name": f"probe {os.getpid()} {time.time_ns()}", "category": CATEGORIES[-1],
-            "price": 1.0, "city": CITIES[-1], "listed": dt.date(2021, 1, 1)})
+            "price": PROBE_PRICE, "city": CITIES[-1], "listed": dt.date(2021, 1, 1)})
         wall, cpu, got = timed_cpu(search)
         mem.delete(probe.id)
+        if any(h.entity.id == probe.id for h in got.hits):
+            raise RuntimeError(f"the search with {where} returned {probe.id}, which fails it")
         samples["ours_after_create"].append((wall, cpu))
         recalls["ours_after_create"].append(recall([row_of[h.entity.id] for h in got.hits],
                                                     truth))
