@@ -66,9 +66,7 @@ class RowReader(AuditChain):
 
     def row_to_entity(self, etype: EntityType, row: Sequence[Any], created: bool = False
                        ) -> Entity:
-        data = field_values(etype, row[_FIELDS_AT:])
-        if etype.datetime_fields:
-            data = aware_datetimes(etype, data)
+        data = aware_datetimes(etype, field_values(etype, row[_FIELDS_AT:]))
         return Entity(
             id=row[_ID_AT], type=etype.name, tenant=row[_TENANT_AT], version=row[_VERSION_AT],
             data=etype.model.model_validate(data),
