@@ -53,6 +53,14 @@ BLOCK_CACHE_MB = 64
 MAX_DUCKDB_MEMORY_MB = 4096
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity API here
+        return max(1, os.cpu_count() or 1)
+
+
 def default_duckdb_memory_limit() -> str:
     """A DuckDB ``memory_limit`` that fits this machine: a quarter of RAM, at most 4 GiB."""
     try:
@@ -120,6 +128,12 @@ class Settings(BaseSettings):
         description="How long a search that finds the model idle waits for others to share "
         "its call, while searches arrive together (a lone client never waits).",
     )
+    search_threads: int | None = Field(
+        None, ge=1,
+        description="Searches the HTTP service runs at once, each in a thread of its own; "
+        "later ones wait their turn in arrival order. Default: the CPUs the process may use "
+        "(more threads only fight over the GIL and the cores).",
+    )
     row_cache_size: int = Field(
         ROW_CACHE_SIZE, ge=0,
         description="Rows (and filter outcomes) search resolution keeps in memory until a "
@@ -155,6 +169,10 @@ class Settings(BaseSettings):
     load_examples: bool = Field(
         True, description="Load indexes/*.toml and example data into an empty store on serve."
     )
+
+    def search_thread_count(self) -> int:
+        """``search_threads``, or the CPUs the process may use when it is not set."""
+        return self.search_threads or usable_cpus()
 
     def limits(self) -> Limits:
         """The size limits the store enforces before any write."""

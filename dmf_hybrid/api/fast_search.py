@@ -8,7 +8,7 @@ the body limit and the text checks still apply) and answers a plain search itsel
 same functions the route's dependencies call: the key ring authenticates the caller, the
 principal needs the reader role, the body is parsed as JSON and validated as
 :class:`~dmf_hybrid.wire.SearchRequest`, and the route's own :func:`~.routes.search.answer`
-searches and serialises in the same thread pool.
+searches and serialises in the service's search threads (:meth:`~.deps.ServiceState.run_search`).
 
 Anything else goes the normal way, which then answers it: another path or method, a body that
 is not JSON or does not validate, an ``Authorization`` header that is not one well-formed bearer
@@ -24,7 +24,6 @@ import json
 from typing import Any
 
 from fastapi.security.utils import get_authorization_scheme_param
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import DMFError
@@ -66,8 +65,8 @@ class SearchFastPath:
             return
         state, memory, request = found
         try:
-            # searched and serialised in one worker thread, as the route does
-            response = await run_in_threadpool(answer, memory, request)
+            # searched and serialised in one search thread, as the route does
+            response = await state.run_search(answer, memory, request)
         except DMFError as exc:
             await dmf_error_response(exc)(scope, receive, send)
             return

@@ -7,15 +7,15 @@ from fastapi import APIRouter, Response
 from ...memory import Memory
 from ...models import SearchResult
 from ...wire import SearchRequest
-from ..deps import ReaderMemory, model_response
+from ..deps import ReaderMemory, State, model_response
 
 router = APIRouter(tags=["search"])
 
 
 @router.post("/search", response_model=SearchResult)
-def search(body: SearchRequest, memory: ReaderMemory) -> Response:
+async def search(body: SearchRequest, memory: ReaderMemory, state: State) -> Response:
     """Top-k hits for a text under filters, with per-leg provenance and a receipt."""
-    return answer(memory, body)
+    return await state.run_search(answer, memory, body)
 
 
 def answer(memory: Memory, body: SearchRequest) -> Response:
