@@ -24,13 +24,15 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy dmf_hybrid
 
 # The UI tests drive Debian's headless Chromium; a CJK font lets it draw Chinese text.
+# wrk drives the HTTP benchmark's server-only runs (bench_http --driver wrk, and its test).
 browser:
-	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && fc-list :lang=zh 2>/dev/null | grep -q .; \
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] && [ -x /usr/bin/wrk ] \
+	  && fc-list :lang=zh 2>/dev/null | grep -q .; \
 	then :; elif [ "$$(id -u)" = 0 ]; then \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-	  apt-get install -y -q chromium chromium-driver fonts-wqy-microhei; \
-	else echo "the UI tests need chromium, chromium-driver and fonts-wqy-microhei:" \
-	  "run 'make browser' as root"; fi
+	  apt-get install -y -q chromium chromium-driver fonts-wqy-microhei wrk; \
+	else echo "the UI and benchmark tests need chromium, chromium-driver," \
+	  "fonts-wqy-microhei and wrk: run 'make browser' as root"; fi
 
 test: lint browser
 	$(VENV)/bin/pytest -q -p no:cacheprovider

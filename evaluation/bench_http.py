@@ -21,22 +21,29 @@ throughput against concurrency (same stem, ``.png``).
 Why httpx with threads: this is a closed-loop test (each client sends its next request when the
 previous answer arrives), which is what agents calling the memory do, and one thread per client
 with one shared, pooled ``httpx.Client`` (thread-safe, keep-alive) models it directly; the GIL is
-released while a thread waits on its socket, and the client's own work per request (JSON encode
-and decode, ~0.2 ms) is small against the server's. Nothing outside PyPI can be installed here
-(no wrk / hey), and an asyncio client would measure the same closed loop with more code. The
-client shares the 2 cores with the server, so figures are for "client and server on one small
-machine", as an agent running beside its memory would see them.
+released while a thread waits on its socket. The client shares the 2 cores with the server and
+spends 1.5-2.5 ms of CPU per request (measured per cell), about what the server does, so these
+figures are for "client and server on one small machine", as an agent running beside its
+memory would see them.
+
+``--driver wrk`` measures the server alone: each cell is driven by wrk
+(:mod:`evaluation.wrk_driver`, Debian's ``wrk``) for ``--wrk-seconds`` per round, whose own
+CPU per request is a few microseconds, so the throughput against the number of clients is
+the service's scaling on the cores it has. The peer is not measured then (its client must
+embed every query itself, in Python).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import random
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +53,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +68,7 @@ from evaluation.plotting import (
     markdown_table,
     write_results,
 )
+from evaluation.wrk_driver import WrkResult, require_wrk, run_wrk, wait_until_idle
 
 log = logging.getLogger("bench_http")
 
@@ -69,6 +78,11 @@ MODES = ("hybrid", "vector", "keyword")
 LEVELS = (1, 4, 16, 64)
 #: The mode name of the Chroma-server peer's cells (a vector search, embedded client-side).
 PEER = "chroma-peer"
+#: Who sends the requests: Python threads with httpx (the default), or wrk (the server alone).
+DRIVERS = ("httpx", "wrk")
+#: Distinct queries a wrk run cycles through: more than the service's query cache holds, so
+#: a query that comes round again has left the cache.
+WRK_BODIES = 4096
 TYPE_NAME = "BenchNote"
 CATEGORIES = tuple(f"topic{i}" for i in range(10))
 BENCH_TYPE: dict[str, Any] = {
@@ -272,6 +286,8 @@ class Cell:
     failures: list[str] = field(default_factory=list)
     server_cpu_s: float | None = 0.0  # CPU the serving process used (None: unknown)
     client_cpu_s: float = 0.0  # CPU this process used: HTTP clients (and the peer's embedding)
+    #: with the wrk driver: what each round's run measured (wrk keeps the latencies)
+    wrk_runs: list[WrkResult] = field(default_factory=list)
 
 
 FAILURES_KEPT = 5
@@ -353,10 +369,15 @@ def drive(send: Send, bodies: Sequence[Mapping[str, Any]], concurrency: int,
 
 def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[int],
               requests: int, rounds: int, k: int, max_seconds: float, seed: int,
-              server_pid: int, peer: ChromaPeer | None = None) -> list[Cell]:
+              server_pid: int, peer: ChromaPeer | None = None,
+              wrk_seconds: int | None = None) -> list[Cell]:
     """Every (mode, level) cell driven with ``requests`` distinct queries over ``rounds``
     (with ``peer``, its cells too, in the same rotation); each cell also adds up the CPU
-    time of the process serving it (``server_pid``, or the peer's server) and of this one."""
+    time of the process serving it (``server_pid``, or the peer's server) and of the clients.
+
+    ``wrk_seconds``: wrk drives each cell for that many seconds per round instead (from
+    :data:`WRK_BODIES` distinct queries of its own; ``requests`` is then unused).
+    """
     senders = {m: post_search(client) for m in modes}
     serving = dict.fromkeys(modes, server_pid)
     if peer is not None:
@@ -364,7 +385,8 @@ def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[in
         serving[PEER] = peer.proc.pid
     cells = {(m, c): Cell(m, c) for m in senders for c in levels}
     per_round = [requests // rounds + (1 if r < requests % rounds else 0) for r in range(rounds)]
-    queries = iter(make_queries(len(cells) * requests, seed=seed))
+    per_run = WRK_BODIES if wrk_seconds is not None else max(per_round)
+    queries = iter(make_queries(len(cells) * rounds * per_run, seed=seed))
     deadline = time.perf_counter() + max_seconds
     remaining = rounds * len(cells)
     order = list(cells)
@@ -372,29 +394,51 @@ def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[in
         shift = r % len(order)
         for mode, level in order[shift:] + order[:shift]:
             bodies = [{"type": TYPE_NAME, "text": next(queries), "k": k, "mode": mode}
-                      for _ in range(per_round[r])]
+                      for _ in range(per_run if wrk_seconds is not None else per_round[r])]
             # a cell may use its share of the time left: fast cells leave more to slow ones
             now = time.perf_counter()
             cell = cells[(mode, level)]
             pid = serving[mode]
             server_before, client_before = cpu_seconds(pid), time.process_time()
-            drive(senders[mode], bodies, level, now + max(deadline - now, 0.0) / remaining,
-                  cell)
-            cell.client_cpu_s += time.process_time() - client_before
+            if wrk_seconds is not None:
+                run = run_wrk(str(client.base_url.join("/search")), bodies, level, wrk_seconds)
+                cell.wrk_runs.append(run)
+                cell.client_cpu_s += run.client_cpu_s
+            else:
+                drive(senders[mode], bodies, level,
+                      now + max(deadline - now, 0.0) / remaining, cell)
+                cell.client_cpu_s += time.process_time() - client_before
             server_after = cpu_seconds(pid)
             if server_before is None or server_after is None or cell.server_cpu_s is None:
                 cell.server_cpu_s = None  # /proc could not tell
             else:
                 cell.server_cpu_s += server_after - server_before
+            if wrk_seconds is not None:  # requests in flight when wrk stopped finish first
+                wait_until_idle(partial(cpu_seconds, pid))
             remaining -= 1
             log.info("round %d %s x%d: %d ok so far", r + 1, mode, level,
-                     cells[(mode, level)].ok)
+                     sum(w.ok for w in cell.wrk_runs) if cell.wrk_runs else cell.ok)
     return list(cells.values())
 
 
 def summarise(cell: Cell) -> dict[str, Any]:
-    """One result row: latency percentiles, requests/s, server time, errors."""
-    latency = latency_summary(cell.latencies)
+    """One result row: latency percentiles, requests/s, server time, errors.
+
+    With the wrk driver, p50 and p95 are the medians of the rounds' own percentiles (wrk
+    reports percentiles, not samples) and the mean is weighted by requests.
+    """
+    if cell.wrk_runs:
+        runs = cell.wrk_runs
+        cell.ok = sum(w.ok for w in runs)
+        cell.errors = sum(w.status_errors + w.socket_errors for w in runs)
+        cell.wall = sum(w.seconds for w in runs)
+        cell.round_rps = [round(w.ok / w.seconds, 2) if w.seconds else 0.0 for w in runs]
+        latency = {"p50_ms": round(statistics.median(w.p50_ms for w in runs), 3),
+                   "p95_ms": round(statistics.median(w.p95_ms for w in runs), 3),
+                   "mean_ms": round(sum(w.mean_ms * w.ok for w in runs) / cell.ok, 3)
+                   if cell.ok else math.nan}
+    else:
+        latency = latency_summary(cell.latencies)
     server = latency_summary([ms / 1000.0 for ms in cell.server_ms])
     return {
         "mode": cell.mode,
@@ -406,7 +450,7 @@ def summarise(cell: Cell) -> dict[str, Any]:
         "mean_ms": latency["mean_ms"],
         "rps": round(cell.ok / cell.wall, 2) if cell.wall > 0 else 0.0,
         "rps_per_round": cell.round_rps,
-        "server_p50_ms": server["p50_ms"] if cell.server_ms else None,  # the peer has none
+        "server_p50_ms": server["p50_ms"] if cell.server_ms else None,  # the peer, wrk: none
         "truncated": cell.truncated,
         "failures": cell.failures,
         "server_cpu_ms_per_request": (round(cell.server_cpu_s * 1000 / cell.ok, 2)
@@ -423,15 +467,26 @@ def run(*, n: int = 2000, embedder: str = DEFAULT_EMBEDDER, modes: Sequence[str]
         levels: Sequence[int] = LEVELS, requests: int = 120, rounds: int = 3, k: int = 10,
         batch: int = 250, warmup: int = 5, max_seconds: float = 600.0,
         ready_timeout: float = 300.0, seed: int = 7, workdir: Path | None = None,
-        server_env: Mapping[str, str] | None = None, peer: bool = True) -> dict[str, Any]:
+        server_env: Mapping[str, str] | None = None, peer: bool = True,
+        driver: str = "httpx", wrk_seconds: int = 5) -> dict[str, Any]:
     """Start the service, ingest ``n`` notes, load-test /search; the results document.
 
     ``server_env``: extra environment variables of the server process (e.g.
     ``OMP_NUM_THREADS``), recorded in the configuration. ``peer``: also start a ``chroma
     run`` server with the same rows and measure it in the same rounds (:mod:`.chroma_peer`).
+    ``driver``: "httpx" (Python client threads, ``requests`` per cell) or "wrk" (each cell
+    driven by wrk for ``wrk_seconds`` per round: the server's own scaling; no peer, whose
+    client must embed the queries itself).
     """
     if rounds < 1 or requests < rounds:
         raise ValueError("need rounds >= 1 and requests >= rounds")
+    if driver not in DRIVERS:
+        raise ValueError(f"unknown driver {driver!r}; choose from {list(DRIVERS)}")
+    if driver == "wrk":
+        require_wrk()
+        if wrk_seconds < 1:
+            raise ValueError("need wrk_seconds >= 1")
+        peer = False
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         raise ValueError(f"unknown modes {unknown}; choose from {list(MODES)}")
@@ -458,7 +513,8 @@ def run(*, n: int = 2000, embedder: str = DEFAULT_EMBEDDER, modes: Sequence[str]
                               seed) as (chroma, peer_info):
                     cells = load_test(client, modes=modes, levels=levels, requests=requests,
                                       rounds=rounds, k=k, max_seconds=max_seconds, seed=seed,
-                                      peer=chroma, server_pid=server.proc.pid)
+                                      peer=chroma, server_pid=server.proc.pid,
+                                      wrk_seconds=wrk_seconds if driver == "wrk" else None)
                 rss["after_load_mb"] = rss_mb(server.proc.pid)
         results = [summarise(c) for c in cells]
     finally:
@@ -469,7 +525,8 @@ def run(*, n: int = 2000, embedder: str = DEFAULT_EMBEDDER, modes: Sequence[str]
                    "concurrency": list(levels), "requests_per_cell": requests,
                    "rounds": rounds, "k": k, "batch": batch, "warmup": warmup,
                    "max_seconds": max_seconds, "seed": seed,
-                   "server_env": dict(server_env or {})},
+                   "server_env": dict(server_env or {}), "driver": driver,
+                   "wrk_seconds": wrk_seconds if driver == "wrk" else None},
         "environment": environment(),
         "server": {**startup, "ingest_s": round(ingest_s, 3),
                    "ingest_per_s": round(n / ingest_s, 1) if ingest_s > 0 else None,
@@ -507,14 +564,17 @@ def peer_for(enabled: bool, rows: Sequence[Mapping[str, Any]], embedder: str, tm
 
 
 def ratios(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Throughput of the most clients over one client per mode, and ours over the peer's."""
+    """Throughput of each number of clients over the fewest, per mode, and ours over the
+    peer's."""
     by = {(r["mode"], r["concurrency"]): r for r in results}
     levels = sorted({r["concurrency"] for r in results})
     out: dict[str, Any] = {}
     for mode in sorted({r["mode"] for r in results}):
-        one, top = by.get((mode, levels[0])), by.get((mode, levels[-1]))
-        if one and top and one["rps"]:
-            out[f"{mode}_rps_{levels[-1]}_over_{levels[0]}"] = round(top["rps"] / one["rps"], 2)
+        one = by.get((mode, levels[0]))
+        for level in levels[1:]:
+            more = by.get((mode, level))
+            if one and more and one["rps"]:
+                out[f"{mode}_rps_{level}_over_{levels[0]}"] = round(more["rps"] / one["rps"], 2)
         for level in levels:
             mine, peer = by.get((mode, level)), by.get((PEER, level))
             if mode != PEER and mine and peer and peer["rps"]:
@@ -535,10 +595,14 @@ def markdown(doc: Mapping[str, Any]) -> str:
              f"{r['errors']}{' (time bound hit)' if r['truncated'] else ''}"]
             for r in ordered]
     env_note = f", server env {config['server_env']}" if config.get("server_env") else ""
+    load = (f"wrk for {config['wrk_seconds']} s per cell and round (distinct queries; p50 and "
+            f"p95 are the medians of the rounds' percentiles)" if config.get("driver") == "wrk"
+            else f"{config['requests_per_cell']} distinct queries per cell (Python threads "
+                 f"with httpx)")
     return (
         "## HTTP /search under concurrency\n\n"
         f"{config['n']} entities, embedder `{config['embedder']}`, k = {config['k']}, "
-        f"{config['requests_per_cell']} distinct queries per cell in {config['rounds']} "
+        f"{load} in {config['rounds']} "
         f"interleaved rounds, client and server on 127.0.0.1{env_note} "
         f"({doc['environment']['cpus']} CPUs, load average "
         f"{doc['environment']['load_average']}).\n"
@@ -609,6 +673,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--no-peer", action="store_true",
                         help="skip the chroma run server peer (measured by default)")
+    parser.add_argument("--driver", choices=DRIVERS, default="httpx",
+                        help="who sends the requests: Python threads with httpx (default), or "
+                        "wrk, whose own CPU is negligible (the server's scaling alone; no peer)")
+    parser.add_argument("--wrk-seconds", type=int, default=5,
+                        help="with --driver wrk: seconds per cell and round (default 5)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
@@ -623,7 +692,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   requests=args.requests, rounds=args.rounds, k=args.k, batch=args.batch,
                   warmup=args.warmup, max_seconds=args.max_seconds,
                   ready_timeout=args.ready_timeout, seed=args.seed, workdir=args.workdir,
-                  server_env=server_env, peer=not args.no_peer)
+                  server_env=server_env, peer=not args.no_peer, driver=args.driver,
+                  wrk_seconds=args.wrk_seconds)
     except (RuntimeError, ValueError, httpx.HTTPError) as exc:
         print(f"bench_http failed: {exc}", file=sys.stderr)
         return 1

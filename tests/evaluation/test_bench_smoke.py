@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from evaluation import bench_all, bench_coldstart, bench_http, bench_load_writes, bench_search
+from evaluation import (
+    bench_all,
+    bench_coldstart,
+    bench_http,
+    bench_load_writes,
+    bench_search,
+    wrk_driver,
+)
 from evaluation.plotting import latency_summary, markdown_table, percentile
 
 RESULT_KEYS = {"mode", "concurrency", "requests", "errors", "p50_ms", "p95_ms", "mean_ms", "rps",
@@ -66,6 +73,34 @@ def test_bench_http_smoke(tmp_path: Path) -> None:
     assert json.loads(paths[0].read_text())["results"] == doc["results"]
     assert "| hybrid | 2 | 4 |" in paths[1].read_text()
     assert not list(tmp_path.glob("dmf-bench-http-*"))  # the data directory was removed
+
+
+@pytest.mark.slow  # starts the service in a subprocess
+@pytest.mark.timeout(120)
+def test_bench_http_with_the_wrk_driver(tmp_path: Path) -> None:
+    doc = bench_http.run(n=30, embedder="hash", modes=("vector", "keyword"), levels=(1, 3),
+                         rounds=2, warmup=1, batch=10, ready_timeout=60, workdir=tmp_path,
+                         driver="wrk", wrk_seconds=1)
+    assert doc["config"]["driver"] == "wrk" and doc["peer"] is None  # no peer with wrk
+    cells = {(r["mode"], r["concurrency"]) for r in doc["results"]}
+    assert cells == {(m, c) for m in ("vector", "keyword") for c in (1, 3)}
+    for row in doc["results"]:
+        assert RESULT_KEYS <= set(row)
+        assert row["requests"] > 10 and row["errors"] == 0 and len(row["rps_per_round"]) == 2
+        assert row["p95_ms"] >= row["p50_ms"] > 0 and row["rps"] > 0
+        # wrk's own CPU per request is far below the server's
+        assert 0 < row["client_cpu_ms_per_request"] < row["server_cpu_ms_per_request"]
+    assert set(doc["ratios"]) == {"vector_rps_3_over_1", "keyword_rps_3_over_1"}
+    paths = bench_http.write_outputs(doc, tmp_path / "out" / "bench_http.json", png=False)
+    assert "wrk for 1 s per cell" in paths[1].read_text()
+
+
+def test_the_wrk_driver_says_how_to_install_wrk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wrk_driver.shutil, "which", lambda _name: None)
+    with pytest.raises(RuntimeError, match="apt-get install wrk"):
+        bench_http.run(n=1, driver="wrk")
+    with pytest.raises(ValueError, match="unknown driver"):
+        bench_http.run(n=1, driver="ab")
 
 
 def test_bench_http_records_what_failed_requests_answered() -> None:
