@@ -6,7 +6,9 @@
    fresh temporary data directory (``DMF_LOAD_EXAMPLES=false``) and waits, bounded, for
    ``/healthz`` and ``/readyz``.
 2. Defines a ``BenchNote`` type (``POST /types``) and ingests ``--n`` synthetic notes over HTTP
-   (``POST /entities/BenchNote/batch``), then waits for ``/readyz`` (outbox drained).
+   (``POST /entities/BenchNote/batch``), then waits for ``/readyz`` (outbox drained); then
+   creates the same rows, in the same batches, in an embedded ``Memory`` with the same
+   embedder, for the ratio of the two ingest rates.
 3. For every mode (hybrid, vector, keyword) and concurrency level (1, 4, 16 clients) sends a
    fixed number of distinct queries (no query-embedding cache hits) and records per-request
    latency, requests/s and the server's own ``receipt.timings_ms.total_ms``. The requests are
@@ -460,6 +462,28 @@ def summarise(cell: Cell) -> dict[str, Any]:
     }
 
 
+def embedded_ingest(rows: Sequence[Mapping[str, Any]], embedder: str, batch: int, path: Path
+                    ) -> float:
+    """Seconds ``Memory.create_many`` takes for ``rows`` in batches of ``batch`` (as the HTTP
+    ingest sends them) in a fresh embedded memory at ``path`` with the same embedder, model
+    loaded beforehand; each batch is indexed when it commits, as over HTTP."""
+    from dmf_hybrid import Memory
+    from dmf_hybrid.config import Settings
+
+    mem = Memory.open(path, settings=Settings(embedder=embedder, load_examples=False))
+    try:
+        mem.define_type(BENCH_TYPE)
+        load = getattr(mem.engine.embedder, "load", None)
+        if callable(load):
+            load()
+        start = time.perf_counter()
+        for i in range(0, len(rows), batch):
+            mem.create_many(TYPE_NAME, rows[i:i + batch])
+        return time.perf_counter() - start
+    finally:
+        mem.close()
+
+
 # ---------------------------------------------------------------- the run
 
 
@@ -504,6 +528,8 @@ def run(*, n: int = 2000, embedder: str = DEFAULT_EMBEDDER, modes: Sequence[str]
                 ingest_s = ingest(client, rows, batch)
                 server.wait_for("/readyz", ready_timeout)  # the outbox is drained
                 indexed_s = time.perf_counter() - ingest_start
+                # the same rows into an embedded memory, right after (the server idles)
+                embedded_s = embedded_ingest(rows, embedder, batch, tmp / "embedded")
                 for mode in modes:  # the first query of a mode builds its per-process state
                     for text in make_queries(warmup, seed=seed + 1000):
                         client.post("/search", json={"type": TYPE_NAME, "text": text, "k": k,
@@ -530,7 +556,13 @@ def run(*, n: int = 2000, embedder: str = DEFAULT_EMBEDDER, modes: Sequence[str]
         "environment": environment(),
         "server": {**startup, "ingest_s": round(ingest_s, 3),
                    "ingest_per_s": round(n / ingest_s, 1) if ingest_s > 0 else None,
-                   "ingest_to_indexed_s": round(indexed_s, 3), "rss": rss},
+                   "ingest_to_indexed_s": round(indexed_s, 3), "rss": rss,
+                   "embedded_ingest_s": round(embedded_s, 3),
+                   "embedded_ingest_per_s": round(n / embedded_s, 1) if embedded_s > 0
+                   else None,
+                   # throughput of the HTTP ingest (until indexed) over the embedded one's
+                   "http_over_embedded_ingest": round(embedded_s / indexed_s, 2)
+                   if indexed_s > 0 else None},
         "peer": peer_info,
         "results": results,
         "ratios": ratios(results),
@@ -607,7 +639,9 @@ def markdown(doc: Mapping[str, Any]) -> str:
         f"({doc['environment']['cpus']} CPUs, load average "
         f"{doc['environment']['load_average']}).\n"
         f"Server: spawn → /healthz {server['spawn_to_healthz_s']} s, → /readyz "
-        f"{server['spawn_to_readyz_s']} s; HTTP ingest {server['ingest_per_s']} entities/s; "
+        f"{server['spawn_to_readyz_s']} s; HTTP ingest {server['ingest_per_s']} entities/s "
+        f"(embedded `create_many` of the same rows {server.get('embedded_ingest_per_s')}/s, "
+        f"HTTP until indexed / embedded: {server.get('http_over_embedded_ingest')}×); "
         f"service RSS {server.get('rss', {}).get('after_ingest_mb')} MB after ingest, "
         f"{server.get('rss', {}).get('after_load_mb')} MB after the load.\n"
         + (f"Peer (`{PEER}`): {doc['peer']['kind']}, model `{doc['peer']['model_id']}`, "

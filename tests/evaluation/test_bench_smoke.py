@@ -54,7 +54,9 @@ def test_bench_http_smoke(tmp_path: Path) -> None:
                          workdir=tmp_path)
     assert {"benchmark", "config", "environment", "server", "results", "elapsed_s"} <= set(doc)
     assert {"spawn_to_healthz_s", "spawn_to_readyz_s", "ingest_s", "ingest_per_s",
-            "ingest_to_indexed_s", "exit_code"} <= set(doc["server"])
+            "ingest_to_indexed_s", "exit_code", "embedded_ingest_s",
+            "http_over_embedded_ingest"} <= set(doc["server"])
+    assert doc["server"]["embedded_ingest_s"] > 0 and doc["server"]["http_over_embedded_ingest"] > 0
     # stopped gracefully by SIGTERM (uvicorn re-raises the signal after its shutdown)
     assert doc["server"]["exit_code"] in (0, -signal.SIGTERM)
     cells = {(r["mode"], r["concurrency"]) for r in doc["results"]}
