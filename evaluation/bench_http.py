@@ -429,36 +429,36 @@ def summarise(cell: Cell) -> dict[str, Any]:
     With the wrk driver, p50 and p95 are the medians of the rounds' own percentiles (wrk
     reports percentiles, not samples) and the mean is weighted by requests.
     """
+    ok, errors, wall, round_rps = cell.ok, cell.errors, cell.wall, cell.round_rps
     if cell.wrk_runs:
         runs = cell.wrk_runs
-        cell.ok = sum(w.ok for w in runs)
-        cell.errors = sum(w.status_errors + w.socket_errors for w in runs)
-        cell.wall = sum(w.seconds for w in runs)
-        cell.round_rps = [round(w.ok / w.seconds, 2) if w.seconds else 0.0 for w in runs]
+        ok = sum(w.ok for w in runs)
+        errors = sum(w.status_errors + w.socket_errors for w in runs)
+        wall = sum(w.seconds for w in runs)
+        round_rps = [round(w.ok / w.seconds, 2) if w.seconds else 0.0 for w in runs]
         latency = {"p50_ms": round(statistics.median(w.p50_ms for w in runs), 3),
                    "p95_ms": round(statistics.median(w.p95_ms for w in runs), 3),
-                   "mean_ms": round(sum(w.mean_ms * w.ok for w in runs) / cell.ok, 3)
-                   if cell.ok else math.nan}
+                   "mean_ms": round(sum(w.mean_ms * w.ok for w in runs) / ok, 3)
+                   if ok else math.nan}
     else:
         latency = latency_summary(cell.latencies)
     server = latency_summary([ms / 1000.0 for ms in cell.server_ms])
     return {
         "mode": cell.mode,
         "concurrency": cell.concurrency,
-        "requests": cell.ok,
-        "errors": cell.errors,
+        "requests": ok,
+        "errors": errors,
         "p50_ms": latency["p50_ms"],
         "p95_ms": latency["p95_ms"],
         "mean_ms": latency["mean_ms"],
-        "rps": round(cell.ok / cell.wall, 2) if cell.wall > 0 else 0.0,
-        "rps_per_round": cell.round_rps,
+        "rps": round(ok / wall, 2) if wall > 0 else 0.0,
+        "rps_per_round": round_rps,
         "server_p50_ms": server["p50_ms"] if cell.server_ms else None,  # the peer, wrk: none
         "truncated": cell.truncated,
         "failures": cell.failures,
-        "server_cpu_ms_per_request": (round(cell.server_cpu_s * 1000 / cell.ok, 2)
-                                      if cell.ok and cell.server_cpu_s is not None else None),
-        "client_cpu_ms_per_request": (round(cell.client_cpu_s * 1000 / cell.ok, 2)
-                                      if cell.ok else None),
+        "server_cpu_ms_per_request": (round(cell.server_cpu_s * 1000 / ok, 2)
+                                      if ok and cell.server_cpu_s is not None else None),
+        "client_cpu_ms_per_request": round(cell.client_cpu_s * 1000 / ok, 2) if ok else None,
     }
 
 

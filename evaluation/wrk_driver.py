@@ -72,14 +72,9 @@ class WrkResult:
         return max(0, self.requests - self.status_errors)
 
 
-def wrk_path() -> str | None:
-    """The ``wrk`` executable on PATH, or None."""
-    return shutil.which("wrk")
-
-
 def require_wrk() -> str:
-    """The ``wrk`` executable; RuntimeError saying how to install it when it is missing."""
-    path = wrk_path()
+    """The ``wrk`` executable on PATH; RuntimeError saying how to install it when missing."""
+    path = shutil.which("wrk")
     if path is None:
         raise RuntimeError("the wrk driver needs wrk: install it with `apt-get install wrk` "
                            "(run `make browser` as root, which installs it with Chromium)")
