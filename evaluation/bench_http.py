@@ -291,6 +291,15 @@ class Cell:
     #: with the wrk driver: what each round's run measured (wrk keeps the latencies)
     wrk_runs: list[WrkResult] = field(default_factory=list)
 
+    def add_wrk(self, run: WrkResult) -> None:
+        """Count one wrk run into the cell, as :func:`drive` counts a round of its own."""
+        self.wrk_runs.append(run)
+        self.ok += run.ok
+        self.errors += run.status_errors + run.socket_errors
+        self.wall += run.seconds
+        self.round_rps.append(round(run.ok / run.seconds, 2) if run.seconds > 0 else 0.0)
+        self.client_cpu_s += run.client_cpu_s
+
 
 FAILURES_KEPT = 5
 
@@ -403,9 +412,8 @@ def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[in
             pid = serving[mode]
             server_before, client_before = cpu_seconds(pid), time.process_time()
             if wrk_seconds is not None:
-                run = run_wrk(str(client.base_url.join("/search")), bodies, level, wrk_seconds)
-                cell.wrk_runs.append(run)
-                cell.client_cpu_s += run.client_cpu_s
+                cell.add_wrk(run_wrk(str(client.base_url.join("/search")), bodies, level,
+                                     wrk_seconds))
             else:
                 drive(senders[mode], bodies, level,
                       now + max(deadline - now, 0.0) / remaining, cell)
@@ -418,8 +426,7 @@ def load_test(client: httpx.Client, *, modes: Sequence[str], levels: Sequence[in
             if wrk_seconds is not None:  # requests in flight when wrk stopped finish first
                 wait_until_idle(partial(cpu_seconds, pid))
             remaining -= 1
-            log.info("round %d %s x%d: %d ok so far", r + 1, mode, level,
-                     sum(w.ok for w in cell.wrk_runs) if cell.wrk_runs else cell.ok)
+            log.info("round %d %s x%d: %d ok so far", r + 1, mode, level, cell.ok)
     return list(cells.values())
 
 
@@ -429,36 +436,32 @@ def summarise(cell: Cell) -> dict[str, Any]:
     With the wrk driver, p50 and p95 are the medians of the rounds' own percentiles (wrk
     reports percentiles, not samples) and the mean is weighted by requests.
     """
-    ok, errors, wall, round_rps = cell.ok, cell.errors, cell.wall, cell.round_rps
     if cell.wrk_runs:
         runs = cell.wrk_runs
-        ok = sum(w.ok for w in runs)
-        errors = sum(w.status_errors + w.socket_errors for w in runs)
-        wall = sum(w.seconds for w in runs)
-        round_rps = [round(w.ok / w.seconds, 2) if w.seconds else 0.0 for w in runs]
         latency = {"p50_ms": round(statistics.median(w.p50_ms for w in runs), 3),
                    "p95_ms": round(statistics.median(w.p95_ms for w in runs), 3),
-                   "mean_ms": round(sum(w.mean_ms * w.ok for w in runs) / ok, 3)
-                   if ok else math.nan}
+                   "mean_ms": round(sum(w.mean_ms * w.ok for w in runs) / cell.ok, 3)
+                   if cell.ok else math.nan}
     else:
         latency = latency_summary(cell.latencies)
     server = latency_summary([ms / 1000.0 for ms in cell.server_ms])
     return {
         "mode": cell.mode,
         "concurrency": cell.concurrency,
-        "requests": ok,
-        "errors": errors,
+        "requests": cell.ok,
+        "errors": cell.errors,
         "p50_ms": latency["p50_ms"],
         "p95_ms": latency["p95_ms"],
         "mean_ms": latency["mean_ms"],
-        "rps": round(ok / wall, 2) if wall > 0 else 0.0,
-        "rps_per_round": round_rps,
+        "rps": round(cell.ok / cell.wall, 2) if cell.wall > 0 else 0.0,
+        "rps_per_round": cell.round_rps,
         "server_p50_ms": server["p50_ms"] if cell.server_ms else None,  # the peer, wrk: none
         "truncated": cell.truncated,
         "failures": cell.failures,
-        "server_cpu_ms_per_request": (round(cell.server_cpu_s * 1000 / ok, 2)
-                                      if ok and cell.server_cpu_s is not None else None),
-        "client_cpu_ms_per_request": round(cell.client_cpu_s * 1000 / ok, 2) if ok else None,
+        "server_cpu_ms_per_request": (round(cell.server_cpu_s * 1000 / cell.ok, 2)
+                                      if cell.ok and cell.server_cpu_s is not None else None),
+        "client_cpu_ms_per_request": (round(cell.client_cpu_s * 1000 / cell.ok, 2)
+                                      if cell.ok else None),
     }
 
 
@@ -696,7 +699,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=250, help="rows per ingest request")
     parser.add_argument("--warmup", type=int, default=5, help="untimed queries per mode")
     parser.add_argument("--max-seconds", type=float, default=600.0,
-                        help="time bound of the load phase; cells stop early past their share")
+                        help="time bound of the load phase; cells stop early past their share "
+                        "(httpx driver: a wrk run always takes --wrk-seconds)")
     parser.add_argument("--ready-timeout", type=float, default=300.0,
                         help="seconds to wait for /healthz and /readyz")
     parser.add_argument("--seed", type=int, default=7)
