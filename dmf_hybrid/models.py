@@ -247,6 +247,9 @@ class ContextTurn(BaseModel):
     role: str
     text: str
     time: dt.datetime | None = None
+    dates: list[dict[str, str]] = Field(
+        default_factory=list, description="Its time expressions resolved against its time: "
+        '{"phrase", "start", "end"} (ISO dates; the type\'s grounded dates).')
 
 
 class MemoryContext(BaseModel):

@@ -10,9 +10,16 @@ text field of each new row, at write time, with the embedded texts of up to ``tu
 rows of its group, so that the field's place in the embed template carries them. Rows written
 later never change it, and the same text embeds once (the cache is keyed by text).
 
-Both are checked against the type's fields by :func:`check_profile` / :func:`check_context`
-(called from ``TypeDef.check``), every fault a :class:`~dmf_hybrid.errors.SchemaError` naming
-its field.
+A type's ``dates`` (:class:`DateGrounding`, TOML ``[types.X.dates]``) makes the store resolve
+the time expressions of a text field against a time field of the same row ("yesterday" said
+on 8 May 2023 is 7 May 2023; ``dmf_hybrid.dates``) into a json field, at every write that
+changes either: ``{"from", "to", "found": [{"phrase", "start", "end"}]}`` (ISO dates, ``from``
+/ ``to`` the earliest start and latest end, so ``{"dates.from": {"$lte": ...}}`` filters), or
+null when the text holds none.
+
+All three are checked against the type's fields by :func:`check_profile`,
+:func:`check_context` and :func:`check_dates` (called from ``TypeDef.check``), every fault a
+:class:`~dmf_hybrid.errors.SchemaError` naming its field.
 """
 
 from __future__ import annotations
@@ -69,6 +76,16 @@ class GroupContext(BaseModel):
     group: tuple[str, ...]
     order: str
     turns: int = Field(1, description=f"Preceding rows, 1 to {MAX_CONTEXT_TURNS}.")
+
+
+class DateGrounding(BaseModel):
+    """The store resolves the time expressions of ``text`` against ``time`` into ``field``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    field: str = Field(description="json field the store fills with the resolved dates.")
+    text: str = Field(description="Text field whose time expressions are resolved.")
+    time: str = Field(description="datetime or date field the expressions are relative to.")
 
 
 def _check_group(group: tuple[str, ...], order: str, kinds: Mapping[str, str],
@@ -131,3 +148,19 @@ def check_context(context: GroupContext, kinds: Mapping[str, str],
         raise SchemaError(f"context turns must be from 1 to {MAX_CONTEXT_TURNS}",
                           field="context.turns")
 
+
+
+def check_dates(dates: DateGrounding, kinds: Mapping[str, str]) -> None:
+    """A SchemaError if ``dates`` names missing fields or fields of the wrong kind."""
+    for part, kind_ok in (("field", ("json",)), ("text", ("str",)),
+                          ("time", ("datetime", "date"))):
+        name = getattr(dates, part)
+        if name not in kinds:
+            raise SchemaError(f"dates {part} {name!r} is not a field of the type",
+                              field=f"dates.{part}")
+        if kinds[name] not in kind_ok:
+            raise SchemaError(f"dates {part} {name!r} must be a {' or '.join(kind_ok)} field, "
+                              f"not {kinds[name]}", field=f"dates.{part}")
+    if len({dates.field, dates.text, dates.time}) < 3:
+        raise SchemaError("dates field, text and time must be three different fields",
+                          field="dates.field")

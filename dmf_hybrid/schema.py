@@ -34,7 +34,14 @@ from .checks import (
 )
 from .errors import FilterError, SchemaError, ValidationError, first_problem
 from .jsonpaths import render, split_path, value_at
-from .profiles import GroupContext, SearchProfile, check_context, check_profile
+from .profiles import (
+    DateGrounding,
+    GroupContext,
+    SearchProfile,
+    check_context,
+    check_dates,
+    check_profile,
+)
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -122,6 +129,8 @@ class TypeDef(BaseModel):
         None, description="Search defaults of the type (dmf_hybrid.profiles).")
     context: GroupContext | None = Field(
         None, description="Preceding rows of a group embedded with each row (dmf_hybrid.profiles).")
+    dates: DateGrounding | None = Field(
+        None, description="Time expressions of a text resolved into a field (dmf_hybrid.profiles).")
 
     def check(self) -> TypeDef:
         """This definition, or a SchemaError naming what is wrong with it."""
@@ -183,6 +192,8 @@ class TypeDef(BaseModel):
             check_profile(self.search, kinds)
         if self.context is not None:
             check_context(self.context, kinds, set(template_fields(self.embed or "")))
+        if self.dates is not None:
+            check_dates(self.dates, kinds)
         return self
 
     def _check_analyzers(self) -> None:

@@ -56,6 +56,7 @@ from ..models import (
     Entity,
     MemoryContext,
 )
+from ..profiles import DateGrounding
 from ..ruledefs import CONSTRAINT_TYPE
 from ..store import audit
 from ..store.reads import EVENTS_ALL
@@ -222,16 +223,27 @@ def _last_turns(mem: EmbeddedMemory, conversation: str, turns: int, as_of: int |
     check_log_type(types[MESSAGE_TYPE], field="conversation")
     page = mem.query(MESSAGE_TYPE, {CONVERSATION_FIELD: conversation}, order_by="-turn",
                      limit=turns, as_of=as_of)
+    grounding = types[MESSAGE_TYPE].typedef.dates
     return [ContextTurn(id=m.id, turn=m.data.turn, role=m.data.role, text=m.data.text,
-                        time=m.data.time) for m in reversed(page.items)]
+                        time=m.data.time, dates=_found_dates(m.data, grounding))
+            for m in reversed(page.items)]
+
+
+def _found_dates(data: Any, grounding: DateGrounding | None) -> list[dict[str, str]]:
+    """The resolved time expressions a row's grounded dates field holds."""
+    value = None if grounding is None else getattr(data, grounding.field, None)
+    found = value.get("found") if isinstance(value, dict) else None
+    return [dict(f) for f in found if isinstance(f, dict)] if isinstance(found, list) else []
 
 
 def _turn_line(turn: ContextTurn) -> str:
     text = turn.text if len(turn.text) <= MAX_TURN_CHARS else \
         turn.text[:MAX_TURN_CHARS - 1] + "…"
     when = f" ({turn.time.isoformat()})" if turn.time is not None else ""
+    dates = "; ".join(f"{d['phrase']} = {d['start']}" + (
+        f"..{d['end']}" if d["end"] != d["start"] else "") for d in turn.dates)
     return f"- {turn.id} turn {turn.turn}{when} {turn.role}: " \
-           f"{json.dumps(text, ensure_ascii=False)}"
+           f"{json.dumps(text, ensure_ascii=False)}" + (f" [{dates}]" if dates else "")
 
 
 def build_context(mem: EmbeddedMemory, focus_ids: Any = None, query: Any = None,

@@ -29,6 +29,7 @@ from ..errors import (
 from ..ids import DEFAULT_TENANT, ID_HASH_HEX, entity_id, sha256_hex
 from ..models import Entity
 from ..schema import EntityType
+from .grounding import with_grounded_dates
 from .queries import Queries
 from .rows import jsonable
 from .sql import (
@@ -89,6 +90,9 @@ class Writes(Queries):
         writes nothing."""
         instance = etype.validate_data(data)
         values = instance.model_dump()
+        if etype.typedef.dates is not None:  # derived from the text and time just validated
+            values = with_grounded_dates(etype, values)
+            instance = etype.model.model_validate(values)
         check_value_sizes(values, self.limits)
         try:
             plain = jsonable(values)
@@ -124,7 +128,7 @@ class Writes(Queries):
                     expected_version=expected_version,
                 )
             old_values = current.fields()
-            new_values = compute(etype, current)
+            new_values = with_grounded_dates(etype, compute(etype, current))
             check_identity_kept(etype, eid, tenant, old_values, new_values, op)
             deleted_at = current.deleted_at
             if op == "delete":
