@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .checks import AsOf, check_page, check_where
+from .checks import AsOf, check_page, check_reference_time, check_where
 from .conversations import check_conversation, check_turns
 from .encoding import as_of_value, jsonable, where_json
 
@@ -31,12 +31,14 @@ def count_body(where: Mapping[str, Any] | None, as_of: AsOf) -> dict[str, Any]:
 
 def search_body(type_name: str, text: str | None, where: Mapping[str, Any] | None, k: int,
                 mode: str, related_to: Mapping[str, Any] | None, as_of: AsOf,
-                conversation: str | None) -> dict[str, Any]:
+                conversation: str | None, reference_time: Any = None) -> dict[str, Any]:
     """``POST /search``."""
+    when = check_reference_time(reference_time)
     return {"type": type_name, "text": text, "where": where_json(where), "k": k,
             "mode": mode, "related_to": jsonable(related_to, "related_to"),
             "as_of": as_of_value(as_of),
-            "conversation": None if conversation is None else check_conversation(conversation)}
+            "conversation": None if conversation is None else check_conversation(conversation),
+            "reference_time": None if when is None else when.isoformat()}
 
 
 def context_body(focus_ids: Sequence[str] | None, query: str | None, budget_tokens: int,

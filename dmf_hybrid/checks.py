@@ -167,6 +167,28 @@ def parse_as_of(value: Any) -> int | dt.datetime | None:
     return value
 
 
+def check_reference_time(value: Any) -> dt.datetime | None:
+    """``reference_time`` of a search: a datetime, a date (its midnight) or an ISO-8601
+    string, as an aware UTC datetime (naive means UTC); None stays None (the search reads it
+    as now). Anything else is a ValidationError naming ``reference_time``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValidationError("reference_time must be an ISO-8601 date or time",
+                                  field="reference_time") from None
+    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime.combine(value, dt.time())
+    if not isinstance(value, dt.datetime):
+        raise ValidationError("reference_time must be an ISO-8601 date or time, or a datetime",
+                              field="reference_time")
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
+
+
 #: Largest stored value of one field, in UTF-8 bytes. DuckDB 1.4 slows every later update of a
 #: segment holding a multi-megabyte value (evaluation/reliability_hostile.py measures it).
 MAX_VALUE_BYTES = 64 * 1024

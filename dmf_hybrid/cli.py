@@ -348,12 +348,16 @@ def search(
     where: WhereOpt = None,
     k: Annotated[int, typer.Option(min=1, help="How many hits.")] = 10,
     mode: Annotated[str, typer.Option(help="hybrid, vector or keyword.")] = "hybrid",
+    reference_time: Annotated[str | None, typer.Option(
+        help="ISO-8601 date or time the query's time phrases are read against (default "
+             "now).")] = None,
     data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Similarity search (hybrid by default), resolved from DuckDB, with a receipt."""
     filt = parse_json_option(where, "--where")
     with target(data, url, api_key) as mem:
-        result = mem.search(type_name, text, where=filt, k=k, mode=mode)
+        result = mem.search(type_name, text, where=filt, k=k, mode=mode,
+                            reference_time=reference_time)
     if as_json:
         print_json(result)
         return
@@ -364,6 +368,8 @@ def search(
     r = result.receipt
     typer.echo(f"{len(result.hits)} hit(s); mode {r.mode}, plan {r.plan}, {r.candidates} "
                f"candidates, resolved at seq {r.resolved_at_seq}")
+    for w in r.time_windows:
+        typer.echo(f"time phrase {w['phrase']!r} read as {w['start']}..{w['end']}")
 
 
 @app.command()

@@ -14,6 +14,7 @@ and ``archive_events`` take a name (the server puts the files under its data dir
 
 from __future__ import annotations
 
+import datetime as dt
 import json as json_module
 import logging
 import threading
@@ -437,8 +438,10 @@ class MemoryClient(MemoryAPI):
     def search(self, type_name: str, text: str | None = None, *,
                where: Mapping[str, Any] | None = None, k: int = 10, mode: str = "hybrid",
                related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
-               conversation: str | None = None) -> SearchResult:
-        body = search_body(type_name, text, where, k, mode, related_to, as_of, conversation)
+               conversation: str | None = None,
+               reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
+        body = search_body(type_name, text, where, k, mode, related_to, as_of, conversation,
+                           reference_time)
         return self._get(SearchResult, "POST", "/search", json=body)
 
     def reconcile(self) -> ReconcileCounts:

@@ -7,6 +7,7 @@ there); the embedded-only extras are ``open``, ``for_tenant``, ``transaction``,
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -377,10 +378,11 @@ class Memory(MemoryAPI):
     def search(self, type_name: str, text: str | None = None, *,
                where: Mapping[str, Any] | None = None, k: int = 10, mode: str = "hybrid",
                related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
-               conversation: str | None = None) -> SearchResult:
+               conversation: str | None = None,
+               reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
         return self._engine.search(self.tenant, type_name, text, where=where, k=k, mode=mode,
                                    related_to=related_to, as_of=as_of,
-                                   conversation=conversation)
+                                   conversation=conversation, reference_time=reference_time)
 
     def reconcile(self) -> ReconcileCounts:
         return self._engine.reconcile()

@@ -179,6 +179,13 @@ class Receipt(BaseModel):
     rrf_k: int | None = None
     fusion: str | None = Field(None, description="How a hybrid search fused its legs.")
     dropped: int = Field(0, description="Proposed hits that failed resolution (fail closed).")
+    reference_time: dt.datetime | None = Field(
+        None, description="The time the query's time phrases were read against.")
+    time_windows: list[dict[str, str]] = Field(
+        default_factory=list, description='The query\'s time phrases read as date windows: '
+        '{"phrase", "start", "end"} (ISO dates, inclusive).')
+    asks_when: bool = Field(False, description="Whether the query asks when something "
+                            "happened (rows with grounded dates then rank higher).")
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
 

@@ -53,6 +53,42 @@ class Neighbours(BaseModel):
     weight: float = Field(0.5, description="Share of a neighbour's score a row gains.")
 
 
+class Sessions(BaseModel):
+    """Groups scored by their best rows, and kept from crowding the top: a row gains
+    ``weight`` times the best fused score of its group, then the top is picked greedily, each
+    row's score multiplied by (1 - ``diversity``) for every row of its group picked before."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    group: tuple[str, ...] = Field(description="Fields whose equal values make a group.")
+    weight: float = Field(0.0, description="Share of its group's best score a row gains.")
+    diversity: float = Field(0.0, description="Share of its score a row loses for each row "
+                             "of its group already picked (0: off; below 1).")
+
+
+class TimeBoost(BaseModel):
+    """A query's time read against the rows' time and grounded dates (the type's ``dates``):
+    a row gains ``window`` times its score when its time or one of its dates falls in a time
+    window the query names ("last summer", "上周"), and ``when`` times its score when it has
+    grounded dates and the query asks when something happened."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: float = Field(0.0, description="Share of its score a row in a query's window gains.")
+    when: float = Field(0.0, description="Share of its score a dated row gains for 'when?'.")
+
+
+class Named(BaseModel):
+    """A row gains ``weight`` times its score when the query names its ``field`` value (whole
+    words, any case): "What did Caroline research?" prefers the rows whose speaker is
+    Caroline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    field: str = Field(description="A text field (e.g. a message's speaker).")
+    weight: float = Field(0.0, description="Share of its score a named row gains.")
+
+
 class SearchProfile(BaseModel):
     """A type's search defaults; any left out keeps the memory's setting."""
 
@@ -64,6 +100,9 @@ class SearchProfile(BaseModel):
         None, description="Weight per leg (vector, keyword, exact); a leg left out weighs 1.")
     query_terms: Literal["all", "drop_stopwords"] = "all"
     neighbours: Neighbours | None = None
+    sessions: Sessions | None = None
+    time: TimeBoost | None = None
+    named: Named | None = None
 
 
 class GroupContext(BaseModel):
@@ -125,6 +164,33 @@ def check_profile(profile: SearchProfile, kinds: Mapping[str, str]) -> None:
         if not math.isfinite(near.weight) or near.weight < 0:
             raise SchemaError("neighbour weight must be a finite number >= 0",
                               field="search.neighbours.weight")
+    sessions = profile.sessions
+    if sessions is not None:
+        for name in sessions.group:
+            if name not in kinds:
+                raise SchemaError(f"group field {name!r} is not a field of the type",
+                                  field="search.sessions.group")
+        if not sessions.group:
+            raise SchemaError("group names no field", field="search.sessions.group")
+        if not math.isfinite(sessions.weight) or sessions.weight < 0:
+            raise SchemaError("session weight must be a finite number >= 0",
+                              field="search.sessions.weight")
+        if not 0 <= sessions.diversity < 1:
+            raise SchemaError("session diversity must be from 0 to below 1",
+                              field="search.sessions.diversity")
+    if profile.named is not None:
+        if profile.named.field not in kinds or kinds[profile.named.field] not in ("str", "enum"):
+            raise SchemaError(f"named field {profile.named.field!r} must be a text field of "
+                              "the type", field="search.named.field")
+        if not math.isfinite(profile.named.weight) or profile.named.weight < 0:
+            raise SchemaError("named weight must be a finite number >= 0",
+                              field="search.named.weight")
+    if profile.time is not None:
+        for part in ("window", "when"):
+            value = getattr(profile.time, part)
+            if not math.isfinite(value) or value < 0:
+                raise SchemaError(f"time {part} must be a finite number >= 0",
+                                  field=f"search.time.{part}")
 
 
 def check_context(context: GroupContext, kinds: Mapping[str, str],

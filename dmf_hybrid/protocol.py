@@ -14,6 +14,7 @@ its data directory); a ``summariser`` plug-in runs only in-process; ``progress``
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, Self
@@ -237,12 +238,20 @@ class MemoryAPI(Protocol):
     def search(self, type_name: str, text: str | None = None, *,
                where: Mapping[str, Any] | None = None, k: int = 10, mode: str = "hybrid",
                related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
-               conversation: str | None = None) -> SearchResult:
+               conversation: str | None = None,
+               reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
         """Similarity search; hits are resolved from DuckDB (see SearchResult).
 
         ``conversation``: only rows whose ``conversation`` field is that ID (e.g. the
         ``Message`` log), ANDed with ``where``; an unknown conversation gives no hits, a type
         without the field a SchemaError naming ``conversation``.
+
+        ``reference_time`` (default now; a datetime, a date or an ISO-8601 string, naive =
+        UTC; anything else a ValidationError naming it): the query's time phrases ("last
+        summer", "in May 2023", "上周") are read against it as date windows, and a type with
+        grounded dates and a time boost in its profile ranks rows whose time or dates fall
+        in a window higher (a boost, never a filter: ``where`` stays the exact filter). The
+        receipt's ``time_windows`` says which phrase was read as which window.
         """
         ...
 

@@ -194,6 +194,9 @@ class TypeDef(BaseModel):
             check_context(self.context, kinds, set(template_fields(self.embed or "")))
         if self.dates is not None:
             check_dates(self.dates, kinds)
+        if self.search is not None and self.search.time is not None and self.dates is None:
+            raise SchemaError("a time boost reads the type's grounded dates: declare dates "
+                              "(field, text, time)", field="search.time")
         return self
 
     def _check_analyzers(self) -> None:

@@ -68,6 +68,9 @@ CONVERSATION_ARG: dict[str, Any] = {
 GENERIC_TOOLS = ("get", "update", "append", "delete", "restore", "link", "unlink", "related",
                  "history", "execute_plan", "context")
 COMPACT_TOOLS = ("create", "query", "search")
+#: ``search``'s reference time, as a tool argument.
+REFERENCE_TIME_ARG = {"type": "string", "description": "ISO-8601 date or time the query's "
+                      "time phrases ('last week', '上周') are read against; default now."}
 
 
 def visible_types(mem: EmbeddedMemory, internal: bool = False) -> list[EntityType]:
@@ -265,7 +268,7 @@ def _type_tools(mem: EmbeddedMemory, etype: EntityType) -> list[dict[str, Any]]:
                    "description": "How many hits."},
              "mode": {"type": "string", "enum": list(SEARCH_MODES),
                       "description": "hybrid (vectors + keywords), vector or keyword."},
-             **scope}))
+             "reference_time": REFERENCE_TIME_ARG, **scope}))
     return tools
 
 
@@ -350,7 +353,7 @@ def _compact_tools(mem: EmbeddedMemory, types: list[EntityType]) -> list[dict[st
                   "where": {**where, "description": "Filter (needs type); see query."},
                   "k": {"type": "integer", "minimum": 1, "maximum": mem.settings.max_k},
                   "mode": {"type": "string", "enum": list(SEARCH_MODES)},
-                  **scope}),
+                  "reference_time": REFERENCE_TIME_ARG, **scope}),
     ]
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from .checks import LAST_TURNS, MAX_SEQ, MAX_TURNS, parse_as_of
+from .checks import LAST_TURNS, MAX_SEQ, MAX_TURNS, check_reference_time, parse_as_of
 from .schema import EntityType, TypeDef
 
 #: ``as_of`` in a body: validated whole by :func:`checks.parse_as_of` (a float or a negative
@@ -22,6 +22,13 @@ AsOfBody = Annotated[int | dt.datetime | None, BeforeValidator(parse_as_of), Wit
     {"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
                {"type": "string", "format": "date-time"}, {"type": "null"}]})]
 AS_OF_DOC = "Read as of an audit seq (integer) or an ISO-8601 UTC time; omitted = now."
+#: ``reference_time`` in a body: an ISO-8601 date or time (:func:`checks.check_reference_time`).
+ReferenceTimeBody = Annotated[dt.datetime | None, BeforeValidator(check_reference_time),
+                              WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"},
+                                                        {"type": "string", "format": "date"},
+                                                        {"type": "null"}]})]
+REFERENCE_TIME_DOC = ("The time a query's time phrases are read against (\"last week\", "
+                      "\"去年五月\"): an ISO-8601 date or time, naive = UTC; omitted = now.")
 #: Limits of ``context`` arguments (checked again by the memory).
 CONTEXT_MAX_FOCUS = 50
 CONTEXT_MAX_QUERY_CHARS = 2000
@@ -197,6 +204,7 @@ class SearchRequest(Request):
     conversation: str | None = Field(
         None, description="Only rows of this conversation (the type's conversation field), "
                           "ANDed with where.")
+    reference_time: ReferenceTimeBody = Field(None, description=REFERENCE_TIME_DOC)
 
 
 # ---------------------------------------------------------------- audit & admin

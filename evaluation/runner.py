@@ -265,13 +265,15 @@ def run_queries(mem: Memory, type_name: str, queries: Sequence[tuple[str, str]],
                 mode: str, depth: int, key_of: Callable[[Hit], str],
                 where_of: Callable[[str], Mapping[str, Any] | None] | None = None,
                 options: RunOptions | None = None, plain: bool = False,
-                progress: bool = True) -> ModeRun:
+                progress: bool = True,
+                reference_of: Callable[[str], dt.datetime | None] | None = None) -> ModeRun:
     """Search every ``(query_id, text)``; the ranked keys (``key_of`` each hit) per query.
 
     Searches run with the type's search profile and the overrides ``options`` gives (its
     ``fusion``, ``rrf_k``, ``weights``, ``query_stopwords``, ``neighbour_weight``). ``plain``:
     also time each query as a plain search (no profile, no override) right after it, so the
     two latencies are measured side by side (``ModeRun.plain_latencies_ms``).
+    ``reference_of``: the time a query is asked at (its time phrases are read against it).
     """
     overrides = search_overrides(options or RunOptions())
     start = time.perf_counter()
@@ -286,17 +288,19 @@ def run_queries(mem: Memory, type_name: str, queries: Sequence[tuple[str, str]],
             rankings[query_id] = []  # an empty query cannot be searched: scores 0
             continue
         where = where_of(query_id) if where_of is not None else None
+        asked = reference_of(query_id) if reference_of is not None else None
         began = time.perf_counter()
         if overrides:
             result = mem.engine.search(mem.tenant, type_name, text, where=where, k=depth,
-                                       mode=mode, **overrides)
+                                       mode=mode, reference_time=asked, **overrides)
         else:
-            result = mem.search(type_name, text, where=where, k=depth, mode=mode)
+            result = mem.search(type_name, text, where=where, k=depth, mode=mode,
+                                reference_time=asked)
         latencies.append((time.perf_counter() - began) * 1000)
         if plain:
             began = time.perf_counter()
             mem.engine.search(mem.tenant, type_name, text, where=where, k=depth, mode=mode,
-                              profile=False)
+                              profile=False, reference_time=asked)
             plain_latencies.append((time.perf_counter() - began) * 1000)
         rankings[query_id] = list(dict.fromkeys(key_of(hit) for hit in result.hits))
     return ModeRun(mode, rankings, latencies, index_load_s, plain_latencies)
@@ -529,6 +533,28 @@ def locomo_messages(dataset: ds.LocomoDataset) -> list[dict[str, Any]]:
              "time": _parse_date(t.session_date)} for t in dataset.turns]
 
 
+def question_times(dataset: ds.LocomoDataset) -> dict[str, dt.datetime]:
+    """When each conversation's questions are asked: its last session's date (the questions
+    come after the conversation), so "last year" in a question is read against it."""
+    last: dict[str, dt.datetime] = {}
+    for turn in dataset.turns:
+        when = _parse_date(turn.session_date)
+        if when is not None and (turn.conversation not in last
+                                 or when > last[turn.conversation]):
+            last[turn.conversation] = when
+    return last
+
+
+def message_variant(context: int | None) -> str:
+    """The workdir variant of a LoCoMo ingest: a hash of what the ``Message`` definition
+    stores (fields, embed template, group context, grounded dates: a change needs the rows
+    written again; its search profile does not) and the context."""
+    (typedef,) = load_toml(MESSAGE_TOML)
+    stored = typedef.model_dump(mode="json", include={"fields", "embed", "context", "dates"})
+    digest = hashlib.sha256(json.dumps(stored, sort_keys=True).encode()).hexdigest()[:8]
+    return f"message-{digest}" + (f"-context{context}" if context is not None else "")
+
+
 def define_message_type(mem: Memory, context: int | None, analyzer: str | None) -> None:
     """Register the bundled ``Message`` type (its group context ``context`` turns if given:
     0 drops it; its keyword ``analyzer`` if given)."""
@@ -565,7 +591,7 @@ def run_locomo(data: str | Path, options: RunOptions | None = None, *,
     dataset = ds.load_locomo(path)
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     embedder, model_load_s = ready_embedder(options, embedder)
-    variant = f"context{options.context}" if options.context is not None else ""
+    variant = message_variant(options.context)
     workdir = options.workdir or default_workdir(sha256, variant)
     rows = locomo_messages(dataset)
     with open_memory(workdir, embedder, None) as mem:
@@ -574,6 +600,7 @@ def run_locomo(data: str | Path, options: RunOptions | None = None, *,
                        progress=options.progress, create=_add_messages(mem))
         typedef = mem.get_type(MESSAGE_TYPE).typedef
     dia_ids = {(t.conversation, t.turn_index): t.dia_id for t in dataset.turns}
+    asked_at = question_times(dataset)
     questions = dataset.questions[: options.limit]
     qids = [f"q{i}" for i in range(len(questions))]
     by_id = dict(zip(qids, questions, strict=True))
@@ -589,7 +616,8 @@ def run_locomo(data: str | Path, options: RunOptions | None = None, *,
                 depth=depth, key_of=lambda h: dia_ids[h.entity.data.conversation,
                                                       h.entity.data.turn],
                 where_of=lambda q: {"conversation": by_id[q].conversation},
-                options=options, plain=mode == "hybrid", progress=options.progress)
+                options=options, plain=mode == "hybrid", progress=options.progress,
+                reference_of=lambda q: asked_at.get(by_id[q].conversation))
         runs[mode] = run
         modes[mode] = {
             **locomo_scores(by_id, run.rankings, ks, curve),

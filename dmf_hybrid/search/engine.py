@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import check_reference_time
 from ..config import Settings
 from ..conversations import scope_to_conversation
 from ..embeddings import Embedder, embed_queries
@@ -58,6 +59,7 @@ from .profiles import effective, neighbour_support, strip_query
 from .ranking import Ranking
 from .replay import replay_legs
 from .request import check_request, related_ids
+from .rerank import read_query_time, rerank
 from .resolution import resolve_hits
 from .row_cache import RowCache
 from .scope import Moved, Scope
@@ -68,6 +70,8 @@ log = logging.getLogger(__name__)
 QUERY_CACHE_SIZE = 1024
 #: How deep each leg ranks before reciprocal rank fusion.
 FUSION_DEPTH = 100
+#: How many of the fused proposals the profile's steps after fusion re-score (at least k).
+RERANK_DEPTH = FUSION_DEPTH
 
 
 class SearchEngine:
@@ -199,7 +203,7 @@ class SearchEngine:
                weights: Mapping[str, float] | None = None, fusion: str | None = None,
                rrf_k: int | None = None, query_terms: str | None = None,
                neighbour_weight: float | None = None, profile: bool = True,
-               conversation: Any = None) -> SearchResult:
+               conversation: Any = None, reference_time: Any = None) -> SearchResult:
         """Top-k hits for a text under filters, resolved from DuckDB; see the module doc.
 
         ``conversation``: only rows whose ``conversation`` field is that ID (ANDed with
@@ -208,6 +212,9 @@ class SearchEngine:
         ``weights``, ``fusion``, ``rrf_k``, ``query_terms`` and ``neighbour_weight`` override
         the type's search profile, which overrides the settings (:mod:`.profiles`);
         ``profile=False`` leaves the profile out.
+
+        ``reference_time`` (None: now): what the query's time phrases are read against
+        (:mod:`.rerank`); the receipt names the windows.
         """
         timings: dict[str, float] = {}
         clock = time.perf_counter()
@@ -220,6 +227,7 @@ class SearchEngine:
 
         etype, text, k, mode, rel = check_request(self.store, self.settings.max_k, type_name,
                                                   text, k, mode, related_to)
+        query_time = read_query_time(text, check_reference_time(reference_time))
         opts = effective(etype.typedef.search if profile else None, self.settings,
                          fusion=fusion, rrf_k=rrf_k, weights=weights, query_terms=query_terms,
                          neighbour_weight=neighbour_weight)
@@ -269,6 +277,11 @@ class SearchEngine:
                             fused = neighbour_support(
                                 scope, fused, opts.neighbours,
                                 floor=_floor(fused, mode, opts.fusion))
+                        lap("fuse_ms")
+                        fused = rerank(scope, fused, time=opts.time, sessions=opts.sessions,
+                                       named=opts.named, dates=etype.typedef.dates,
+                                       query_time=query_time, depth=max(k, RERANK_DEPTH))
+                        lap("rerank_ms")
                         hits, dropped = resolve_hits(
                             scope, self.store, None if seq is not None else
                             self.indexer.local(etype.name), fused, rankings, k)
@@ -292,7 +305,9 @@ class SearchEngine:
             model_id=self.embedder.model_id, k=k,
             rrf_k=opts.rrf_k if mode == "hybrid" else None, dropped=dropped,
             fusion=opts.fusion if mode == "hybrid" else None,
-            timings_ms=timings,
+            reference_time=query_time.reference,
+            time_windows=[w.as_json() for w in query_time.windows],
+            asks_when=query_time.asks_when, timings_ms=timings,
         )
         return SearchResult(hits=hits, receipt=receipt)
 

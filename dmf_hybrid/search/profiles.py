@@ -20,7 +20,7 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import ValidationError
-from ..profiles import LEGS, Neighbours, SearchProfile
+from ..profiles import LEGS, Named, Neighbours, SearchProfile, Sessions, TimeBoost
 from ..store.sql import q
 from .fusion import check_fusion
 from .ranking import Ranking
@@ -52,6 +52,9 @@ class Options:
     weights: Mapping[str, float] | None
     query_terms: str
     neighbours: Neighbours | None
+    sessions: Sessions | None = None
+    time: TimeBoost | None = None
+    named: Named | None = None
 
 
 def effective(profile: SearchProfile | None, settings: Settings, *, fusion: str | None,
@@ -87,7 +90,7 @@ def effective(profile: SearchProfile | None, settings: Settings, *, fusion: str 
         rrf_k=rrf_k if rrf_k is not None else p.rrf_k or settings.rrf_k,
         weights=weights if weights is not None else p.weights,
         query_terms=query_terms if query_terms is not None else p.query_terms,
-        neighbours=near)
+        neighbours=near, sessions=p.sessions, time=p.time, named=p.named)
 
 
 def strip_query(text: str) -> str:

@@ -23,4 +23,5 @@ def answer(memory: Memory, body: SearchRequest) -> Response:
     :mod:`dmf_hybrid.api.fast_search`)."""
     return model_response(memory.search(
         body.type, body.text, where=body.where, k=body.k, mode=body.mode,
-        related_to=body.related_to, as_of=body.as_of, conversation=body.conversation))
+        related_to=body.related_to, as_of=body.as_of, conversation=body.conversation,
+        reference_time=body.reference_time))
