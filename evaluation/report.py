@@ -99,6 +99,25 @@ def _fmt(value: float | None, percent: bool) -> str:
     return f"{value * 100:.1f}" if percent else f"{value:.3f}"
 
 
+def _session_lines(modes: dict[str, Any]) -> list[str]:
+    """LoCoMo's session-level figures (session hit@k, all evidence sessions in the top k),
+    overall and per category, when the run has them."""
+    if not any("sessions" in f for f in modes.values()):
+        return []
+    lines = ["## Sessions (in %): a turn of an evidence session in the top k (hit), every "
+             "evidence session there (all)", ""]
+    names = [n for n in next(f for f in modes.values() if "sessions" in f)["sessions"]]
+    rows = []
+    for mode, figures in modes.items():
+        if "sessions" not in figures:
+            continue
+        rows.append([mode, "all", ""] + [_fmt(figures["sessions"][n], True) for n in names])
+        for category, values in figures["per_category"].items():
+            rows.append([mode, category, str(values["questions"])]
+                        + [_fmt(values.get(n), True) for n in names])
+    return lines + _table(["mode", "category", "questions", *names], rows) + [""]
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -153,6 +172,7 @@ def markdown(document: Mapping[str, Any], plot_stem: str | None = None) -> str:
                 rows.append([mode, category, str(values["questions"])]
                             + [_fmt(values.get(n), True) for n in names])
         lines += _table(header, rows) + [""]
+        lines += _session_lines(modes)
     lines += ["## Timings" + (" (lookups)" if document["benchmark"] == "crosswoz" else ""), ""]
     timings = document["timings"]
     rows = [[k, str(v)] for k, v in timings.items() if k != "first_ingest"]

@@ -653,28 +653,54 @@ def run_locomo(data: str | Path, options: RunOptions | None = None, *,
     }
 
 
+def dialog_session(dia_id: str) -> str:
+    """The session of a LoCoMo dialog ID: ``"D3:11"`` -> ``"3"``."""
+    return dia_id.split(":", 1)[0].lstrip("D")
+
+
+def session_scores(evidence: Sequence[str], ranked: Sequence[str], k: int
+                   ) -> tuple[float, float]:
+    """(session hit@k, all evidence sessions@k) of one question: whether the top ``k`` turns
+    come from at least one / every session holding its evidence (1.0 or 0.0)."""
+    wanted = {dialog_session(e) for e in evidence}
+    got = {dialog_session(r) for r in ranked[:k]}
+    return float(bool(wanted & got)), float(wanted <= got)
+
+
 def locomo_scores(questions: Mapping[str, ds.LocomoQuestion],
                   rankings: Mapping[str, Sequence[str]], ks: Sequence[int],
                   curve: Sequence[int]) -> dict[str, Any]:
-    """Evidence recall@k averaged over questions: overall, per category, and the curve."""
+    """Evidence recall@k averaged over questions: overall, per category, and the curve; beside
+    it the session-level figures others publish: session hit@k (a turn of an evidence session
+    in the top k) and all-sessions@k (every evidence session there)."""
     per_question = {
         qid: {k: recall_fraction(q.evidence, rankings.get(qid, []), k) for k in curve}
         for qid, q in questions.items()}
     if not per_question:
         raise ValidationError("no question to evaluate", field="questions")
+    sessions = {qid: {k: session_scores(q.evidence, rankings.get(qid, []), k) for k in ks}
+                for qid, q in questions.items()}
 
     def means(ids: Sequence[str], cutoffs: Sequence[int]) -> dict[str, float]:
         return {f"recall@{k}": round(fmean(per_question[q][k] for q in ids), 6)
                 for k in cutoffs}
+
+    def session_means(ids: Sequence[str]) -> dict[str, float]:
+        return {**{f"session_hit@{k}": round(fmean(sessions[q][k][0] for q in ids), 6)
+                   for k in ks},
+                **{f"all_sessions@{k}": round(fmean(sessions[q][k][1] for q in ids), 6)
+                   for k in ks}}
 
     all_ids = sorted(per_question)
     per_category: dict[str, Any] = {}
     for number, name in sorted(ds.CATEGORY_NAMES.items()):
         ids = [q for q in all_ids if questions[q].category == number]
         if ids:
-            per_category[name] = {"questions": len(ids), **means(ids, ks)}
+            per_category[name] = {"questions": len(ids), **means(ids, ks),
+                                  **session_means(ids)}
     return {
         "metrics": means(all_ids, ks),
+        "sessions": session_means(all_ids),
         "per_category": per_category,
         "recall_curve": {str(k): v for k, v in
                          ((k, means(all_ids, [k])[f"recall@{k}"]) for k in curve)},

@@ -374,3 +374,23 @@ def test_cli_subprocess_end_to_end(tmp_path: Path) -> None:
     assert document["config"]["rrf_k"] == 20
     assert out.with_suffix(".md").is_file()
     assert not (tmp_path / "cli-recall.png").exists()  # --no-plots
+
+
+def test_locomo_session_figures_count_evidence_sessions(tmp_path: Path) -> None:
+    from evaluation.runner import session_scores
+
+    assert session_scores(["D1:3", "D4:2"], ["D1:1", "D1:3", "D2:2"], 2) == (1.0, 0.0)
+    assert session_scores(["D1:3", "D4:2"], ["D4:9", "D2:2", "D1:1"], 3) == (1.0, 1.0)
+    assert session_scores(["D10:3"], ["D1:3", "D1:0"], 2) == (0.0, 0.0)
+    data = write_locomo(tmp_path / "locomo.json")
+    results = run_locomo(data, _options(tmp_path, modes=("vector",), **PAPER),
+                         embedder=HashEmbedder())
+    vector = results["modes"]["vector"]
+    # vector mode ranks every turn of the conversation within the top 5: every session found
+    assert vector["sessions"]["session_hit@5"] == vector["sessions"]["all_sessions@5"] == 1.0
+    assert vector["per_category"]["multi-hop"]["all_sessions@10"] == 1.0
+    report = (tmp_path / "out.md")
+    from evaluation.report import markdown
+
+    report.write_text(markdown(results))
+    assert "session_hit@10" in report.read_text() and "all_sessions@10" in report.read_text()
