@@ -180,7 +180,8 @@ class Receipt(BaseModel):
     fusion: str | None = Field(None, description="How a hybrid search fused its legs.")
     dropped: int = Field(0, description="Proposed hits that failed resolution (fail closed).")
     reference_time: dt.datetime | None = Field(
-        None, description="The time the query's time phrases were read against.")
+        None, description="The time the query's time phrases were read against (the given "
+        "one; now when none was given and the query has time phrases; else null).")
     time_windows: list[dict[str, str]] = Field(
         default_factory=list, description='The query\'s time phrases read as date windows: '
         '{"phrase", "start", "end"} (ISO dates, inclusive).')

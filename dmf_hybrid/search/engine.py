@@ -305,7 +305,8 @@ class SearchEngine:
             model_id=self.embedder.model_id, k=k,
             rrf_k=opts.rrf_k if mode == "hybrid" else None, dropped=dropped,
             fusion=opts.fusion if mode == "hybrid" else None,
-            reference_time=query_time.reference,
+            reference_time=query_time.reference if query_time.windows or
+            reference_time is not None else None,
             time_windows=[w.as_json() for w in query_time.windows],
             asks_when=query_time.asks_when, timings_ms=timings,
         )

@@ -67,9 +67,13 @@ def test_the_receipt_says_which_phrase_was_read_as_which_window(turns: MemoryAPI
     chinese = turns.search("Turn", "我们去年五月做了什么", reference_time=dt.date(2024, 1, 2))
     assert chinese.receipt.time_windows == [{"phrase": "去年五月", "start": "2023-05-01",
                                              "end": "2023-05-31"}]
-    now = turns.search("Turn", "When did we go hiking?")
-    assert now.receipt.asks_when and now.receipt.time_windows == []
+    untimed = turns.search("Turn", "When did we go hiking?")
+    assert untimed.receipt.asks_when and untimed.receipt.time_windows == []
+    assert untimed.receipt.reference_time is None  # no phrase: nothing read against a time
+    now = turns.search("Turn", "hiking yesterday")
+    assert now.receipt.reference_time is not None
     assert abs(now.receipt.reference_time - dt.datetime.now(dt.UTC)) < dt.timedelta(minutes=5)
+    assert now.receipt.time_windows[0]["phrase"] == "yesterday"
 
 
 def test_a_time_window_boosts_rows_in_it_and_never_filters(turns: MemoryAPI) -> None:
