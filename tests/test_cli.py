@@ -114,6 +114,11 @@ def test_read_and_maintenance_commands(data: Path, tmp_path: Path) -> None:
                           '{"category": "park"}', "--mode", "keyword", "--data", data,
                           "--json"))
     assert found["hits"][0]["entity"]["data"]["name"] == "Yu Garden"
+    dated = ok("search", "PointOfInterest", "museum visit last week", "--reference-time",
+               "2023-07-26", "--data", data)
+    assert "time phrase 'last week' read as 2023-07-17..2023-07-23" in dated
+    bad = dmf("search", "PointOfInterest", "museum", "--reference-time", "soon", "--data", data)
+    assert bad.exit_code != 0 and "reference_time" in bad.output
     history = ok("history", museum.id, "--data", data)
     assert "create" in history and "update" in history and "1->2" in history
     assert "audit log OK" in ok("verify", "--data", data)

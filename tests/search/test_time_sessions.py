@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dmf_hybrid import MemoryAPI, SchemaError, ValidationError
+from dmf_hybrid import DMFError, MemoryAPI, SchemaError, ValidationError
 from dmf_hybrid.examples import INDEXES_DIR
 from dmf_hybrid.search.rerank import _spread
 from tests.store import assert_unchanged, both_doors
@@ -159,3 +159,17 @@ def test_the_message_profile_reads_time_sessions_and_speakers(mem: MemoryAPI) ->
     profile = message.typedef.search
     assert profile is not None and profile.time is not None and profile.sessions is not None
     assert profile.named is not None and profile.named.field == "role"
+
+
+def test_the_search_tools_take_a_reference_time(turns: MemoryAPI) -> None:
+    typed = turns.call_tool("search_Turn", {"text": "hiking last week",
+                                            "reference_time": "2023-07-26"})
+    generic = turns.call_tool("search", {"type": "Turn", "text": "hiking last week",
+                                         "reference_time": "2023-07-26"})
+    for result in (typed, generic):
+        assert isinstance(result, dict)
+        assert result["receipt"]["time_windows"] == [
+            {"phrase": "last week", "start": "2023-07-17", "end": "2023-07-23"}]
+    with pytest.raises(DMFError) as err:
+        turns.call_tool("search", {"type": "Turn", "text": "x", "reference_time": "soon"})
+    assert "reference_time" in str(err.value)
