@@ -1,12 +1,13 @@
 """The conversation log: chat messages as rows of the bundled ``Message`` type.
 
-``indexes/conversations.toml`` defines ``Message`` (conversation, session, turn, role, text,
-time, and the ``context`` the store fills with the preceding turn of the session) with the
-search profile chosen on LoCoMo. :func:`message_rows` turns one ``add_messages`` call into its
-rows: a message is OpenAI-style ``{"role", "content"}`` or ``{"speaker", "text"}``, with an
-optional ``turn`` (its position in the conversation), ``session`` and ``time``. A message
-without ``turn`` comes after the conversation's last stored turn and the ones before it in
-the call; the same ``(conversation, turn)`` again is the existing message (idempotent).
+``Message`` (conversation, session, turn, role, text, time, and the ``context`` the store fills
+with the preceding turn of the session, with the search profile chosen on LoCoMo) is a
+bundled type (``dmf_hybrid/bundled.toml``): every memory defines it on first use.
+:func:`message_rows` turns one ``add_messages`` call into its rows: a message is OpenAI-style
+``{"role", "content"}`` or ``{"speaker", "text"}``, with an optional ``turn`` (its position in
+the conversation), ``session`` and ``time``. A message without ``turn`` comes after the
+conversation's last stored turn and the ones before it in the call; the same
+``(conversation, turn)`` again is the existing message (idempotent).
 
 :func:`scope_to_conversation` adds ``conversation = id`` to a search's filter
 (``search(..., conversation=id)``), and :func:`check_turns` checks how many of a
@@ -60,6 +61,13 @@ def check_log_type(etype: EntityType, field: str = "type_name") -> None:
     if missing:
         raise SchemaError(f"{etype.name} is not a conversation log: no field "
                           f"{missing[0]!r}", field=field)
+
+
+def log_available(types: Sequence[EntityType]) -> bool:
+    """Whether ``add_messages`` can append to the default log: ``Message`` is not defined yet
+    (the bundled type is then defined on first use) or is defined with the log's fields."""
+    found = [t for t in types if t.name == MESSAGE_TYPE]
+    return not found or not set(LOG_FIELDS) - set(found[0].fields)
 
 
 def check_turns(turns: Any, conversation: Any) -> int | None:

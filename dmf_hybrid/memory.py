@@ -193,7 +193,7 @@ class Memory(MemoryAPI):
         return self._store.types()
 
     def get_type(self, name: str) -> EntityType:
-        return self._store.type_of(name)
+        return self._store.type_of(name, self.tenant)
 
     # ---------------------------------------------------------------- entities
 
@@ -208,9 +208,10 @@ class Memory(MemoryAPI):
                      type_name: str = MESSAGE_TYPE, actor: str | None = None,
                      reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
         conversation = check_conversation(conversation)
-        etype = self._store.type_of(type_name)
-        check_log_type(etype)
-        with self.transaction():  # the next turn and the new rows in one state
+        # the next turn and the new rows in one state; a bad call leaves no bundled type
+        with self.transaction():
+            etype = self._store.type_of(type_name, self.tenant)
+            check_log_type(etype)
             last = self.query(etype.name, {"conversation": conversation}, order_by="-turn",
                               limit=1).items
             next_turn = int(last[0].data.turn) + 1 if last else 0

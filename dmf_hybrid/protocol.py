@@ -129,8 +129,8 @@ class MemoryAPI(Protocol):
     def add_messages(self, conversation: str, messages: Sequence[Mapping[str, Any]], *,
                      type_name: str = "Message", actor: str | None = None,
                      reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
-        """Append chat messages to a conversation's log (the ``Message`` type of
-        ``indexes/conversations.toml``, registered first); one entity per message.
+        """Append chat messages to a conversation's log (the bundled ``Message`` type, defined
+        on first use, or a log type of one's own); one entity per message.
 
         A message is ``{"role", "content"}`` (OpenAI style) or ``{"speaker", "text"}``, with
         optional ``turn`` (position in the conversation), ``session`` and ``time``; without

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .checks import ID_PATTERN, TOOL_NAME_RE, full_match
-from .conversations import CONVERSATION_FIELD, MESSAGE_TYPE
+from .conversations import CONVERSATION_FIELD, log_available
 from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
 from .lifecycle.context import call_context_tool, context_tool_definition
@@ -93,7 +93,7 @@ def tool_definitions(mem: EmbeddedMemory, format: str = "openai", profile: str =
         for etype in types:
             tools.extend(_type_tools(mem, etype))
     tools.extend(_generic_tools(types, compact=profile == "compact"))
-    log_kept = any(t.name == MESSAGE_TYPE for t in types)
+    log_kept = log_available(mem.types())
     tools.append(context_tool_definition(conversations=log_kept))
     if log_kept:
         tools.append(_messages_tool())
@@ -433,9 +433,8 @@ def _messages_tool() -> dict[str, Any]:
                "required": ["role", "content"]}
     return _op_tool("add_messages", "add_messages",
                     "Append chat messages to a conversation's log (Message entities), oldest "
-                    "first; a turn already stored is returned as it is (created=false). Search "
-                    "them with search and conversation=id; context with conversation=id shows "
-                    "the last turns. Returns [entity].",
+                    "first; a stored turn comes back as it is (created=false). Returns "
+                    "[entity].",
                     {"conversation": {"type": "string", "pattern": ID_PATTERN,
                                       "description": "Conversation ID."},
                      "messages": {"type": "array", "minItems": 1, "items": message}})
@@ -487,7 +486,7 @@ def _search_all(mem: EmbeddedMemory, step: dict[str, Any], actor: str | None,
         raise problems.error()
     names = [t.name for t in visible_types(mem) if t.typedef.embed is not None and (
         step.get("conversation") is None or CONVERSATION_FIELD in t.fields)]
-    if not names and step.get("conversation") is not None:
+    if not names and step.get("conversation") is not None and not log_available(mem.types()):
         problems = Problems()
         problems.add(0, "conversation", "no searchable type has a conversation field",
                      "leave out conversation")
@@ -515,7 +514,7 @@ def tool_names(mem: EmbeddedMemory) -> list[str]:
         names += [f"create_{etype.name}", f"query_{etype.name}"]
         if etype.typedef.embed is not None:
             names.append(f"search_{etype.name}")
-    extra = ["add_messages"] if any(t.name == MESSAGE_TYPE for t in mem.types()) else []
+    extra = ["add_messages"] if log_available(mem.types()) else []
     return [n for n in names if full_match(TOOL_NAME_RE, n)] + list(GENERIC_TOOLS) + extra
 
 

@@ -37,12 +37,11 @@ from typing import Any
 
 from dmf_hybrid import Entity, Hit, Memory, Settings
 from dmf_hybrid.analyzers import DEFAULT_ANALYZER
+from dmf_hybrid.bundled import bundled_types
 from dmf_hybrid.config import DEFAULT_EMBEDDER
 from dmf_hybrid.conversations import MESSAGE_TYPE
 from dmf_hybrid.embeddings import Embedder
 from dmf_hybrid.errors import ValidationError
-from dmf_hybrid.examples import INDEXES_DIR
-from dmf_hybrid.schema import load_toml
 from evaluation import datasets as ds
 from evaluation.metrics import evaluate, recall_fraction, run_from_rankings
 from evaluation.types import (
@@ -72,8 +71,6 @@ BEIR_CURVE = (1, 2, 3, 5, 10, 20, 30, 50, 100)
 LOCOMO_KS = (5, 10, 25, 50)
 LOCOMO_DEPTH = 50
 LOCOMO_CURVE = (1, 2, 3, 5, 10, 15, 20, 25, 30, 40, 50)
-#: The bundled conversation-log type LoCoMo is ingested as.
-MESSAGE_TOML = INDEXES_DIR / "conversations.toml"
 
 
 @dataclass(frozen=True)
@@ -558,7 +555,7 @@ def message_variant(context: int | None) -> str:
 def define_message_type(mem: Memory, context: int | None, analyzer: str | None) -> None:
     """Register the bundled ``Message`` type (its group context ``context`` turns if given:
     0 drops it; its keyword ``analyzer`` if given)."""
-    (typedef,) = load_toml(MESSAGE_TOML)
+    typedef = bundled_types()[MESSAGE_TYPE]
     changes: dict[str, Any] = {}
     if context is not None:
         assert typedef.context is not None

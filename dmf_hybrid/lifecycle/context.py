@@ -37,6 +37,7 @@ once per line.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -224,9 +225,16 @@ def _last_turns(mem: EmbeddedMemory, conversation: str, turns: int, as_of: int |
     page = mem.query(MESSAGE_TYPE, {CONVERSATION_FIELD: conversation}, order_by="-turn",
                      limit=turns, as_of=as_of)
     grounding = types[MESSAGE_TYPE].typedef.dates
-    return [ContextTurn(id=m.id, turn=m.data.turn, role=m.data.role, text=m.data.text,
-                        time=m.data.time, dates=_found_dates(m.data, grounding))
-            for m in reversed(page.items)]
+    return [_turn(m, grounding) for m in reversed(page.items)]
+
+
+def _turn(message: Entity, grounding: DateGrounding | None) -> ContextTurn:
+    fields = message.fields()
+    # a log type of one's own needs no datetime field "time" (add_messages needs none)
+    when = fields.get("time")
+    return ContextTurn(id=message.id, turn=fields["turn"], role=fields["role"],
+                       text=fields["text"], time=when if isinstance(when, dt.datetime) else None,
+                       dates=_found_dates(message.data, grounding))
 
 
 def _found_dates(data: Any, grounding: DateGrounding | None) -> list[dict[str, str]]:

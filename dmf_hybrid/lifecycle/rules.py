@@ -235,8 +235,10 @@ class RuleEngine:
         if current is not None and current.definition == rule:
             return current
         version = 1 if current is None else current.version + 1
-        compiled = compile_rule(self.store, rule, version)
         with self.store.db.write() as con:
+            # a bundled type, defined on first use; a rule that does not compile leaves none
+            self.store.type_of(CONSTRAINT_TYPE, tenant)
+            compiled = compile_rule(self.store, rule, version)
             seq = self.store.append_event(
                 con, tenant=tenant, op="define_rule", type_name=rule.trigger.type,
                 entity_id=None, version_before=None if current is None else current.version,

@@ -30,47 +30,15 @@ from ..embedded import EmbeddedMemory
 from ..errors import NotFound, ValidationError
 from ..ids import content_hash
 from ..models import AuditEvent, SummaryResult
-from ..schema import TypeDef
 from ..store.audit import EVENT_COLUMNS, row_to_event
 from ..store.reads import EVENTS_ALL
 from ..store.tables import ENTITY_OPS
 
 SUMMARY_TYPE = "MemorySummary"
-SUMMARY_TYPEDEF = TypeDef.model_validate({
-    "name": SUMMARY_TYPE,
-    "description": "A deterministic summary of audit events in a window, with provenance.",
-    "identity": ["scope", "first_seq", "last_seq", "events_hash"],
-    "embed": "Summary of {scope}: {text} {prose}",
-    "fields": {
-        "scope": {"type": "str", "required": True, "nullable": False,
-                  "description": "\"*\", a type name or an entity ID."},
-        "since_seq": {"type": "int", "description": "Window start (exclusive)."},
-        "until_seq": {"type": "int", "description": "Window end (inclusive)."},
-        "first_seq": {"type": "int", "description": "Seq of the first summarised event."},
-        "last_seq": {"type": "int", "description": "Seq of the last summarised event."},
-        "event_count": {"type": "int"},
-        "events_hash": {"type": "str",
-                        "description": "SHA-256 of the JSON list of the events' chain hashes."},
-        "text": {"type": "str", "description": "The templated summary."},
-        "prose": {"type": "str", "description": "Optional prose from a summariser plug-in."},
-        "summariser": {"type": "str"},
-        "entity_ids": {"type": "list", "item": "str", "default": [], "nullable": False},
-    },
-    "relations": {"covers": {"target": "*", "cardinality": "many",
-                             "description": "Entities the summary covers."}},
-})
 SUMMARY_OPS = (*ENTITY_OPS, "link", "unlink", "rule")
 MAX_VALUE_CHARS = 40
 MAX_CREATE_FIELDS = 6
 Summariser = Callable[[str, Mapping[str, Any]], str]
-
-
-def ensure_summary_type(mem: EmbeddedMemory) -> None:
-    """Define the MemorySummary type if it is not registered yet."""
-    try:
-        mem.get_type(SUMMARY_TYPE)
-    except NotFound:
-        mem.define_type(SUMMARY_TYPEDEF, reason="summaries need the MemorySummary type")
 
 
 def _value(value: Any) -> str:
@@ -227,7 +195,7 @@ def summarize(mem: EmbeddedMemory, scope: Any = None, since_seq: Any = None, unt
         data["prose"] = prose
         data["summariser"] = getattr(summariser, "__name__", type(summariser).__name__)
     with mem.transaction():
-        ensure_summary_type(mem)
+        mem.get_type(SUMMARY_TYPE)  # a bundled type: defined on first use
         entity = mem.create(SUMMARY_TYPE, data, actor=actor, reason=reason)
         if entity.created:
             by_type: dict[str, list[str]] = {}

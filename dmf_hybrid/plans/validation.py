@@ -15,8 +15,9 @@ from typing import Any
 import pydantic
 from pydantic import TypeAdapter
 
+from ..bundled import lookup_type
 from ..checks import full_match
-from ..conversations import scope_to_conversation
+from ..conversations import MESSAGE_TYPE, check_log_type, message_rows, scope_to_conversation
 from ..embedded import EmbeddedMemory
 from ..errors import DMFError, NotFound, first_problem
 from ..filters import parse_filter, parse_order
@@ -176,9 +177,9 @@ class Validator:
     # .............................................................. helpers
 
     def _type(self, i: int, name: Any, searchable: bool = False) -> EntityType | None:
-        try:
-            etype = self.mem.get_type(name)
-        except DMFError:
+        # not get_type: that would define a bundled type, and validation writes nothing
+        etype = lookup_type(self.mem.types(), name)
+        if etype is None:
             self.problems.add(i, "type", f"unknown entity type {name!r}",
                               close_matches(name, [t.name for t in self.mem.types()], "types"))
             return None
@@ -423,6 +424,26 @@ class Validator:
             self.problems.add(i, "limit", "limit must be from 1 to "
                               f"{self.mem.settings.max_page_size}")
         return result_shape("query", etype.name)
+
+    def _op_add_messages(self, i: int, step: Mapping[str, Any], refs: Mapping[str, Shape]
+                         ) -> Shape:
+        etype = lookup_type(self.mem.types(), MESSAGE_TYPE)
+        assert etype is not None  # Message is a bundled type
+        try:
+            check_log_type(etype, field="conversation")
+        except DMFError as exc:
+            self.problems.add(i, "conversation", exc.message, "define Message as a "
+                              "conversation log (conversation, turn, role, text fields)")
+            return result_shape("add_messages", MESSAGE_TYPE)
+        if not refs:
+            try:
+                rows = message_rows(step["conversation"], step["messages"], 0)
+            except DMFError as exc:
+                self.problems.add(i, str(exc.details.get("field") or "messages"), exc.message)
+                return result_shape("add_messages", MESSAGE_TYPE)
+            for n, row in enumerate(rows):
+                self._fields(i, etype, row, f"messages[{n}]", [], partial=True)
+        return result_shape("add_messages", MESSAGE_TYPE)
 
     def _op_search(self, i: int, step: Mapping[str, Any], refs: Mapping[str, Shape]) -> Shape:
         etype = self._type(i, step["type"], searchable=True)

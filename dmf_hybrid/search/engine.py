@@ -225,8 +225,8 @@ class SearchEngine:
             timings[name] = round(timings.get(name, 0.0) + (now - clock) * 1000, 3)
             clock = now
 
-        etype, text, k, mode, rel = check_request(self.store, self.settings.max_k, type_name,
-                                                  text, k, mode, related_to)
+        etype, text, k, mode, rel = check_request(self.store, tenant, self.settings.max_k,
+                                                  type_name, text, k, mode, related_to)
         query_time = read_query_time(text, check_reference_time(reference_time))
         opts = effective(etype.typedef.search if profile else None, self.settings,
                          fusion=fusion, rrf_k=rrf_k, weights=weights, query_terms=query_terms,

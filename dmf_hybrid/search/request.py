@@ -13,10 +13,11 @@ MODES = ("hybrid", "vector", "keyword")
 MAX_QUERY_CHARS = 10_000
 
 
-def check_request(store: Store, max_k: int, type_name: Any, text: Any, k: Any, mode: Any,
-                  related_to: Any) -> tuple[EntityType, str, int, str, dict[str, str] | None]:
+def check_request(store: Store, tenant: str, max_k: int, type_name: Any, text: Any, k: Any,
+                  mode: Any, related_to: Any
+                  ) -> tuple[EntityType, str, int, str, dict[str, str] | None]:
     """The checked arguments of a search: (type, text, k, mode, related_to or None)."""
-    etype = store.type_of(type_name)
+    etype = store.type_of(type_name, tenant)
     if etype.typedef.embed is None:
         raise SchemaError(f"{etype.name} has no embed template, so it is not searchable",
                           field="type")

@@ -51,7 +51,7 @@ class BulkLoad(Writes):
                     chunk: int = 2000,
                     progress: Callable[[int], None] | None = None) -> list[Entity]:
         """Create many entities of one type: all validated first, then written in chunks."""
-        etype = self.type_of(type_name)
+        etype = self.type_of(type_name, tenant)
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         check_on_conflict(on_conflict)
         if ids is not None and len(ids) != len(rows):

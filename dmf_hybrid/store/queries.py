@@ -34,7 +34,7 @@ class Queries(TimeTravel):
               limit: Any = 50, cursor: Any = None, as_of: AsOf = None,
               max_limit: int = 1000) -> Page:
         """One page of a type's entities matching ``where``, in a deterministic order."""
-        etype = self.type_of(type_name)
+        etype = self.type_of(type_name, tenant)
         node = parse_filter(etype, where)
         order = parse_order(etype, order_by)
         check_page(limit, cursor, max_limit)
@@ -73,7 +73,7 @@ class Queries(TimeTravel):
     def count(self, tenant: str, type_name: str, where: Any = None,
               as_of: AsOf = None) -> int:
         """How many live entities of a type match ``where``."""
-        etype = self.type_of(type_name)
+        etype = self.type_of(type_name, tenant)
         node = parse_filter(etype, where)
         params: list[Any] = []
         source = self.source_sql(etype, tenant, self.resolve_as_of(as_of), params)

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import duckdb
 from pydantic import BaseModel
 
 from ..analyzers import check_runnable
+from ..bundled import BUNDLED_ACTOR, BUNDLED_REASON, bundled_type
 from ..checks import check_type_size
 from ..clock import to_naive_utc, utcnow
 from ..errors import (
@@ -34,6 +37,16 @@ class TypeRegistry(RowReader):
         for name, version, definition in rows:
             typedef = TypeDef.model_validate_json(definition)
             self._types[name] = EntityType(typedef, version, build_model(typedef))
+
+    def type_of(self, name: Any, tenant: str | None = None) -> EntityType:
+        """The registered type of that name; a bundled type (:mod:`dmf_hybrid.bundled`) not
+        registered yet is defined for ``tenant`` first, when a tenant is given."""
+        if tenant is not None and isinstance(name, str) and name not in self._types:
+            typedef = bundled_type(name)
+            if typedef is not None:
+                return self.define(typedef, tenant=tenant, actor=BUNDLED_ACTOR,
+                                   reason=BUNDLED_REASON)
+        return super().type_of(name)
 
     def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
                tenant: str, actor: str | None = None, reason: str | None = None,

@@ -53,12 +53,16 @@ class StoreState:
         """Every registered type, by name."""
         return [self._types[n] for n in sorted(self._types)]
 
-    def type_of(self, name: Any) -> EntityType:
-        """The registered type of that name, or NotFound listing the known types."""
+    def type_of(self, name: Any, tenant: str | None = None) -> EntityType:
+        """The registered type of that name, or NotFound listing the known types and saying
+        how to define one (the registry also defines a bundled type for ``tenant``)."""
         if not isinstance(name, str):
             raise ValidationError("type must be a type name string", field="type")
         etype = self._types.get(name)
         if etype is None:
             known = ", ".join(sorted(self._types)) or "none defined"
-            raise NotFound(f"unknown entity type {name!r} (known: {known})", field="type")
+            raise NotFound(f"unknown entity type {name!r} (known: {known}); define it first: "
+                           "define(model) or define_type(definition) in Python, POST /types "
+                           "over HTTP, `dmf define FILE.toml` on the command line",
+                           field="type")
         return etype

@@ -225,15 +225,24 @@ def test_bad_rules_are_refused_at_definition(travel: Memory, rule: dict[str, Any
     assert travel.last_seq == seq and "bad" not in [r["name"] for r in travel.rules()]
 
 
-def test_rules_need_the_constraint_type(tmp_path: Path) -> None:
+def test_a_rule_defines_the_bundled_constraint_type_on_first_use(tmp_path: Path) -> None:
     from tests.conftest import define_travel
 
     mem = Memory.open(tmp_path / "m", embedder=HashEmbedder(), vector_index=ExactIndex())
     try:
         define_travel(mem)
-        with pytest.raises(SchemaError, match="Constraint type"):
+        seq = mem.last_seq
+        with pytest.raises(SchemaError, match="Nope"):  # refused: no Constraint type either
             mem.define_rule({"name": "r", "trigger": {"type": "Trip"},
-                             "condition": "sum(Poi.cost via includes) > budget"})
+                             "condition": "sum(Nope.cost via includes) > budget"})
+        assert mem.last_seq == seq and "Constraint" not in [t.name for t in mem.types()]
+        mem.define_rule({"name": "r", "trigger": {"type": "Trip"},
+                         "condition": "sum(Poi.cost via includes) > budget"})
+        assert mem.get_type("Constraint").version == 1
+        trip = mem.create("Trip", {"destination": "Rome", "budget": 10})
+        mem.link(trip.id, "includes", mem.create("Poi", {"name": "a", "city": "b",
+                                                         "cost": 20}).id)
+        assert [c.data.subject for c in mem.open_constraints().items] == [trip.id]
     finally:
         mem.close()
 

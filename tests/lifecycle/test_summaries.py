@@ -10,8 +10,9 @@ import pytest
 from pydantic import BaseModel
 
 from dmf_hybrid import HashEmbedder, Memory, NotFound, ValidationError
+from dmf_hybrid.bundled import bundled_type
 from dmf_hybrid.ids import content_hash
-from dmf_hybrid.lifecycle.summaries import SUMMARY_TYPEDEF, check_summary
+from dmf_hybrid.lifecycle.summaries import check_summary
 from dmf_hybrid.schema import load_toml
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.lifecycle import TRAVEL, open_travel, poi, trip
@@ -124,7 +125,7 @@ def test_bad_scope_and_window(travel: Memory) -> None:
 
 
 def test_summary_type_is_defined_on_demand_and_matches_travel_toml(tmp_path: Path) -> None:
-    assert {t.name: t for t in load_toml(TRAVEL)}["MemorySummary"] == SUMMARY_TYPEDEF
+    assert {t.name: t for t in load_toml(TRAVEL)}["MemorySummary"] == bundled_type("MemorySummary")
     mem = Memory.open(tmp_path / "m", embedder=HashEmbedder(), vector_index=ExactIndex())
     try:
         mem.define(Note, identity=["text"], embed="{text}")

@@ -15,13 +15,11 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, SchemaError, ValidationError
-from dmf_hybrid.examples import INDEXES_DIR
 from dmf_hybrid.search.profiles import strip_query
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.store import both_doors
 
 ROOT = Path(__file__).resolve().parents[2]
-CONVERSATIONS = INDEXES_DIR / "conversations.toml"
 
 mem = both_doors()
 
@@ -228,8 +226,8 @@ def test_neighbour_support_is_deterministic_across_processes(tmp_path: Path) -> 
 
 
 def test_the_bundled_conversation_type_loads() -> None:
-    from dmf_hybrid.schema import load_toml
+    from dmf_hybrid.bundled import bundled_type
 
-    (message,) = load_toml(CONVERSATIONS)
-    assert message.name == "Message" and message.search is not None
+    message = bundled_type("Message")
+    assert message is not None and message.name == "Message" and message.search is not None
     assert message.search.neighbours is not None and message.context is not None

@@ -9,22 +9,14 @@ from typing import Any
 
 import anyio
 import httpx
-import pytest
 from mcp import Client
 
 from dmf_hybrid import Memory, MemoryAPI, MemoryClient, PlanError, SchemaError, ValidationError
-from dmf_hybrid.examples import INDEXES_DIR
 from dmf_hybrid.mcp_server import build_server
 from tests.conftest import define_travel
 from tests.store import assert_unchanged, both_doors
 
-
-def define_travel_and_log(door: MemoryAPI) -> None:
-    define_travel(door)
-    door.load_definitions(INDEXES_DIR / "conversations.toml")
-
-
-log = both_doors("log", define_travel_and_log)
+log = both_doors("log", define_travel)  # the bundled Message type: defined on first use
 
 #: chat-1: eight timed turns about a cat (turn 5 is the assistant's); chat-2: one.
 CHAT_1 = [{"role": "assistant" if i == 5 else "user",
@@ -213,16 +205,21 @@ def test_bad_tool_calls_are_refused_and_change_nothing(log: MemoryAPI) -> None:
     assert info.value.field == "turns"  # type: ignore[attr-defined]
 
 
-def test_tools_without_a_conversation_log_leave_the_scope_out(memory: Memory) -> None:
+def test_the_tools_offer_the_log_before_its_first_message(memory: Memory) -> None:
     tools = {t["name"]: t for t in memory.tools("json_schema")}
+    assert "add_messages" in tools and "turns" in tools["context"]["parameters"]["properties"]
+    # no searchable type has a conversation field yet, and no conversation has a message
     assert "conversation" not in tools["search"]["parameters"]["properties"]
-    assert "turns" not in tools["context"]["parameters"]["properties"]
-    with pytest.raises(PlanError):
-        memory.call_tool("search", {"text": "cat", "conversation": "chat-1"})
+    assert memory.call_tool("search", {"text": "cat", "conversation": "chat-1"}) == {
+        "hits": [], "types": []}
+    memory.call_tool("add_messages", {"conversation": "chat-1", "messages": CHAT_2})
+    tools = {t["name"]: t for t in memory.tools("json_schema")}
+    assert "conversation" in tools["search"]["parameters"]["properties"]
+    out: Any = memory.call_tool("search", {"text": "cat", "conversation": "chat-1"})
+    assert out["types"] == ["Message"] and len(out["hits"]) == 1
 
 
 def test_mcp_serves_the_scoped_tools(memory: Memory) -> None:
-    memory.load_definitions(INDEXES_DIR / "conversations.toml")
     ids = seed(memory)
 
     async def main() -> tuple[Any, Any]:

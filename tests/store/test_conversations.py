@@ -8,7 +8,6 @@ from functools import partial
 import pytest
 
 from dmf_hybrid import MemoryAPI, NotFound, SchemaError, ValidationError
-from dmf_hybrid.examples import INDEXES_DIR
 from tests.store import assert_unchanged, behind, both_doors
 
 mem = both_doors()
@@ -20,7 +19,7 @@ CHAT = [{"role": "user", "content": "I adopted a cat named Miso last week."},
 
 @pytest.fixture
 def log(mem: MemoryAPI) -> MemoryAPI:
-    mem.load_definitions(INDEXES_DIR / "conversations.toml")
+    """A fresh memory: the bundled Message type is defined by its first use."""
     return mem
 
 
@@ -96,12 +95,14 @@ def test_bad_messages_are_refused_through_both_doors(log: MemoryAPI) -> None:
 
 
 def test_a_bad_row_value_or_a_missing_type_is_refused(mem: MemoryAPI) -> None:
-    with pytest.raises(NotFound):
-        mem.add_messages("chat-1", CHAT)
+    missing = assert_unchanged(mem, partial(mem.add_messages, "chat-1", CHAT,
+                                            type_name="Chat"), NotFound)
+    assert "define it first" in missing.value.message  # type: ignore[attr-defined]
     with pytest.raises(SchemaError) as info:
         mem.add_messages("chat-1", CHAT, type_name="Poi")
     assert info.value.field == "type_name"
-    mem.load_definitions(INDEXES_DIR / "conversations.toml")
+    # before its first use: a bad call leaves no bundled type behind either
     bad = assert_unchanged(mem, lambda: mem.add_messages(
         "chat-1", [{"role": "user", "content": "hi", "session": "first"}]), ValidationError)
     assert "session" in (getattr(bad.value, "field", None) or "")
+    assert "Message" not in [t.name for t in mem.types()]

@@ -6,7 +6,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response, status
 
-from ...errors import NotFound
 from ...wire import TypePublic
 from ..deps import AdminMemory, Audit, ReaderMemory
 
@@ -42,10 +41,8 @@ def define_type(
 ) -> TypePublic:
     """Define a type or a compatible new version of it (201 new version, 200 unchanged)."""
     name = typedef.get("name")
-    try:
-        before = memory.get_type(name).version if isinstance(name, str) else None
-    except NotFound:
-        before = None
+    # not get_type: a bundled type's name would define the bundled type before this one
+    before = next((t.version for t in memory.types() if t.name == name), None)
     etype = memory.define_type(typedef, actor=audit.actor, reason=audit.reason)
     if before == etype.version:
         response.status_code = status.HTTP_200_OK
