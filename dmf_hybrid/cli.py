@@ -59,12 +59,17 @@ def serve(
     data: DataOpt = None,
     host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8000).")] = None,
+    demo: Annotated[bool, typer.Option(
+        "--demo", help="Load the example domains (indexes/*.toml) and, into an empty store, "
+                       "their example data.")] = False,
 ) -> None:
-    """Run the HTTP service (OpenAPI docs at /docs) on a memory directory."""
-    from .api.server import run  # start-up cost: FastAPI and uvicorn, only to serve
+    """Run the HTTP service (OpenAPI docs at /docs, inspector at /ui) on a memory directory."""
+    from .api.server import log_to_stderr, run  # start-up cost: FastAPI and uvicorn
 
+    log_to_stderr()
     try:
-        run(settings_from(data_dir=data, host=host, port=port))
+        run(settings_from(data_dir=data, host=host, port=port,
+                          load_examples=True if demo else None))
     except StoreLocked as exc:
         raise fail(f"{exc.message}\nhint: is a server already running on it? Talk to it "
                     "with --url, or serve another --data DIR.", 2) from None

@@ -167,8 +167,8 @@ class Settings(BaseSettings):
     )
     keys_file: Path | None = Field(None, description="File of API keys (one per line, hashed).")
     load_examples: bool = Field(
-        True, description="Load indexes/*.toml and example data into an empty store on serve."
-    )
+        False, description="Load indexes/*.toml and their example data into an empty store on "
+                           "serve (dmf serve --demo).")
 
     def search_thread_count(self) -> int:
         """``search_threads``, or the CPUs the process may use when it is not set."""

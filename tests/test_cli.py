@@ -309,3 +309,37 @@ def test_ingest_shows_the_model_load(capsys: pytest.CaptureFixture[str]) -> None
     assert embedder.loaded and "loading model" in capsys.readouterr().err
     load_model_with_bar(host_of(embedder), progress=True)
     assert capsys.readouterr().err == ""  # loaded: no bar
+
+
+# ---------------------------------------------------------------- dmf serve
+
+
+SERVE_WAIT = 60.0
+
+
+def test_serve_says_where_it_is_and_when_it_is_ready(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {**ENV, "DMF_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", "from dmf_hybrid.cli import main; main()", "serve",
+               "--port", str(port), "--host", "127.0.0.1", "--demo"]
+    lines: list[str] = []
+    with subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                          text=True, env={k: v for k, v in env.items() if v is not None},
+                          ) as serve:
+        assert serve.stderr is not None
+        timer = threading.Timer(SERVE_WAIT, serve.kill)  # the test stops by itself
+        timer.start()
+        try:
+            for line in serve.stderr:
+                lines.append(line.rstrip())
+                if "ready after" in line or "error" in line.lower():
+                    break
+        finally:
+            serve.terminate()
+            serve.wait(SERVE_WAIT)
+            timer.cancel()
+    text = "\n".join(lines)
+    base = f"http://127.0.0.1:{port}"
+    for url in (base, f"{base}/docs", f"{base}/ui"):
+        assert f" {url}\n" in text + "\n", text
+    assert "example data: on (--demo)" in text and "ready after" in text, text

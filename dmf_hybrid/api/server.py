@@ -1,8 +1,10 @@
 """Serve the HTTP API with uvicorn: ``run(settings)``.
 
-The server owns its data directory (DuckDB locks it per process). On start it loads the
-example domains of ``indexes/*.toml`` and, when the store is empty, the example dataset
-(``settings.load_examples``); the model loads in the background (see ``/readyz``).
+The server owns its data directory (DuckDB locks it per process). The example domains of
+``indexes/*.toml`` and, when the store is empty, their dataset are loaded only when asked
+(``settings.load_examples``, ``dmf serve --demo``); the model loads in the background (see
+``/readyz``). The start-up log says which, where the API, its docs and the inspector are once
+the port is bound, how a first start's model build is going, and when the service is ready.
 """
 
 from __future__ import annotations
@@ -22,11 +24,57 @@ from ..config import Settings
 from ..errors import DMFError
 from ..examples import seed_examples
 from ..memory import Memory
+from ..version import __version__
 from .app import create_app
 from .auth import KeyRing, check_bind
-from .deps import StartupTask
+from .deps import ServiceState, StartupTask
 
 log = logging.getLogger(__name__)
+#: How often ``run`` looks whether the warm-up has finished, to say so in the log.
+READY_POLL_SECONDS = 0.5
+
+
+class AnnouncingServer(uvicorn.Server):
+    """uvicorn's server that logs the URLs of the API, ``/docs`` and ``/ui`` once bound."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if not self.started:
+            return
+        bound = [s.getsockname() for server in getattr(self, "servers", [])
+                 for s in (server.sockets or [])]
+        port = bound[0][1] if bound else self.config.port
+        for what, url in service_urls(self.config.host, port):
+            log.info("%-9s %s", what, url)
+
+
+def service_urls(host: str, port: int) -> list[tuple[str, str]]:
+    """(what, URL) of the API, its OpenAPI docs and the web inspector on ``host:port``."""
+    shown = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else \
+        f"[{host}]" if ":" in host else host
+    base = f"http://{shown}:{port}"
+    return [("API", base), ("docs", f"{base}/docs"), ("inspector", f"{base}/ui")]
+
+
+def log_to_stderr(level: int = logging.INFO) -> None:
+    """Show the package's log records on stderr the way uvicorn shows its own (``dmf serve``)."""
+    logger = logging.getLogger("dmf_hybrid")
+    if any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        return
+    handler = _StderrHandler(sys.stderr)
+    handler.setFormatter(_LevelPrefix())
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler ``log_to_stderr`` adds (recognised so it is added once)."""
+
+
+class _LevelPrefix(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname + ':':<9} {super().format(record)}"
 
 
 def _seed(memory: Memory) -> None:
@@ -51,17 +99,45 @@ def create_server(settings: Settings, memory: Memory | None = None, **uvicorn_op
     if keys.open:
         log.warning("no API keys configured: serving tenant %r without authentication on %s",
                     settings.tenant, settings.host)
-    return uvicorn.Server(config)
+    if settings.load_examples:
+        log.info("example data: on (--demo): the example domains of indexes/*.toml, "
+                 "and their dataset when the store is empty")
+    else:
+        log.info("example data: off (dmf serve --demo loads the example domains and data)")
+    return AnnouncingServer(config)
 
 
 def run(settings: Settings) -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM); the memory is closed on the way out."""
+    log.info("dmf-hybrid %s: memory %s, embedder %s", __version__, settings.data_dir.resolve(),
+             settings.embedder)
     server = create_server(settings)
-    log.info("serving dmf-hybrid on http://%s:%d (docs at /docs)", settings.host, settings.port)
+    state: ServiceState = server.config.app.state.dmf
+    watcher = threading.Thread(target=_say_when_ready, args=(state, server), daemon=True,
+                               name="dmf-ready-log")
+    watcher.start()
     try:
         server.run()
     finally:
-        server.config.app.state.dmf.close()
+        state.close()
+
+
+def _say_when_ready(state: ServiceState, server: Any) -> None:
+    """Log once the warm-up (example data, model, index) has finished, or how it failed."""
+    start = time.monotonic()
+    log.info("loading the embedding model in the background; GET /readyz answers 200 once "
+             "the service is ready")
+    while not server.should_exit:
+        if not server.started:  # the warm-up starts with the app, before the port is bound
+            time.sleep(READY_POLL_SECONDS)
+            continue
+        if not state.warming_up and state.warmup_error is None and state.readiness()["ready"]:
+            log.info("ready after %.1f s", time.monotonic() - start)
+            return
+        if state.warmup_error is not None:
+            log.error("not ready: %s (GET /readyz)", state.warmup_error)
+            return
+        time.sleep(READY_POLL_SECONDS)
 
 
 @contextmanager
@@ -95,8 +171,7 @@ def serve_in_thread(app: Any, *, timeout: float = 30.0, **uvicorn_options: Any) 
 
 
 if __name__ == "__main__":  # python -m dmf_hybrid.api.server (settings from DMF_* variables)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
-                        "%(message)s")
+    log_to_stderr()
     try:
         run(Settings())
     except DMFError as exc:

@@ -73,6 +73,8 @@ _ONNX_FILE = "model.onnx"
 _BUILT = "int8.onnx"
 #: Bound on one export (20-45 s measured on a shared 2-core machine).
 EXPORT_TIMEOUT = 900.0
+#: How often a running export logs that it is still at work.
+PROGRESS_SECONDS = 10.0
 _MANIFEST = "manifest.json"
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -181,19 +183,34 @@ def _versions() -> dict[str, str]:
 
 
 def _build_in_child(source: Path, work: Path) -> Path:
-    """:func:`_build` in a child Python, so torch is never imported by the caller."""
+    """:func:`_build` in a child Python, so torch is never imported by the caller; logs its
+    progress every PROGRESS_SECONDS (a first start waits on it)."""
+    log.info("building the int8 ONNX model of %s: once per model, 20-45 s on 2 cores",
+             source.name)
+    start = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, "-m", __name__, str(source), str(work)],
-                              capture_output=True, text=True, timeout=EXPORT_TIMEOUT,
-                              check=False)
+        with subprocess.Popen([sys.executable, "-m", __name__, str(source), str(work)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) as child:
+            while True:
+                try:
+                    stdout, stderr = child.communicate(timeout=PROGRESS_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:
+                    elapsed = time.monotonic() - start
+                    if elapsed > EXPORT_TIMEOUT:
+                        child.kill()
+                        child.communicate()
+                        raise
+                    log.info("building the ONNX model: %.0f s so far", elapsed)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ServiceUnavailable(f"exporting {source} to ONNX failed: {exc}",
                                  model_path=str(source)) from exc
     built = work / _BUILT
-    if done.returncode != 0 or not built.is_file():
-        lines = (done.stderr or done.stdout).strip().splitlines()
+    if child.returncode != 0 or not built.is_file():
+        lines = (stderr or stdout).strip().splitlines()
         raise ServiceUnavailable(
-            f"exporting {source} to ONNX failed: {lines[-1] if lines else done.returncode}",
+            f"exporting {source} to ONNX failed: {lines[-1] if lines else child.returncode}",
             model_path=str(source))
     return built
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from dmf_hybrid import Memory, Settings, Unauthorized, ValidationError
 from dmf_hybrid.api.auth import KeyRing, Role, check_bind, hash_key, is_loopback
-from dmf_hybrid.api.server import create_server
+from dmf_hybrid.api.server import create_server, service_urls
 from dmf_hybrid.client import MemoryClient
 from tests.api.conftest import open_memory
 
@@ -86,18 +88,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_serve_seeds_examples_and_answers(tmp_path: Path) -> None:
-    key_hash = hash_key("reader-key")
-    keys_file = tmp_path / "keys.txt"
-    keys_file.write_text(f"{key_hash}:default:reader\n")
-    settings = Settings(data_dir=tmp_path / "data", port=_free_port(), embedder="hash",
-                        keys_file=keys_file, load_examples=True)
+@contextmanager
+def serving(settings: Settings, api_key: str | None = None) -> Iterator[MemoryClient]:
+    """A client of ``create_server(settings)`` running in a thread, once it is ready."""
     server = create_server(settings, log_level="warning")
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         url = f"http://127.0.0.1:{settings.port}"
-        with MemoryClient(url, api_key="reader-key", timeout=WAIT) as client:
+        with MemoryClient(url, api_key=api_key, timeout=WAIT) as client:
             deadline = time.monotonic() + WAIT
             while True:
                 try:
@@ -107,20 +106,76 @@ def test_serve_seeds_examples_and_answers(tmp_path: Path) -> None:
                     pass
                 assert time.monotonic() < deadline and thread.is_alive(), "server not ready"
                 time.sleep(0.05)
-            names = {t.name for t in client.types()}
-            assert {"User", "Trip", "PointOfInterest", "Constraint", "Customer", "Order",
-                    "Product", "ShippingEvent"} <= names
-            assert client.count("PointOfInterest", {"city": "Shanghai"}) >= 15
-            assert client.count("Customer") >= 5
-            hits = client.search("PointOfInterest", "Buddhist temple", k=3,
-                                 where={"city": "Shanghai", "category": "temple"}).hits
-            assert len(hits) == 3 and all(h.entity.data.category == "temple" for h in hits)
-            trip = client.query("Trip", {"user": "linwei"}).items[0]
-            assert len(client.related(trip.id, "includes")) == 5
-            assert client.verify_audit().ok
+            yield client
     finally:
         server.should_exit = True
         thread.join(WAIT)
     assert not thread.is_alive()
+
+
+def test_serve_seeds_examples_and_answers(tmp_path: Path) -> None:
+    key_hash = hash_key("reader-key")
+    keys_file = tmp_path / "keys.txt"
+    keys_file.write_text(f"{key_hash}:default:reader\n")
+    settings = Settings(data_dir=tmp_path / "data", port=_free_port(), embedder="hash",
+                        keys_file=keys_file, load_examples=True)
+    with serving(settings, "reader-key") as client:
+        names = {t.name for t in client.types()}
+        assert {"User", "Trip", "PointOfInterest", "Constraint", "Customer", "Order",
+                "Product", "ShippingEvent"} <= names
+        assert client.count("PointOfInterest", {"city": "Shanghai"}) >= 15
+        assert client.count("Customer") >= 5
+        hits = client.search("PointOfInterest", "Buddhist temple", k=3,
+                             where={"city": "Shanghai", "category": "temple"}).hits
+        assert len(hits) == 3 and all(h.entity.data.category == "temple" for h in hits)
+        trip = client.query("Trip", {"user": "linwei"}).items[0]
+        assert len(client.related(trip.id, "includes")) == 5
+        assert client.verify_audit().ok
     with Memory.open(settings.data_dir, settings=settings) as reopened:  # the lock was released
         assert reopened.count("Order") == 8
+
+
+#: A shop of one's own: names the example domains also use, other definitions.
+SHOP = [
+    {"name": "User", "identity": ["email"], "embed": "{name} <{email}>",
+     "fields": {"email": {"type": "str", "required": True, "nullable": False},
+                "name": {"type": "str"}, "address": {"type": "str"}}},
+    {"name": "Product", "identity": ["sku"], "embed": "{title} ({color})",
+     "fields": {"sku": {"type": "str", "required": True, "nullable": False},
+                "title": {"type": "str"}, "color": {"type": "str"}}},
+    {"name": "Order", "identity": ["number"], "embed": "order {number}: {status}",
+     "fields": {"number": {"type": "str", "required": True, "nullable": False},
+                "status": {"type": "enum", "values": ["paid", "shipped", "delivered"]}},
+     "relations": {"of": {"target": "Product"}, "by": {"target": "User", "cardinality": "one"}}},
+]
+
+
+def test_a_fresh_served_store_takes_ones_own_shop(tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="dmf_hybrid")
+    settings = Settings(data_dir=tmp_path / "data", port=_free_port(), embedder="hash")
+    with serving(settings) as client:
+        assert client.types() == []  # no example data unless asked for (dmf serve --demo)
+        for typedef in SHOP:
+            assert client.define_type(typedef).version == 1
+        user = client.create("User", {"email": "li@example.com", "name": "Li Lei"})
+        shirt = client.create("Product", {"sku": "SH-1", "title": "衬衫 shirt", "color": "blue"})
+        order = client.create("Order", {"number": "A-1001", "status": "shipped"})
+        client.link(order.id, "of", shirt.id)
+        client.link(order.id, "by", user.id)
+        assert [r.entity.id for r in client.related(order.id, "of")] == [shirt.id]
+        assert client.search("Product", "blue shirt", k=1).hits[0].entity.id == shirt.id
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("example data: off (dmf serve --demo") for m in logged)
+    port = settings.port
+    for url in (f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/docs",
+                f"http://127.0.0.1:{port}/ui"):
+        assert any(m.endswith(f" {url}") for m in logged), url
+
+
+@pytest.mark.parametrize(("host", "base"), [
+    ("127.0.0.1", "http://127.0.0.1:8000"), ("0.0.0.0", "http://127.0.0.1:8000"),
+    ("::1", "http://[::1]:8000"), ("example.com", "http://example.com:8000")])
+def test_service_urls(host: str, base: str) -> None:
+    assert service_urls(host, 8000) == [("API", base), ("docs", f"{base}/docs"),
+                                        ("inspector", f"{base}/ui")]
