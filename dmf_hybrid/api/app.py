@@ -71,8 +71,10 @@ DESCRIPTION = """A deterministic memory for AI agents: typed entities, relations
 an audit log. DuckDB is the truth; the vector index only proposes IDs.
 
 Authenticate with `Authorization: Bearer <key>` or `X-API-Key: <key>` when the service has
-keys. Writes take optional `X-Actor`, `X-Reason` and `X-Trace-Id` headers (percent-encoded)
-that are recorded in the audit event. Errors are `{"error": code, "message", "details"}`."""
+keys. Writes take optional `X-Actor`, `X-Reason` and `X-Trace-Id` headers that are recorded
+in the audit event; non-ASCII text in them is percent-encoded UTF-8 (`%E6%94%B9`), RFC 8187
+(`UTF-8''%E6%94%B9`) or raw UTF-8 bytes, and anything else is refused (422). Errors are
+`{"error": code, "message", "details"}`."""
 
 
 def create_app(settings: Settings, memory: Memory | None = None, *,

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Annotated, Any, TypedDict, TypeVar
-from urllib.parse import unquote
 
 from fastapi import Depends, Header, Request, Response, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -28,6 +27,7 @@ from ..errors import ServiceUnavailable, ValidationError
 from ..memory import Memory
 from ..store.audit import PRINCIPAL
 from .auth import KeyRing, Principal, Role
+from .headers import HEADER_TEXT, decode_header_text
 
 log = logging.getLogger(__name__)
 
@@ -217,27 +217,23 @@ class AuditContext:
         return {"actor": self.actor, "reason": self.reason, "trace_id": self.trace_id}
 
 
-def _header_text(value: str | None, name: str) -> str | None:
+def _header_text(value: str | None, header: str, name: str) -> str | None:
     # the Memory write checks type and length and names the field (actor, reason, trace_id)
-    if value is None:
-        return None
-    try:
-        return unquote(value, errors="strict")
-    except UnicodeDecodeError:
-        raise ValidationError(f"{name} is not percent-encoded UTF-8", field=name) from None
+    return None if value is None else decode_header_text(value, header, name)
 
 
 async def get_audit_context(
     principal: Caller,
-    x_actor: Annotated[str | None, Header(description="Who makes the change (percent-encoded)."
+    x_actor: Annotated[str | None, Header(description="Who makes the change. " + HEADER_TEXT
                                           )] = None,
-    x_reason: Annotated[str | None, Header(description="Why (percent-encoded).")] = None,
-    x_trace_id: Annotated[str | None, Header(description="Trace ID to correlate events.")] = None,
+    x_reason: Annotated[str | None, Header(description="Why. " + HEADER_TEXT)] = None,
+    x_trace_id: Annotated[str | None, Header(description="Trace ID to correlate events. "
+                                             + HEADER_TEXT)] = None,
 ) -> AuditContext:
     """The audit context of a write; with API keys the actor defaults to the key's label."""
-    actor = _header_text(x_actor, "actor") or principal.key_label
-    return AuditContext(actor, _header_text(x_reason, "reason"),
-                        _header_text(x_trace_id, "trace_id"))
+    actor = _header_text(x_actor, "X-Actor", "actor") or principal.key_label
+    return AuditContext(actor, _header_text(x_reason, "X-Reason", "reason"),
+                        _header_text(x_trace_id, "X-Trace-Id", "trace_id"))
 
 
 Audit = Annotated[AuditContext, Depends(get_audit_context)]
