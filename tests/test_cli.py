@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 from typer.testing import CliRunner
+from wcwidth import wcwidth
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
 from dmf_hybrid.cli import app
+from dmf_hybrid.cli_support import MAX_CELL, cell, display_width
 from dmf_hybrid.vector.exact import ExactIndex
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -343,3 +345,39 @@ def test_serve_says_where_it_is_and_when_it_is_ready(tmp_path: Path) -> None:
     for url in (base, f"{base}/docs", f"{base}/ui"):
         assert f" {url}\n" in text + "\n", text
     assert "example data: on (--demo)" in text and "ready after" in text, text
+
+
+# ---------------------------------------------------------------- tables
+
+
+def _columns(line: str) -> list[int]:
+    """The display column where each cell of a table line starts."""
+    starts, width, gap = [0], 0, 0
+    for char in line:
+        if char == " ":
+            gap += 1
+        else:
+            if gap >= 2:
+                starts.append(width)
+            gap = 0
+        width += max(wcwidth(char), 0)
+    return starts
+
+
+def test_tables_align_chinese_by_display_width(tmp_path: Path) -> None:
+    path = tmp_path / "mem"
+    ok("define", TRAVEL, "--data", path)
+    for name, city in (("豫园", "上海"), ("The Bund", "Shanghai"), ("外滩观景台", "上海市")):
+        ok("create", "PointOfInterest", json.dumps({"name": name, "city": city}),
+           "--data", path)
+    out = ok("query", "PointOfInterest", "--data", path)
+    lines = [line for line in out.splitlines() if line.strip()]
+    header, rows = lines[0], lines[2:5]  # then "3 item(s)"
+    assert len(rows) == 3 and any("外滩观景台" in r for r in rows)
+    assert all(_columns(r)[:4] == _columns(header)[:4] for r in rows), out
+
+
+def test_a_long_chinese_cell_is_cut_at_the_column_limit() -> None:
+    text = cell("衬衫" * 100)
+    assert text.endswith("…") and display_width(text) <= MAX_CELL
+    assert display_width("蓝色 shirt") == 10

@@ -2,12 +2,15 @@
 
 It gets the HTTP client and nothing of the server: no duckdb, chromadb or torch. The client
 from that environment talks to a real server this test runs on 127.0.0.1, and importing the
-embedded ``Memory`` there names the extra to install.
+embedded ``Memory`` there names the extra to install. Its ``dmf`` command says which extra it
+needs instead of failing, and it installs no top-level package but ``dmf_hybrid`` (the
+repository's ``evaluation/`` stays out of the wheel).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 import venv
@@ -18,6 +21,7 @@ import pytest
 from dmf_hybrid import SERVER_EXTRA_HINT, HashEmbedder, Memory, Settings
 from dmf_hybrid.api import create_app
 from dmf_hybrid.api.server import serve_in_thread
+from dmf_hybrid.command import MISSING_EXTRA
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.conftest import define_travel
 
@@ -58,7 +62,9 @@ MEMORY_SCRIPT = textwrap.dedent('''
 
 
 def _run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, check=False,
+    # without PYTHONPATH: the fresh environment must see its own install, not a checkout
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(args, capture_output=True, text=True, check=False, env=env,
                           timeout=INSTALL_TIMEOUT, **kwargs)  # type: ignore[call-overload]
 
 
@@ -86,6 +92,27 @@ def test_memory_without_the_extra_names_it(light_python: Path) -> None:
     done = _run([str(light_python), "-c", MEMORY_SCRIPT], cwd="/")
     assert done.returncode == 0, done.stderr
     assert SERVER_EXTRA_HINT in done.stdout
+
+
+@pytest.mark.slow
+def test_the_dmf_command_names_the_extra_it_needs(light_python: Path) -> None:
+    done = _run([str(light_python.parent / "dmf"), "serve"], cwd="/")
+    assert done.returncode == MISSING_EXTRA and "Traceback" not in done.stderr
+    assert SERVER_EXTRA_HINT in done.stderr and done.stdout == ""
+
+
+@pytest.mark.slow
+def test_only_the_package_is_installed(light_python: Path) -> None:
+    script = ("import importlib.metadata as m, importlib.util as u, json; "
+              "files = m.files('dmf-hybrid'); "
+              "print(json.dumps({'tops': sorted({f.parts[0] for f in files "
+              "if f.suffix == '.py'}), 'evaluation': u.find_spec('evaluation') is not None, "
+              "'bundled': sorted(__import__('dmf_hybrid.bundled').bundled.bundled_types())}))")
+    done = _run([str(light_python), "-c", script], cwd="/")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["tops"] == ["dmf_hybrid"] and answer["evaluation"] is False
+    assert answer["bundled"] == ["Constraint", "MemorySummary", "Message"]  # package data
 
 
 @pytest.mark.slow
