@@ -22,14 +22,15 @@ DEFAULT_DATA_DIR = Path("./dmf-data")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 #: The int8 ONNX build of the bundled MiniLM: the torch model's quality on SciFact, LoCoMo and
-#: CrossWOZ, several times its query speed, and a vector that depends on the text only (README).
+#: CrossWOZ, several times its query speed, and a vector that depends on the text only
+#: (docs/retrieval.md).
 DEFAULT_EMBEDDER = "minilm-onnx"
 #: Measured by ``python -m evaluation.bench_search --sweep`` on 100k x 384: exact scoring wins
 #: up to 10k candidates (17 ms vs 24 ms, ANN recall 0.96), ANN from 20k (17 ms vs 25 ms).
 DEFAULT_EXACT_THRESHOLD = 15_000
 DEFAULT_RRF_K = 60
 #: How hybrid search fuses its legs by default (the methods: FUSIONS, dmf_hybrid.search.fusion);
-#: chosen on SciFact, LoCoMo and CrossWOZ together (README, "Fusion").
+#: chosen on SciFact, LoCoMo and CrossWOZ together (docs/retrieval.md, "Fusion").
 DEFAULT_FUSION = "bm25max"
 MAX_K = 1000
 MAX_PAGE_SIZE = 1000
@@ -98,7 +99,7 @@ class Settings(BaseSettings):
     )
     fusion: Literal[FUSIONS] = Field(  # type: ignore[valid-type]
         DEFAULT_FUSION, description="How hybrid search fuses its legs: " + ", ".join(FUSIONS)
-        + " (dmf_hybrid.search.fusion; measured in the README).")
+        + " (dmf_hybrid.search.fusion; measured in docs/retrieval.md).")
     rrf_k: int = Field(DEFAULT_RRF_K, ge=1, description="Reciprocal rank fusion constant.")
     torch_threads: int = Field(
         DEFAULT_TORCH_THREADS, ge=0,

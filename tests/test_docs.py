@@ -1,7 +1,10 @@
-"""The README is part of the product: its examples run and it documents every setting."""
+"""The README and docs/*.md are part of the product: their examples run, the README's curl
+walk-through answers on a fresh server, and together they document every setting, command
+and route."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -15,26 +18,34 @@ from dmf_hybrid.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+#: The long-form documentation the README links to.
+DOC_FILES = sorted((ROOT / "docs").glob("*.md"))
+#: The README and every docs/*.md: where a setting, a command or a route must be documented.
+DOCS = "\n\n".join([README, *(p.read_text(encoding="utf-8") for p in DOC_FILES)])
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README, flags=re.S)
+def python_blocks() -> list[tuple[str, str]]:
+    """(file, code) of every python block of the README and docs/*.md."""
+    return [(path.name, code) for path in [ROOT / "README.md", *DOC_FILES]
+            for code in re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"),
+                                   flags=re.S)]
 
 
-@pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_readme_python_blocks_run(index: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "code"), python_blocks(),
+                         ids=[f"{name}-{i}" for i, (name, _) in enumerate(python_blocks())])
+def test_python_blocks_run(name: str, code: str, tmp_path: Path) -> None:
     """Each python block runs as a script from the repository root (test embedder)."""
-    script = tmp_path / f"block{index}.py"
-    script.write_text(python_blocks()[index], encoding="utf-8")
+    script = tmp_path / "block.py"
+    script.write_text(code, encoding="utf-8")
     env = {**os.environ, "DMF_EMBEDDER": "hash", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_readme_documents_every_setting() -> None:
+def test_docs_document_every_setting() -> None:
     for name in Settings.model_fields:
-        assert f"`DMF_{name.upper()}`" in README, f"README lacks DMF_{name.upper()}"
+        assert f"`DMF_{name.upper()}`" in DOCS, f"the docs lack DMF_{name.upper()}"
 
 
 def test_readme_names_every_cli_command() -> None:
@@ -50,7 +61,8 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_readme_curl_examples_answer(tmp_path: Path) -> None:
-    """The README's curl lines work against a real server with the example data."""
+    """The README's curl lines, in order, work against a real server on a fresh store (as
+    ``make serve`` starts it: no example data), twice (they are safe to run again)."""
     import socket
     import threading
     import time
@@ -62,8 +74,7 @@ def test_readme_curl_examples_answer(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    settings = Settings(data_dir=tmp_path / "data", port=port, embedder="hash",
-                        load_examples=True)
+    settings = Settings(data_dir=tmp_path / "data", port=port, embedder="hash")
     server = create_server(settings, log_level="warning")
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -77,15 +88,21 @@ def test_readme_curl_examples_answer(tmp_path: Path) -> None:
                 pass
             assert time.monotonic() < deadline and thread.is_alive(), "server not ready"
             time.sleep(0.1)
-        commands = re.findall(r"^(curl .*?)(?<!\\)\n(?!  )", README.replace("\\\n  ", "\\\n  "),
-                              flags=re.M | re.S)
-        assert len(commands) >= 2
-        for command in commands:
+        shell = "".join(re.findall(r"```bash\n(.*?)```", README, flags=re.S))
+        commands = re.findall(r"^(curl .*?)(?<!\\)\n(?!  )", shell, flags=re.M | re.S)
+        assert len(commands) >= 10
+        for command in commands * 2:
             command = command.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
             done = subprocess.run(["bash", "-c", command + " -w '\\n%{http_code}'"],
                                   capture_output=True, text=True, timeout=60)
             status = done.stdout.strip().splitlines()[-1]
             assert status in ("200", "201"), (command, done.stdout[-2000:])
+            if "/search" in command:  # "has my blue shirt shipped?", in English and Chinese
+                hits = json.loads(done.stdout.strip().rsplit("\n", 1)[0])["hits"]
+                assert [h["entity"]["data"]["status"] for h in hits] == ["shipped"], command
+            if command.endswith("/history"):
+                events = json.loads(done.stdout.strip().rsplit("\n", 1)[0])
+                assert "改成公司" in [e["reason"] for e in events]
     finally:
         server.should_exit = True
         thread.join(60)
@@ -97,7 +114,7 @@ def test_readme_names_every_route() -> None:
     from dmf_hybrid import HashEmbedder, Memory
     from dmf_hybrid.api import create_app
 
-    routes = README[README.index("Routes (one router per resource"):]
+    routes = DOCS[DOCS.index("Routes (one router per resource"):]
     routes = routes[:routes.index("\n\n")]
     with Memory.open(None, embedder=HashEmbedder()) as mem:
         paths = create_app(Settings(load_examples=False), mem).openapi()["paths"]

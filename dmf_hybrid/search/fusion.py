@@ -22,7 +22,7 @@ The default is ``bm25max`` with the exact leg. Of the 15 fusions compared on Sci
 nDCG@10), LoCoMo (7 conversations, R@10) and CrossWOZ (val lookups, success@5) together, with
 MiniLM, it has the best LoCoMo and CrossWOZ figures and is 0.001 below the best SciFact one
 (0.738, 66.2, 0.998; equal-weight RRF k=60 without the exact leg, the former default: 0.718,
-57.7, 0.668). The table is in the README (``python -m evaluation.compare``). Ties are broken
+57.7, 0.668). The table is in docs/retrieval.md (``python -m evaluation.compare``). Ties are broken
 by entity ID ascending.
 """
 
@@ -38,7 +38,7 @@ Ranking = Sequence[tuple[str, float]]
 
 #: Leg weights of a method when a search gives none (any leg not named weighs 1). Cosines of a
 #: query's candidates spread over about half the range of BM25 relative to the best, so
-#: bm25max counts the cosine twice; measured with weights 0.5, 1 and 2 (README).
+#: bm25max counts the cosine twice; measured with weights 0.5, 1 and 2 (docs/retrieval.md).
 DEFAULT_WEIGHTS: dict[str, dict[str, float]] = {"bm25max": {"vector": 2.0}}
 #: The leg of the documents a query names (one of their field values, whole): see
 #: ``KeywordIndex.exact``. Score methods count it 1 (a best keyword match); RRF by its ranks.
