@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 from pydantic import ValidationError as PydanticValidationError
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.embeddings import SentenceTransformerEmbedder, default_model_path
+from dmf_hybrid.embeddings import SentenceTransformerEmbedder, default_model_path, onnx_int8
 from dmf_hybrid.embeddings.onnx_int8 import (
     MODEL_ID_SUFFIX,
     ONNX_EMBEDDER,
@@ -126,6 +127,22 @@ def test_the_cache_key_follows_the_weights(tmp_path: Path) -> None:
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
     assert source_key(model) != before
+
+
+@pytest.mark.slow  # the child imports torch and ONNX Runtime's tools (5-25 s here)
+def test_an_export_says_how_it_is_going_and_why_it_failed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a real child process whose model directory holds no weights: it fails after its imports
+    monkeypatch.setattr(onnx_int8, "PROGRESS_SECONDS", 0.2)
+    caplog.set_level(logging.INFO, logger=onnx_int8.__name__)
+    (tmp_path / "work").mkdir()
+    with pytest.raises(ServiceUnavailable) as info:
+        onnx_int8._build_in_child(tmp_path / "no-model", tmp_path / "work")
+    assert info.value.message.startswith(f"exporting {tmp_path / 'no-model'} to ONNX failed: ")
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged[0].startswith("building the int8 ONNX model of no-model: once per model")
+    assert any(m.startswith("building the ONNX model: ") and m.endswith(" s so far")
+               for m in logged[1:]), logged
 
 
 def test_without_onnxruntime_loading_says_what_to_install() -> None:
