@@ -432,9 +432,8 @@ def _messages_tool() -> dict[str, Any]:
                               "time": {"type": "string", "format": "date-time"}},
                "required": ["role", "content"]}
     return _op_tool("add_messages", "add_messages",
-                    "Append chat messages to a conversation's log (Message entities), oldest "
-                    "first; a stored turn comes back as it is (created=false). Returns "
-                    "[entity].",
+                    "Append chat messages to a conversation's log, oldest first (a stored turn "
+                    "comes back as it is). Returns [entity].",
                     {"conversation": {"type": "string", "pattern": ID_PATTERN,
                                       "description": "Conversation ID."},
                      "messages": {"type": "array", "minItems": 1, "items": message}})

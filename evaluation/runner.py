@@ -546,7 +546,7 @@ def message_variant(context: int | None) -> str:
     """The workdir variant of a LoCoMo ingest: a hash of what the ``Message`` definition
     stores (fields, embed template, group context, grounded dates: a change needs the rows
     written again; its search profile does not) and the context."""
-    (typedef,) = load_toml(MESSAGE_TOML)
+    typedef = bundled_types()[MESSAGE_TYPE]
     stored = typedef.model_dump(mode="json", include={"fields", "embed", "context", "dates"})
     digest = hashlib.sha256(json.dumps(stored, sort_keys=True).encode()).hexdigest()[:8]
     return f"message-{digest}" + (f"-context{context}" if context is not None else "")

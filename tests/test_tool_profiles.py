@@ -17,8 +17,10 @@ from tests.store import both_doors
 
 travel = both_doors(
     "travel", lambda door: door.load_definitions(INDEXES / "travel.toml"))
-#: The compact profile for the travel domain must fit in this many characters (OpenAI format).
-COMPACT_BUDGET = 12_000
+#: The compact profile for the travel domain must fit in this many characters (OpenAI format);
+#: 12,000 until the conversation log's tools (add_messages, the context tool's conversation
+#: and turns: 1,023 characters) came with every memory.
+COMPACT_BUDGET = 12_500
 AGENTS_DOC = (Path(__file__).resolve().parent.parent / "docs" / "agents.md").read_text(
     encoding="utf-8")
 

@@ -418,11 +418,10 @@ def context_tool_definition(conversations: bool = False) -> dict[str, Any]:
     if conversations:
         properties["conversation"] = {
             "type": "string", "pattern": ID_PATTERN,
-            "description": "Add this conversation's last turns (and scope the query's "
-                           "message hits to it)."}
+            "description": "Add its last turns; scope the query's hits to it."}
         properties["turns"] = {"type": "integer", "minimum": 1, "maximum": MAX_TURNS,
                                "default": LAST_TURNS,
-                               "description": "How many last turns (needs conversation)."}
+                               "description": "How many (needs conversation)."}
     return {
         "name": "context",
         "description": "Get a compact, current description of memory for the prompt: the focus "

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import DMFError, MemoryAPI, SchemaError, ValidationError
-from dmf_hybrid.examples import INDEXES_DIR
 from dmf_hybrid.search.rerank import _spread
 from tests.store import assert_unchanged, both_doors
 
@@ -154,8 +153,7 @@ def test_a_time_boost_needs_grounded_dates(mem: MemoryAPI) -> None:
 
 
 def test_the_message_profile_reads_time_sessions_and_speakers(mem: MemoryAPI) -> None:
-    (message,) = [t for t in mem.load_definitions(INDEXES_DIR / "conversations.toml")
-                  if t.name == "Message"]
+    message = mem.get_type("Message")  # bundled: defined on first use
     profile = message.typedef.search
     assert profile is not None and profile.time is not None and profile.sessions is not None
     assert profile.named is not None and profile.named.field == "role"

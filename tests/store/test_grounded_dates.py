@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from dmf_hybrid import MemoryAPI, SchemaError
-from dmf_hybrid.examples import INDEXES_DIR
 from tests.store import assert_unchanged, both_doors
 
 mem = both_doors()
@@ -17,7 +16,7 @@ SAID = "2023-05-08T13:56:00"  # a Monday
 
 @pytest.fixture
 def log(mem: MemoryAPI) -> MemoryAPI:
-    mem.load_definitions(INDEXES_DIR / "conversations.toml")
+    """A fresh memory: the bundled Message type is defined by its first use."""
     return mem
 
 

@@ -7,7 +7,7 @@ to nothing (``--host-resolver-rules``): the pages must work with the network unp
 The server holds the bundled example domains and dataset (``dmf_hybrid.examples``) and a
 small story written on top: Chinese places, edits with actors, reasons and trace ids, a trip
 whose budget cut raises a rule constraint, and a suggestion for it. The story is written under
-a ticking clock, so its times are the same on every run (the README screenshots show them).
+a ticking clock, so its times are the same on every run (the screenshots in docs/http.md show them).
 Keys: ``ui-admin``, ``ui-writer``, ``ui-reader`` for tenant ``default`` and ``ui-other``
 (writer) for tenant ``other``.
 """

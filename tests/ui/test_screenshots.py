@@ -1,4 +1,4 @@
-"""The README's pictures of the inspector, taken by the test run (docs/*.png).
+"""The pictures of the inspector in docs/http.md, taken by the test run (docs/*.png).
 
 The story's times come from a ticking clock and the search is pinned with ``as_of``, so the
 pictures show the same content on every run (but the receipt's timings). Every run takes them;
