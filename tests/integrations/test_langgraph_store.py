@@ -1,5 +1,6 @@
-"""DMFStore against LangGraph's BaseStore contract (read from langgraph.store.base), through
-both front doors: every op of batch/abatch, TTL, namespace errors, audit, LangMem's tools."""
+"""DMFStore against LangGraph's BaseStore contract (read from langgraph.store.base and its
+reference InMemoryStore), through both front doors: every op of batch/abatch, TTL,
+namespace errors, audit, LangMem's tools. Vector search and filters: test_langgraph_search."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from dmf_hybrid import FilterError, HashEmbedder, MemoryAPI
+from dmf_hybrid import FilterError, HashEmbedder, MemoryAPI, ValidationError
 from dmf_hybrid.clock import set_clock
 from dmf_hybrid.integrations.langgraph import DMFStore
 from tests.integrations import door, import_error
@@ -90,8 +91,9 @@ def test_search_filters_prefix_and_pages(store: DMFStore) -> None:
         assert sorted(i.key for i in store.search(("org",), filter={"n": cond})) == expected
     assert sorted(i.key for i in store.search(("org",), filter={"meta": {"lang": "zh"}})) == [
         "k0", "k1", "k2"]
-    assert sorted(i.key for i in store.search((), filter={"meta.lang": "en", "n": 3})) == [
+    assert sorted(i.key for i in store.search((), filter={"meta": {"lang": "en"}, "n": 3})) == [
         "k3"]
+    assert store.search((), filter={"meta.lang": "en"}) == []  # a key of the value, as written
     pages = [store.search(("org",), limit=2, offset=o) for o in (0, 2, 4, 6)]
     assert [i.key for p in pages for i in p] == [i.key for i in everything]
     assert pages[-1] == []
@@ -132,26 +134,50 @@ def test_list_namespaces(store: DMFStore) -> None:
 
 
 def test_batch_and_abatch_run_every_op(store: DMFStore) -> None:
+    store.put(("p", "q"), "k1", {"text": "one"})
     ops = [
-        PutOp(("p", "q"), "k1", {"text": "one"}),
         PutOp(("p",), "k2", {"text": "two"}, index=False),
         GetOp(("p", "q"), "k1"),
-        SearchOp(("p",), filter={"text": "two"}),
+        GetOp(("p",), "k2"),  # reads see the state before the batch's puts
+        SearchOp(("p",), filter={"text": "one"}),
         ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("p",)),)),
-        PutOp(("p",), "k2", None),
-        GetOp(("p",), "k2"),
+        PutOp(("p", "q"), "k1", {"text": "uno"}),
+        PutOp(("p", "q"), "k1", {"text": "eins"}),  # the last put of a key wins
     ]
     results = store.batch(ops)
-    assert results[0] is None and results[1] is None and results[5] is None
-    assert results[2] is not None and results[2].value == {"text": "one"}
-    assert [i.key for i in results[3]] == ["k2"]
-    assert results[4] == [("p",), ("p", "q")]
-    assert results[6] is None
+    assert results[0] is None and results[5] is None and results[6] is None
+    assert results[1] is not None and results[1].value == {"text": "one"}
+    assert results[2] is None
+    assert [i.key for i in results[3]] == ["k1"]
+    assert results[4] == [("p", "q")]
+    eid = store.entity_id(("p", "q"), "k1")
+    assert eid is not None and [e.op for e in store.memory.history(eid)] == ["create", "update"]
     again = asyncio.run(store.abatch([GetOp(("p", "q"), "k1"), SearchOp(("p",)),
-                                      ListNamespacesOp()]))
-    assert again[0] == results[2] and [i.key for i in again[1]] == ["k1"]
-    assert again[2] == [("p", "q")]
-    assert asyncio.run(store.aget(("p", "q"), "k1")) == results[2]
+                                      ListNamespacesOp(), PutOp(("p",), "k2", None)]))
+    assert again[0] is not None and again[0].value == {"text": "eins"}
+    assert sorted(i.key for i in again[1]) == ["k1", "k2"]
+    assert again[2] == [("p",), ("p", "q")]
+    assert store.get(("p",), "k2") is None
+    assert asyncio.run(store.aget(("p", "q"), "k1")) == again[0]
+
+
+def test_batch_takes_what_the_reference_store_takes(store: DMFStore) -> None:
+    with pytest.raises(InvalidNamespaceError):  # put() keeps the root "langgraph" for itself
+        store.put(("langgraph", "x"), "k", {"text": "v"})
+    store.batch([PutOp(("langgraph", "x"), "k", {"text": "v"})])  # a PutOp straight to batch
+    assert store.get(("langgraph", "x"), "k").value == {"text": "v"}  # type: ignore[union-attr]
+    assert [i.key for i in store.search(("langgraph",), query="v")] == ["k"]
+    asyncio.run(store.abatch([PutOp(("langgraph", "x"), "k", None)]))
+    assert store.get(("langgraph", "x"), "k") is None
+    before = dump(store.memory)
+    for bad in [PutOp(("ok",), 7, {"v": 1}), PutOp(("ok",), "k", ["not", "a", "mapping"]),
+                PutOp(("ok",), "k", {"v": 1}, index="text"),
+                PutOp(("ok",), "k", {"v": 1}, ttl=-1)]:
+        with pytest.raises(ValidationError):  # checked before any op of the batch runs
+            store.batch([PutOp(("ok",), "first", {"v": 0}), bad])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Unknown operation"):
+        store.batch([PutOp(("ok",), "first", {"v": 0}), "GET ok/first"])  # type: ignore[list-item]
+    assert dump(store.memory) == before
 
 
 BAD_NAMESPACES: list[tuple] = [(), ("langgraph", "x"), ("a.b",), ("a", ""), ("a", 1)]
@@ -172,11 +198,15 @@ def test_bad_namespaces_raise_as_langgraph_does(store: DMFStore) -> None:
 def test_bad_filters_change_nothing(store: DMFStore) -> None:
     store.put(("ok",), "k", {"text": "v", "n": 1})
     before = dump(store.memory)
-    for flt in [{"n": {"$regex": "x"}}, {"n'; DROP TABLE events; --": 1}, {"n": [1, 2]},
-                {"a..b": 1}]:
-        with pytest.raises(FilterError):
-            store.search(("ok",), filter=flt)
+    for flt in [{"n": {"$regex": "x"}}, {"n": {"$gt": "1"}}, {"n": {"$lte": None}},
+                {"m": {"x": {"$in": [1]}}}, ["n", 1]]:
+        for query in (None, "v"):
+            with pytest.raises(FilterError):
+                store.search(("ok",), filter=flt, query=query)  # type: ignore[arg-type]
     assert issubclass(FilterError, ValueError)
+    # a key is data, whatever it holds: no match here, and no error
+    for flt in [{"n'; DROP TABLE events; --": 1}, {"a..b": 1}, {"n": [1, 2]}]:
+        assert store.search(("ok",), filter=flt) == []
     assert dump(store.memory) == before
 
 
@@ -243,7 +273,7 @@ def test_private_memory_embeds_with_the_callers_function() -> None:
         store.put(("k",), "car", {"text": "car car car"})
         assert [h.key for h in store.search(("k",), query="tea")] == ["tea", "car"]
         assert any("tea tea tea" in c for c in calls)
-        hits = store.memory.search("LangGraphItem", "car", mode="vector").receipt
+        hits = store.memory.search("LangGraphVector", "car", mode="vector").receipt
         assert hits.model_id.startswith("caller:") and hits.model_id.endswith(":3")
     finally:
         store.close()
