@@ -12,6 +12,8 @@ from .embedder import CallerEmbedder
 
 #: Most rows one query page reads while an adapter scans.
 PAGE = 500
+#: Most hits one search asks for (the memory's default ``max_k``).
+MAX_K = 1000
 
 
 def missing_extra(what: str, extra: str) -> ImportError:

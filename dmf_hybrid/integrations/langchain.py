@@ -5,7 +5,11 @@
 an audited create (or an update of the same ID; a deleted ID is restored), ``delete`` a soft
 delete, similarity search the vector leg with the cosine as score. ``filter`` is this
 project's filter language over metadata keys (``{"source": "a"}``,
-``{"year": {"$gte": 2020}}``, ``$and`` / ``$or``).
+``{"year": {"$gte": 2020}}``, ``$and`` / ``$or``), or a function of a ``Document``, as
+LangChain's ``InMemoryVectorStore`` takes it (the search reads further until ``k`` pass).
+``max_marginal_relevance_search`` (and so ``as_retriever(search_type="mmr")``) reranks the
+``fetch_k`` most similar documents with LangChain's ``maximal_marginal_relevance`` over the
+vectors of ``embedding``; searching by a vector is not offered (the memory embeds).
 
 Vectors come from the memory's embedder: with ``memory=None`` an in-memory ``Memory`` embeds
 with ``embedding`` (a ``CallerEmbedder`` with its own model ID); given a memory, ``embedding``
@@ -19,13 +23,15 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..errors import Conflict, NotFound, ValidationError
 from ..protocol import MemoryAPI
 from ..schema import FieldSpec, TypeDef
-from .common import check_model, ensure_type, missing_extra, private_memory, scan
+from .common import MAX_K, check_model, ensure_type, missing_extra, private_memory, scan
 from .embedder import CallerEmbedder
 
 try:
@@ -34,11 +40,14 @@ try:
     from langchain_core.embeddings import Embeddings
     from langchain_core.retrievers import BaseRetriever
     from langchain_core.vectorstores import VectorStore
+    from langchain_core.vectorstores.utils import maximal_marginal_relevance
     from pydantic import ConfigDict
 except ImportError as exc:  # pragma: no cover - the optional extra is missing
     raise missing_extra("LangChain", "langchain") from exc
 
 BOOL_OPS = ("$and", "$or")
+
+DocumentFilter = Mapping[str, Any] | Callable[[Document], bool]
 
 
 def collection_type(collection: str) -> str:
@@ -161,16 +170,43 @@ class DMFVectorStore(VectorStore):
         return found
 
     def similarity_search_with_score(self, query: str, k: int = 4,
-                                     filter: Mapping[str, Any] | None = None,
+                                     filter: DocumentFilter | None = None,
                                      **kwargs: Any) -> list[tuple[Document, float]]:
-        hits = self.memory.search(self.type_name, query, where=metadata_filter(filter), k=k,
-                                  mode="vector").hits
-        return [(_document(h.entity), h.score) for h in hits]
+        if not callable(filter):
+            hits = self.memory.search(self.type_name, query, where=metadata_filter(filter),
+                                      k=k, mode="vector").hits
+            return [(_document(h.entity), h.score) for h in hits]
+        depth = k
+        while True:  # a function is applied to the ranking, read until k documents pass
+            hits = self.memory.search(self.type_name, query, k=depth, mode="vector").hits
+            passing = [(d, h.score) for h in hits if filter(d := _document(h.entity))]
+            if len(passing) >= k or len(hits) < depth or depth >= MAX_K:
+                return passing[:k]
+            depth = min(MAX_K, depth * 4)
 
     def similarity_search(self, query: str, k: int = 4,
-                          filter: Mapping[str, Any] | None = None,
+                          filter: DocumentFilter | None = None,
                           **kwargs: Any) -> list[Document]:
         return [d for d, _ in self.similarity_search_with_score(query, k, filter)]
+
+    def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20,
+                                      lambda_mult: float = 0.5,
+                                      filter: DocumentFilter | None = None,
+                                      **kwargs: Any) -> list[Document]:
+        """``k`` of the ``fetch_k`` documents most similar to ``query``, chosen by maximal
+        marginal relevance (``lambda_mult``: 1 similarity alone, 0 diversity alone)."""
+        if self._embedding is None:
+            raise ValidationError("max marginal relevance compares document vectors: open "
+                                  "the store with the embedding its memory uses",
+                                  field="embedding")
+        docs = [d for d, _ in self.similarity_search_with_score(query, fetch_k, filter)]
+        if not docs:
+            return []
+        vectors = self._embedding.embed_documents([d.page_content for d in docs])
+        chosen = maximal_marginal_relevance(
+            np.asarray(self._embedding.embed_query(query), dtype=np.float32), vectors,
+            lambda_mult=lambda_mult, k=k)
+        return [docs[i] for i in chosen]
 
     def _select_relevance_score_fn(self) -> Any:
         return lambda score: (score + 1.0) / 2.0  # cosine in [-1, 1] -> [0, 1]

@@ -39,7 +39,15 @@ from ..clock import utcnow
 from ..errors import Conflict, ValidationError
 from ..protocol import MemoryAPI
 from ..schema import FieldSpec, TypeDef
-from .common import check_model, embedder_for, ensure_type, missing_extra, private_memory, scan
+from .common import (
+    MAX_K,
+    check_model,
+    embedder_for,
+    ensure_type,
+    missing_extra,
+    private_memory,
+    scan,
+)
 from .langgraph_values import (
     check_filter,
     index_paths,
@@ -72,8 +80,6 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
 ITEM_TYPE = "LangGraphItem"
 VECTOR_TYPE = "LangGraphVector"
 SEP = "."  # LangGraph labels never contain a period
-#: Vector rows one ranked search asks for at most (the memory's default ``max_k``).
-MAX_ROWS = 1000
 #: Most values one ``$in`` / ``$nin`` filter term holds.
 MAX_IN = 10_000
 #: Namespaces one item lookup names (each is two filter terms).
@@ -306,7 +312,7 @@ class DMFStore(BaseStore):
             terms.append({"prefixes": {"$contains": _joined(op.namespace_prefix)}})
         seen: set[str] = set()
         ranked: list[tuple[Any, float | None]] = []
-        rows = min(MAX_ROWS, 2 * want + 8)
+        rows = min(MAX_K, 2 * want + 8)
         while len(ranked) < want:
             exclude = sorted(seen)  # their best rows are behind us: what follows is new items
             where = {"$and": terms + [{"item": {"$nin": exclude[i:i + MAX_IN]}}
@@ -325,7 +331,7 @@ class DMFStore(BaseStore):
                     ranked.append((entity, score))
             if len(hits) < rows:
                 break
-            rows = min(MAX_ROWS, 2 * (want - len(ranked)) + 8)
+            rows = min(MAX_K, 2 * (want - len(ranked)) + 8)
         return ranked[:want]
 
     def _lookup(self, rows: list[Any], now: dt.datetime) -> dict[tuple[str, str], Any]:

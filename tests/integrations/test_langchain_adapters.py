@@ -1,8 +1,11 @@
-"""DMFVectorStore and DMFRetriever beyond the standard suites: metadata filters, audit,
-bad input (changes nothing, raises ValueError subclasses), the model check, packaging."""
+"""DMFVectorStore and DMFRetriever beyond the standard suites: metadata filters (data or a
+function), relevance thresholds, max marginal relevance and the retrievers a store makes,
+audit, bad input (changes nothing, raises ValueError subclasses), the model check,
+packaging."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +50,34 @@ def test_metadata_filters(store: DMFVectorStore) -> None:
     scored = store.similarity_search_with_relevance_scores("West Lake at dawn", k=3)
     assert scored[0][0].id == "a" and scored[0][1] == pytest.approx(1.0)
     assert all(0.0 <= s <= 1.0 for _, s in scored)
+
+
+def test_a_function_filter_and_relevance_thresholds(store: DMFVectorStore) -> None:
+    recent = store.similarity_search("x", k=2, filter=lambda d: d.metadata["year"] >= 2021)
+    assert sorted(d.id for d in recent) == ["a", "b"]
+    assert store.similarity_search("x", k=5, filter=lambda d: False) == []
+    exact = store.similarity_search_with_relevance_scores("West Lake at dawn", k=3,
+                                                          score_threshold=0.99)
+    assert [d.id for d, _ in exact] == ["a"]
+    retriever = store.as_retriever(search_type="similarity_score_threshold",
+                                   search_kwargs={"score_threshold": 0.99, "k": 3})
+    assert [d.id for d in retriever.invoke("Li River by raft")] == ["c"]
+
+
+def test_max_marginal_relevance_prefers_a_different_document(store: DMFVectorStore) -> None:
+    store.add_texts(["West Lake at dawn"], [{"city": "杭州"}], ids=["a2"])  # a duplicate
+    similar = store.similarity_search("West Lake at dawn", k=2)
+    assert sorted(d.id for d in similar) == ["a", "a2"]
+    diverse = store.max_marginal_relevance_search("West Lake at dawn", k=2, fetch_k=4,
+                                                  lambda_mult=0.25)
+    assert diverse[0].id in ("a", "a2") and diverse[1].id in ("b", "c")
+    retriever = store.as_retriever(search_type="mmr", search_kwargs={
+        "k": 2, "fetch_k": 4, "lambda_mult": 0.25, "filter": {"year": {"$lte": 2021}}})
+    assert [d.id for d in retriever.invoke("West Lake at dawn")][1] == "c"
+    assert [d.id for d in asyncio.run(retriever.ainvoke("West Lake at dawn"))][1] == "c"
+    without = DMFVectorStore(None, memory=store.memory, collection="travel-notes")
+    with pytest.raises(ValidationError, match="embedding"):
+        without.max_marginal_relevance_search("West Lake", k=2)
 
 
 def test_documents_are_audited_entities(store: DMFVectorStore) -> None:
