@@ -36,11 +36,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..clock import utcnow
-from ..errors import Conflict, ValidationError
+from ..errors import Conflict, DMFError, ValidationError
 from ..protocol import MemoryAPI
 from ..schema import FieldSpec, TypeDef
 from .common import (
     MAX_K,
+    PAGE,
     check_model,
     embedder_for,
     ensure_type,
@@ -80,6 +81,8 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
 ITEM_TYPE = "LangGraphItem"
 VECTOR_TYPE = "LangGraphVector"
 SEP = "."  # LangGraph labels never contain a period
+#: The path of the one vector of an item written before each text had its own.
+JOINED = "$joined"
 #: Most values one ``$in`` / ``$nin`` filter term holds.
 MAX_IN = 10_000
 #: Namespaces one item lookup names (each is two filter terms).
@@ -172,10 +175,31 @@ class DMFStore(BaseStore):
         self._owned = memory is None
         self.memory: MemoryAPI = private_memory(embedder) if memory is None else memory
         self._paths = index_paths((index or {}).get("fields") or ["$"])
+        joined = self._embeds_items()
         ensure_type(self.memory, ITEM_TYPEDEF)
         ensure_type(self.memory, VECTOR_TYPEDEF)
+        if joined:
+            self._keep_joined_vectors()
         if memory is not None and embedder is not None:
             check_model(self.memory, VECTOR_TYPE, embedder)
+
+    def _embeds_items(self) -> bool:
+        """Whether the memory's items were written as one vector each (their texts joined
+        in the item's ``text``, which its type embedded)."""
+        try:
+            return self.memory.get_type(ITEM_TYPE).typedef.embed is not None
+        except DMFError:  # no such type yet
+            return False
+
+    def _keep_joined_vectors(self) -> None:
+        """Give each item written as one vector that vector as a row of its own (path
+        :data:`JOINED`), so it ranks as it did until its next put replaces it."""
+        rows = [{"item": e.id, "path": JOINED, "namespace": e.data.namespace,
+                 "prefixes": e.data.prefixes, "key": e.data.key, "text": e.data.text,
+                 "value": e.data.value}
+                for e in scan(self.memory, ITEM_TYPE, {"text": {"$ne": None}})]
+        for i in range(0, len(rows), PAGE):
+            self.memory.create_many(VECTOR_TYPE, rows[i:i + PAGE], on_conflict="update")
 
     def close(self) -> None:
         """Close the memory if this store opened it."""

@@ -282,3 +282,23 @@ def test_private_memory_embeds_with_the_callers_function() -> None:
 def test_import_without_the_extra_says_what_to_install() -> None:
     out = import_error("dmf_hybrid.integrations.langgraph", 'langgraph', 'langgraph.store')
     assert "pip install 'dmf-hybrid[server,langgraph]'" in out
+
+
+def test_items_written_as_one_vector_keep_it_until_put_again(through: MemoryAPI) -> None:
+    from dmf_hybrid.integrations.langgraph import ITEM_TYPEDEF
+
+    # the item type as it was when an item was one vector, its index texts joined
+    through.define_type(ITEM_TYPEDEF.model_copy(update={"embed": "{text}"}))
+    value = {"text": "likes green tea"}
+    through.create("LangGraphItem", {"namespace": "u", "prefixes": ["u"], "key": "tea",
+                                     "value": value, "text": "likes green tea"})
+    through.create("LangGraphItem", {"namespace": "u", "prefixes": ["u"], "key": "car",
+                                     "value": {"text": "a red car"}, "text": "a red car"})
+    store = DMFStore(through, index=INDEX)  # type: ignore[arg-type]
+    assert through.get_type("LangGraphItem").typedef.embed is None
+    hits = store.search(("u",), query="likes green tea")
+    assert [h.key for h in hits] == ["tea", "car"] and hits[0].score == pytest.approx(1.0)
+    store.put(("u",), "tea", {"text": "likes black tea"})
+    rows = through.query("LangGraphVector", {"key": "tea", "text": {"$ne": None}}).items
+    assert [(r.data.path, r.data.text) for r in rows] == [("text", "likes black tea")]
+    assert DMFStore(through, index=INDEX).search(("u",), query="a red car")[0].key == "car"
