@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -146,6 +147,14 @@ def _matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
     return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
 
 
+def _is_json(value: Mapping[str, Any]) -> bool:
+    """Whether ``value`` is JSON as it is (its JSON text reads back as the same value)."""
+    try:
+        return json_equal(json.loads(json.dumps(value, allow_nan=False)), value)
+    except (TypeError, ValueError):
+        return False
+
+
 def _embedder(embed: Any, dims: int | None) -> Any:
     from ..embeddings import EMBEDDERS  # the embedded memory's extra
 
@@ -245,6 +254,9 @@ class DMFStore(BaseStore):
                                   field="key")
         if op.value is not None and not isinstance(op.value, Mapping):
             raise ValidationError("value must be a mapping (or None to delete)", field="value")
+        if op.value is not None and not _is_json(op.value):
+            raise ValidationError("value must hold JSON: string keys, finite numbers, strings, "
+                                  "booleans, null, lists and mappings", field="value")
         if op.index not in (None, False) and not (
                 isinstance(op.index, list) and all(isinstance(p, str) for p in op.index)):
             raise ValidationError("index must be False, None or a list of paths", field="index")

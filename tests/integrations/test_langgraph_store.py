@@ -172,7 +172,9 @@ def test_batch_takes_what_the_reference_store_takes(store: DMFStore) -> None:
     before = dump(store.memory)
     for bad in [PutOp(("ok",), 7, {"v": 1}), PutOp(("ok",), "k", ["not", "a", "mapping"]),
                 PutOp(("ok",), "k", {"v": 1}, index="text"),
-                PutOp(("ok",), "k", {"v": 1}, ttl=-1)]:
+                PutOp(("ok",), "k", {"v": 1}, ttl=-1), PutOp(("ok",), "k", {"v": float("nan")}),
+                PutOp(("ok",), "k", {"v": dt.datetime(2030, 1, 1)}),
+                PutOp(("ok",), "k", {"v": {1: "an int key"}})]:
         with pytest.raises(ValidationError):  # checked before any op of the batch runs
             store.batch([PutOp(("ok",), "first", {"v": 0}), bad])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="Unknown operation"):
