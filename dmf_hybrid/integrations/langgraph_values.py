@@ -26,6 +26,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..checks import full_match
 from ..errors import FilterError
 from ..jsonpaths import MAX_PATH_KEYS, PATH_KEY_RE
 from .common import missing_extra
@@ -161,8 +162,7 @@ def pushdown(flt: Mapping[str, Any] | None, field: str = "value") -> list[dict[s
 
 
 def _push(terms: list[dict[str, Any]], field: str, keys: tuple[Any, ...], cond: Any) -> None:
-    if len(keys) > MAX_PATH_KEYS or not all(
-            isinstance(k, str) and PATH_KEY_RE.fullmatch(k) for k in keys):
+    if len(keys) > MAX_PATH_KEYS or not all(full_match(PATH_KEY_RE, k) for k in keys):
         return
     path = ".".join((field, *keys))
     if isinstance(cond, Mapping):

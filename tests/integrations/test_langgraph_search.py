@@ -1,23 +1,28 @@
 """DMFStore's vector search and filters against the reference contract (langgraph.store.base,
 langgraph.store.memory.InMemoryStore), through both front doors: what an index embeds (the
 whole value by default, each text of a path on its own), similarity from the caller's own
-embeddings, ranking, offset / limit, filters with a query, non-ASCII text, reindexing."""
+embeddings, ranking, offset / limit, filters with a query, non-ASCII text, reindexing; and a
+property: the filter terms pushed to the store never drop an item the rules accept."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain_core.embeddings import Embeddings
 
 from dmf_hybrid import MemoryAPI
 from dmf_hybrid.integrations.embedder import CallerEmbedder
 from dmf_hybrid.integrations.langgraph import DMFStore
+from dmf_hybrid.integrations.langgraph_values import matches, pushdown
 from tests.integrations import door
 
 DIMS = 64
@@ -252,3 +257,49 @@ def test_an_async_embedding_function() -> None:
         assert store.search(("a",), query="desert")[0].key == "y"  # and without a loop
     finally:
         store.close()
+
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.5, 1.0]),
+                    st.sampled_from(["x", "y", "是"]))
+NAMES = ["a", "b", "a.b", "my key", "中文"]
+KEYS = st.sampled_from(NAMES)
+CONDITIONS = st.one_of(
+    SCALARS, st.lists(SCALARS, max_size=2), st.dictionaries(st.just("b"), SCALARS, min_size=1),
+    st.dictionaries(st.sampled_from(["$eq", "$ne"]), SCALARS, min_size=1),
+    st.dictionaries(st.sampled_from(["$gt", "$gte", "$lt", "$lte"]),
+                    st.integers(-3, 3) | st.just(0.5), min_size=1))
+FILTERS = st.dictionaries(KEYS, CONDITIONS, min_size=1, max_size=2)
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DMFStore, dict]]:
+    """A store of 24 random values (drawn once, with a fixed seed), for the filter property."""
+    rng = random.Random(7)
+    universe = [None, True, False, 0, 1, -2, 0.5, 1.0, "x", "y", "是", [1, "x"], [None],
+                {"b": 1}, {"b": "x"}, {"b": None}]
+    values: dict[str, Any] = {}
+    for i in range(24):
+        names = rng.sample(NAMES, rng.randint(0, 3))
+        values[f"v{i}"] = {k: rng.choice(universe) for k in names}
+    with door("memory", tmp_path_factory.mktemp("pop") / "m",
+              CallerEmbedder(char_embed, dim=DIMS)) as (mem, _):
+        store = store_of(mem)
+        for key, value in values.items():
+            store.put(("p",), key, value)
+        yield store, values
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flt=FILTERS)
+def test_a_filter_selects_what_the_rules_accept(population: tuple[DMFStore, dict],
+                                                flt: dict[str, Any]) -> None:
+    store, values = population
+    accepted = sorted(k for k, v in values.items() if matches(v, flt))
+    narrowed = store.memory.query("LangGraphItem", {"$and": [{"namespace": "p"},
+                                                            *pushdown(flt, "value")]},
+                                  limit=100).items
+    assert set(accepted) <= {e.data.key for e in narrowed}  # never narrower than the rules
+    assert sorted(i.key for i in store.search(("p",), filter=flt, limit=100)) == accepted
+    ranked = store.search(("p",), query="x 是", filter=flt, limit=100)
+    assert sorted(i.key for i in ranked) == accepted
