@@ -302,8 +302,9 @@ class DMFStore(BaseStore):
             entity = self._refresh(entity, now)
         return self._item(entity)  # type: ignore[no-any-return]
 
-    def _items_where(self, op: SearchOp, now: dt.datetime) -> list[dict[str, Any]]:
-        terms: list[dict[str, Any]] = [self._live(now), *pushdown(op.filter)]
+    def _scope(self, op: SearchOp) -> list[dict[str, Any]]:
+        """The terms a search's prefix and filter narrow items and vector rows by alike."""
+        terms = pushdown(op.filter)
         if op.namespace_prefix:
             terms.append({"prefixes": {"$contains": _joined(op.namespace_prefix)}})
         return terms
@@ -319,7 +320,7 @@ class DMFStore(BaseStore):
         now = utcnow()
         if op.limit < 1 or op.offset < 0:
             return []
-        terms = self._items_where(op, now)
+        terms = [self._live(now), *self._scope(op)]
         found: list[tuple[Any, float | None]] = []
         if op.query and self.index_config is not None:
             found = self._ranked(op, now)[op.offset:]
@@ -343,9 +344,7 @@ class DMFStore(BaseStore):
         by its best text), read from the vector rows best first."""
         assert op.query is not None
         want = op.offset + op.limit
-        terms: list[dict[str, Any]] = [{"text": {"$ne": None}}, *pushdown(op.filter)]
-        if op.namespace_prefix:
-            terms.append({"prefixes": {"$contains": _joined(op.namespace_prefix)}})
+        terms = [{"text": {"$ne": None}}, *self._scope(op)]
         seen: set[str] = set()
         ranked: list[tuple[Any, float | None]] = []
         rows = min(MAX_K, 2 * want + 8)
