@@ -111,9 +111,11 @@ class Indexer:
                 "(SELECT unnest(CAST(? AS VARCHAR[])))", [model, part]).fetchall()]
             if not present:
                 continue
-            table = con.execute(
+            # Arrow through a relation (an execute() result copies the rows once more); it may
+            # start here because the execute() above was read to its end
+            table = con.sql(
                 "SELECT text_hash, vector FROM embeddings WHERE model_id = ? AND text_hash IN "
-                "(SELECT unnest(CAST(? AS VARCHAR[])))", [model, present]).fetch_arrow_table()
+                "(SELECT unnest(CAST(? AS VARCHAR[])))", params=[model, present]).to_arrow_table()
             matrix = vector_matrix(table.column("vector"), table.num_rows)
             for h, vec in zip(table.column("text_hash").to_pylist(), matrix, strict=True):
                 found[h] = vec

@@ -120,31 +120,34 @@ def vector_mirror(con: duckdb.DuckDBPyConnection, etype: EntityType, model_id: s
     sort and their copies took ~800 MB more than the mirror's 150 MB).
     """
     import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
+    import pyarrow.compute as pc
 
     table = f"{table_name(etype.name)} AS t"
     live = "t.deleted_at IS NULL AND t.text_hash IS NOT NULL"
-    count = con.execute(f"SELECT count(*) FROM {table} WHERE {live}").fetchone()
+    count = con.execute(f"SELECT count(*) FROM {table} WHERE {live}").fetchall()
     local = LocalVectors(dim, block_bytes)
-    local.reserve(int(count[0]) if count else 0)
-    batches = con.execute(
-        f"SELECT t.id, {key_sql('t.')} AS key, t.tenant, t.text_hash, e.vector "
-        f"FROM {table} LEFT JOIN embeddings AS e "
-        f"ON e.model_id = ? AND e.text_hash = t.text_hash WHERE {live}",
-        [model_id]).fetch_record_batch(LOAD_BATCH)
+    local.reserve(int(count[0][0]) if count else 0)
     missing: list[Key] = []
-    for batch in batches:
-        valid = pa.compute.is_valid(batch.column("vector"))
-        cached = batch.filter(valid)
-        if cached.num_rows:
-            local.upsert(cached.column("id").to_pylist(),
-                         cached.column("key").to_numpy().tolist(),
-                         vector_matrix(cached.column("vector"), cached.num_rows),
-                         cached.column("tenant").to_pylist(),
-                         cached.column("text_hash").to_pylist())
-        if cached.num_rows < batch.num_rows:
-            gone = batch.filter(pa.compute.invert(valid))
-            missing += zip(gone.column("tenant").to_pylist(), gone.column("id").to_pylist(),
-                           strict=True)
+    # Arrow through a relation (an execute() result copies every row once more). The reader
+    # holds the connection until it is closed, also when a batch fails.
+    with con.sql(
+            f"SELECT t.id, {key_sql('t.')} AS key, t.tenant, t.text_hash, e.vector "
+            f"FROM {table} LEFT JOIN embeddings AS e "
+            f"ON e.model_id = ? AND e.text_hash = t.text_hash WHERE {live}",
+            params=[model_id]).to_arrow_reader(LOAD_BATCH) as batches:
+        for batch in batches:
+            valid = pc.is_valid(batch.column("vector"))
+            cached = batch.filter(valid)
+            if cached.num_rows:
+                local.upsert(cached.column("id").to_pylist(),
+                             cached.column("key").to_numpy().tolist(),
+                             vector_matrix(cached.column("vector"), cached.num_rows),
+                             cached.column("tenant").to_pylist(),
+                             cached.column("text_hash").to_pylist())
+            if cached.num_rows < batch.num_rows:
+                gone = batch.filter(pc.invert(valid))
+                missing += zip(gone.column("tenant").to_pylist(),
+                               gone.column("id").to_pylist(), strict=True)
     pa.default_memory_pool().release_unused()
     return local, missing
 

@@ -6,6 +6,8 @@ Compares, on a BEIR dataset (SciFact by default) and on synthetic short document
 * ``bm25s`` — eager sparse BM25 (method "lucene"), with the same analyzer settings;
 * ``duckdb-fts`` — DuckDB's ``fts`` extension (``match_bm25``), loaded from the
   ``duckdb-ext-fts`` wheel by file path, with the Lucene stop list and the English stemmer.
+  That wheel exists only for duckdb 1.4.4 (extensions cannot be downloaded here), so with any
+  other DuckDB, or without the wheel, the run skips this system and says why.
 
 All use k1 = 0.9, b = 0.4, Lucene's English stopwords and the Snowball English stemmer.
 Measured: nDCG@10 (train qrels), index build time, per-query latency p50 (query analysis
@@ -188,18 +190,30 @@ class Bm25s:
                              "on the average length; no add/remove)")
 
 
+class Unavailable(RuntimeError):
+    """A compared system cannot run in this environment (the message says why)."""
+
+
 class DuckFts:
     name = "duckdb-fts"
 
     def __init__(self) -> None:
         import duckdb
-        import duckdb_ext
 
+        try:
+            import duckdb_ext
+        except ImportError:
+            raise Unavailable(f"the duckdb-ext-fts wheel is not installed (it is built for "
+                              f"duckdb 1.4.4 only; this is duckdb {duckdb.__version__})") from None
         exts = sorted(Path(duckdb_ext.__path__[0]).rglob("fts.duckdb_extension"))
         if not exts:
-            raise RuntimeError("fts.duckdb_extension not found in duckdb-ext-fts")
+            raise Unavailable("fts.duckdb_extension not found in duckdb-ext-fts")
         self.con = duckdb.connect(":memory:")
-        self.con.execute(f"LOAD '{exts[0]}'")
+        try:
+            self.con.execute(f"LOAD '{exts[0]}'")
+        except duckdb.Error as exc:
+            raise Unavailable(f"duckdb {duckdb.__version__} cannot load the fts extension of "
+                              f"duckdb-ext-fts: {exc}") from None
         self.con.execute("CREATE TABLE lucene_stop (sw VARCHAR)")
         self.con.executemany(
             "INSERT INTO lucene_stop VALUES (?)", [[w] for w in sorted(LUCENE_STOPWORDS_EN)]
@@ -353,7 +367,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
     corpus, queries, qrels = load_beir(args.data)
-    results: dict[str, Any] = {"dataset": str(args.data), "k1": K1, "b": B, "runs": []}
+    results: dict[str, Any] = {"dataset": str(args.data), "k1": K1, "b": B, "runs": [],
+                               "skipped": {}}
+    for name in list(chosen):
+        try:
+            factories[name]()
+        except Unavailable as exc:
+            print(f"skipped {name}: {exc}", file=sys.stderr)
+            results["skipped"][name] = str(exc)
+            chosen.remove(name)
     rows = []
     for name in chosen:
         row = measure(factories[name](), corpus, queries, qrels, n_latency=len(qrels))
@@ -373,6 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"done {name} on synthetic", file=sys.stderr)
     results["runs"] = rows
     print(markdown(rows))
+    for name, why in results["skipped"].items():
+        print(f"\n(skipped {name}: {why})")
     if args.out is not None:
         args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return 0

@@ -254,7 +254,7 @@ def _compile_json_cmp(node: Cmp, col: str, params: list[Any]) -> str:
     elif op == "$contains":
         array = at()
         member = _json_equals(lambda: "e", value, params)
-        test = f"(len(list_filter(TRY_CAST({array} AS JSON[]), e -> {member})) > 0"
+        test = f"(len(list_filter(TRY_CAST({array} AS JSON[]), lambda e: {member})) > 0"
         if isinstance(value, str):
             kind = at()
             text = at()

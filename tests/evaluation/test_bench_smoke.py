@@ -6,6 +6,7 @@ The benchmarks run for real at tiny sizes (test embedder, a real server subproce
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import signal
@@ -19,6 +20,7 @@ from evaluation import (
     bench_all,
     bench_coldstart,
     bench_http,
+    bench_keyword,
     bench_load_writes,
     bench_search,
     wrk_driver,
@@ -235,3 +237,28 @@ def test_bench_search_smoke(tmp_path: Path) -> None:
                                       "unfiltered_overhead"}
     assert out.with_suffix(".md").read_text().startswith("n = 2,000")
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_bench_keyword_runs_or_explains_the_duckdb_fts_comparison(tmp_path: Path) -> None:
+    """DuckDB's fts extension exists only for duckdb 1.4.4: either it is compared, or the run
+    names it as skipped with the reason, and the other systems are measured all the same."""
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    docs = {"d1": "apple pie recipe", "d2": "pear tart", "d3": "apple orchard in autumn"}
+    with gzip.open(data / "corpus.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.writelines(json.dumps({"_id": i, "title": "", "text": t}) + "\n"
+                      for i, t in docs.items())
+    (data / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "apple"}) + "\n", encoding="utf-8")
+    (data / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n",
+                                              encoding="utf-8")
+    out = tmp_path / "kw.json"
+    assert bench_keyword.main(["--data", str(data), "--out", str(out), "--synthetic", "0",
+                               "--systems", "ours,duckdb"]) == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    systems = [r["system"] for r in doc["runs"]]
+    assert systems[0] == "KeywordIndex" and doc["runs"][0]["ndcg@10"] > 0
+    if "duckdb" in doc["skipped"]:
+        assert systems == ["KeywordIndex"] and "duckdb" in doc["skipped"]["duckdb"]
+    else:
+        assert systems == ["KeywordIndex", "duckdb-fts"]

@@ -205,10 +205,10 @@ def test_erase_reaches_the_archive(tmp_path: Path) -> None:
         assert mem.verify_audit().ok
         files = list((tmp_path / "archive").glob("*.parquet"))
         assert len(files) == 1
-        leaks = duckdb.sql(f"SELECT count(*) FROM read_parquet('{files[0]}') "
-                           "WHERE after LIKE '%swordfish%' OR before LIKE '%swordfish%'"
-                           ).fetchone()
-        assert leaks == (0,)
+        leaks = duckdb.execute(f"SELECT count(*) FROM read_parquet('{files[0]}') "
+                               "WHERE after LIKE '%swordfish%' OR before LIKE '%swordfish%'"
+                               ).fetchall()
+        assert leaks == [(0,)]
     finally:
         mem.close()
 
@@ -223,8 +223,8 @@ def test_verify_detects_a_tampered_or_missing_archive(tmp_path: Path) -> None:
     finally:
         mem.close()
     forged = tmp_path / "forged.parquet"
-    duckdb.sql(f"COPY (SELECT * REPLACE (CASE WHEN seq = 3 THEN 'evil' ELSE reason END "
-               f"AS reason) FROM read_parquet('{path}')) TO '{forged}' (FORMAT parquet)")
+    duckdb.execute(f"COPY (SELECT * REPLACE (CASE WHEN seq = 3 THEN 'evil' ELSE reason END "
+                   f"AS reason) FROM read_parquet('{path}')) TO '{forged}' (FORMAT parquet)")
     original = path.read_bytes()
     shutil.move(forged, path)
     mem = open_travel(tmp_path / "mem")
