@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
-from tests.reliability.duckdb_144 import OLD_DUCKDB, install_old_duckdb, last_json, run_python
+from tests.reliability.duckdb_144 import OLD_DUCKDB, last_json, run_python
 
 pytestmark = pytest.mark.slow
 
@@ -47,11 +47,6 @@ WRITER = """
         os._exit(0)  # no close, no checkpoint: the WAL stays for the next open
     mem.close()
 """
-
-
-@pytest.fixture(scope="module")
-def old_duckdb(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return install_old_duckdb(tmp_path_factory.mktemp("duckdb-1.4.4"))
 
 
 @pytest.fixture
