@@ -413,6 +413,8 @@ def verify(data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None,
         print_json(report)
     elif report.ok:
         typer.echo(f"audit log OK: {report.events_checked} events, last seq {report.last_seq}")
+    elif report.first_bad_seq is None:  # the chain holds, an index does not
+        typer.echo(f"NOT OK: {report.problem}")
     else:
         typer.echo(f"audit log BROKEN at seq {report.first_bad_seq}: {report.problem}")
     if not report.ok:

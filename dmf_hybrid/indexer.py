@@ -438,7 +438,8 @@ class Indexer:
         """Compare the vector index with DuckDB; repair missing, stale and orphan vectors."""
         with self.store.db.no_writes(), self._lock:
             self.drain()
-            counts: ReconcileCounts = {"checked": 0, "missing": 0, "stale": 0, "orphan": 0}
+            counts: ReconcileCounts = {"checked": 0, "missing": 0, "stale": 0, "orphan": 0,
+                                       "unreachable_by_id": 0}
             for etype in self.store.types():
                 if etype.typedef.embed is None:
                     continue

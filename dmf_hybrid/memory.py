@@ -54,6 +54,14 @@ from .ruledefs import CONSTRAINT_TYPE, RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, load_toml, typedef_from_model
 from .search.engine import SearchEngine
 from .store import Store
+from .store.integrity import (
+    rebuild_id_indexes,
+    repair_indexes,
+    unclean_shutdown,
+    unreachable_by_id,
+    unreachable_count,
+    unreachable_problem,
+)
 from .store.reads import Reads
 from .vector.base import VectorIndex
 
@@ -89,7 +97,9 @@ class Memory(MemoryAPI):
 
         Opening replays outbox rows a crash left pending and repairs index drift, which may
         load the embedding model; ``replay=False`` leaves that to ``mem.engine.catch_up()``
-        (the HTTP service does it in the background, so it answers /healthz at once).
+        (the HTTP service does it in the background, so it answers /healthz at once). After
+        an unclean shutdown DuckDB's own indexes are probed and rebuilt first, before
+        anything reads (``store.integrity``).
         """
         settings = settings or Settings()
         directory = None if path is None else Path(path)
@@ -97,9 +107,12 @@ class Memory(MemoryAPI):
             if directory.exists() and not directory.is_dir():
                 raise ValidationError(f"{directory} is not a directory", field="path")
             directory.mkdir(parents=True, exist_ok=True)
-        store = Store(None if directory is None else directory / DB_FILE, settings.limits(),
-                      settings.duckdb_memory_limit)
+        db_file = None if directory is None else directory / DB_FILE
+        recovering = unclean_shutdown(db_file)  # seen before DuckDB replays the WAL
+        store = Store(db_file, settings.limits(), settings.duckdb_memory_limit)
         try:
+            if recovering:
+                repair_indexes(store.db)
             install(store)
             engine = SearchEngine.open(
                 store, settings, embedder or make_embedder(settings),
@@ -311,7 +324,12 @@ class Memory(MemoryAPI):
         return self._store.events(self.tenant, since_seq, until_seq, limit)
 
     def verify_audit(self) -> AuditReport:
-        return self._store.verify_audit()
+        report = self._store.verify_audit()
+        lost = unreachable_count(unreachable_by_id(self._store.db))
+        if not lost:
+            return report
+        return report.model_copy(update={"ok": False, "unreachable_by_id": lost,
+                                         "problem": report.problem or unreachable_problem(lost)})
 
     # ---------------------------------------------------------------- snapshots
 
@@ -325,7 +343,7 @@ class Memory(MemoryAPI):
             with archive.exporting(self._store, con, directory):
                 con.execute(f"EXPORT DATABASE '{_sql_path(directory)}' (FORMAT parquet)")
             manifest: SnapshotManifest = {"format": 1, "last_seq": self._store.last_seq,
-                                          "last_hash": self.verify_audit().last_hash}
+                                          "last_hash": self._store.verify_audit().last_hash}
         # written last and atomically: a snapshot with a manifest is a complete snapshot
         partial = directory / f"{SNAPSHOT_MANIFEST}.partial"
         partial.write_text(json.dumps(manifest, indent=2))
@@ -386,7 +404,12 @@ class Memory(MemoryAPI):
                                    conversation=conversation, reference_time=reference_time)
 
     def reconcile(self) -> ReconcileCounts:
-        return self._engine.reconcile()
+        lost = unreachable_by_id(self._store.db)
+        if lost:
+            rebuild_id_indexes(self._store.db, sorted(lost))
+        counts = self._engine.reconcile()
+        counts["unreachable_by_id"] = unreachable_count(lost)
+        return counts
 
     def reindex(self) -> ReindexCounts:
         return self._engine.reindex()

@@ -137,6 +137,9 @@ class AuditReport(BaseModel):
     scope: Literal["store", "tenant"] = Field(
         "store", description='"tenant": counts, seqs and hashes of the caller\'s tenant only '
         "(keys below admin); the chain itself is always checked store-wide.")
+    unreachable_by_id: int = Field(
+        0, description="Entities a scan (a filter) finds but a lookup by ID does not (an "
+        "index lost them); any makes ok false, and reconcile rebuilds the indexes.")
 
 
 class Related(BaseModel):
@@ -361,6 +364,8 @@ class ReconcileCounts(TypedDict):
     missing: int
     stale: int
     orphan: int
+    #: entities reachable by filter but not by ID (their ID indexes were rebuilt)
+    unreachable_by_id: int
 
 
 class ReindexCounts(TypedDict):

@@ -221,7 +221,8 @@ class MemoryAPI(Protocol):
         ...
 
     def verify_audit(self) -> AuditReport:
-        """Verify the audit log's hash chain."""
+        """Verify the audit log's hash chain, and that every entity a filter finds is found
+        by its ID (``unreachable_by_id``)."""
         ...
 
     @property
@@ -256,7 +257,11 @@ class MemoryAPI(Protocol):
         ...
 
     def reconcile(self) -> ReconcileCounts:
-        """Compare the vector index with DuckDB and repair drift; returns counts (admin)."""
+        """Compare the vector index with DuckDB and repair drift; returns counts (admin).
+
+        It first checks that every entity a filter finds is found by its ID, and rebuilds
+        the ID indexes that lost some (``unreachable_by_id``).
+        """
         ...
 
     def reindex(self) -> ReindexCounts:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..models import AuditReport, Entity
 from ..schema import EntityType
+from .integrity import unreachable_by_id, unreachable_count, unreachable_problem
 from .store import Store
 from .tables import EVENTS_ALL
 
@@ -86,16 +87,23 @@ class Reads:
             found = self.fetchone(f"SELECT hash FROM {EVENTS_ALL} WHERE seq = ?", [last])
             last_hash = None if found is None else str(found[0])
         first_bad, problem = None, None
-        if not report.ok:
+        unreachable = 0
+        if report.unreachable_by_id:
+            unreachable = unreachable_count(unreachable_by_id(self._store.db, self.tenant))
+        if report.first_bad_seq is None:  # the chain holds; only this tenant's entities count
+            if unreachable:
+                problem = unreachable_problem(unreachable)
+        else:
             owner = self.fetchone(f"SELECT tenant FROM {EVENTS_ALL} WHERE seq = ?",
                                   [report.first_bad_seq])
             if owner is not None and owner[0] == self.tenant:
                 first_bad, problem = report.first_bad_seq, report.problem
             else:
                 problem = "the audit chain does not verify outside this tenant's events"
-        return AuditReport(ok=report.ok, events_checked=count, first_bad_seq=first_bad,
-                           problem=problem, last_seq=0 if last is None else int(last),
-                           last_hash=last_hash, scope="tenant")
+        return AuditReport(ok=report.first_bad_seq is None and not unreachable,
+                           events_checked=count, first_bad_seq=first_bad, problem=problem,
+                           last_seq=0 if last is None else int(last), last_hash=last_hash,
+                           scope="tenant", unreachable_by_id=unreachable)
 
     def derived_id(self, etype: EntityType, data: Any, given_id: Any = None) -> str:
         """The ID a create of ``data`` would get (validating it like the create); no writes."""

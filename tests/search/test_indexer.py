@@ -148,7 +148,8 @@ def test_reconcile_counts_and_repairs_each_kind_of_drift(chroma_mem: Memory) -> 
     chroma.upsert(name, [pois[2].id], vec[None, :],                     # stale version
                   [{**good[pois[2].id], "version": 7}])
     counts = mem.reconcile()
-    assert counts == {"checked": 20, "missing": 1, "stale": 2, "orphan": 1}
+    assert counts == {"checked": 20, "missing": 1, "stale": 2, "orphan": 1,
+                      "unreachable_by_id": 0}
     assert chroma.records(name) == good
     assert drift(mem.reconcile()) == NO_DRIFT
     # the repaired vectors are the right ones: each is the embedding of its entity's text
