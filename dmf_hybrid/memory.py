@@ -54,6 +54,7 @@ from .ruledefs import CONSTRAINT_TYPE, RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, load_toml, typedef_from_model
 from .search.engine import SearchEngine
 from .store import Store
+from .store.db import ZSTD_MIN_STRING_LENGTH
 from .store.integrity import (
     rebuild_id_indexes,
     repair_indexes,
@@ -369,7 +370,8 @@ class Memory(MemoryAPI):
             raise Conflict(f"restore target {dest} exists and is not empty", field="path")
         dest.mkdir(parents=True, exist_ok=True)
         try:
-            con = duckdb.connect(str(dest / DB_FILE))
+            con = duckdb.connect(str(dest / DB_FILE),
+                                 config={"zstd_min_string_length": ZSTD_MIN_STRING_LENGTH})
             try:
                 con.execute(f"IMPORT DATABASE '{_sql_path(src)}'")
                 archive.restore_files(con, src, dest)
