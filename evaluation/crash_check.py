@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from evaluation.crash_worker import ENTITY_OPS, TYPE_NAME, WORDS, Link, State
+from evaluation.crash_worker import ENTITY_OPS, TYPE_NAME, WORDS, Link, State, digested
 
 
 def entity_state(mem: Any, eid: str) -> State | None:
@@ -20,7 +20,7 @@ def entity_state(mem: Any, eid: str) -> State | None:
     try:
         entity = mem.get(eid)
         return {"version": entity.version, "deleted": False,
-                "data": entity.data.model_dump(mode="json")}
+                "data": digested(entity.data.model_dump(mode="json"))}
     except NotFound:
         pass
     try:
@@ -31,7 +31,7 @@ def entity_state(mem: Any, eid: str) -> State | None:
         return None
     last = events[-1]
     return {"version": last.version_after, "deleted": last.after.get("deleted_at") is not None,
-            "data": last.after["data"]}
+            "data": digested(last.after["data"])}
 
 
 def db_rows(mem: Any) -> dict[str, tuple[int, bool]]:
@@ -65,10 +65,11 @@ def _same(a: State | None, b: State | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return bool(a["version"] == b["version"] and a["deleted"] == b["deleted"]
-                and a["data"] == b["data"])
+                and digested(a["data"]) == digested(b["data"]))
 
 
-def check_state(mem: Any, expect: dict[str, Any], snapshot_root: Path) -> dict[str, Any]:
+def check_state(mem: Any, expect: dict[str, Any], snapshot_root: Path,
+                exhaustive: bool = False) -> dict[str, Any]:
     """Compare what the reopened memory holds with what was acknowledged before the kill.
 
     ``expect`` = ``{"entities": {id: state}, "links": [[from, rel, to]], "acked": [[id,
@@ -77,7 +78,9 @@ def check_state(mem: Any, expect: dict[str, Any], snapshot_root: Path) -> dict[s
     other problem: an entity not in the acknowledged state (except the one call in flight,
     which must be applied entirely or not at all), a phantom entity or link, an audit chain
     that does not verify, outbox rows left after the replay, drift on a second reconcile, a
-    search hit that is deleted or stale, a snapshot that is neither complete nor refused.
+    search hit that is deleted or stale, a snapshot that is neither complete nor refused,
+    an entity a filter finds but a lookup by ID does not. ``exhaustive`` also finds every
+    acknowledged live entity by filter and by search (``crash_wal.check_reachable``).
     """
     problems: list[str] = []
     expected: dict[str, State] = expect.get("entities", {})
@@ -144,6 +147,7 @@ def check_state(mem: Any, expect: dict[str, Any], snapshot_root: Path) -> dict[s
     # the audit log agrees with the tables and verifies
     audit = mem.verify_audit()
     report["audit_ok"] = audit.ok
+    report["unreachable_by_id"] = audit.unreachable_by_id
     if not audit.ok:
         problems.append(f"audit chain: {audit.problem} at seq {audit.first_bad_seq}")
     mismatch = mem._store.db.fetchall(  # noqa: SLF001
@@ -160,9 +164,12 @@ def check_state(mem: Any, expect: dict[str, Any], snapshot_root: Path) -> dict[s
     second = mem.reconcile()
     report["reconcile_first"] = first
     report["reconcile_second"] = second
-    drift = sum(second[k] for k in ("missing", "stale", "orphan"))
+    drift = sum(second[k] for k in ("missing", "stale", "orphan", "unreachable_by_id"))
     if drift:
         problems.append(f"reconcile still finds drift on the second call: {second}")
+    if first["unreachable_by_id"]:
+        problems.append(f"{first['unreachable_by_id']} entities were reachable by filter but "
+                        "not by ID")
     records = mem.engine.vectors.records(mem.engine.indexer.collection(TYPE_NAME))
     live = {eid: v for eid, (v, deleted) in rows.items() if not deleted}
     for eid in sorted(set(records) ^ set(live)):
@@ -172,6 +179,10 @@ def check_state(mem: Any, expect: dict[str, Any], snapshot_root: Path) -> dict[s
             problems.append(f"{eid}: vector of version {meta.get('version')}, row {live[eid]}")
 
     report.update(check_search(mem, rows, problems))
+    if exhaustive:
+        from evaluation.crash_wal import check_reachable
+
+        report.update(check_reachable(mem, actual, problems))
     report.update(check_snapshots(expect, snapshot_root, problems))
     report["problems"] = problems
     return report
@@ -188,7 +199,7 @@ def check_search(mem: Any, rows: dict[str, tuple[int, bool]], problems: list[str
             continue
         if deleted or len(events) > 1:
             data = events[0].after["data"]
-            texts.append(f"{data.get('title')} {data.get('body')}")
+            texts.append(f"{data.get('title')} {str(data.get('body'))[:200]}")
     checked = 0
     for text in texts[:30]:
         for mode in ("vector", "keyword", "hybrid"):

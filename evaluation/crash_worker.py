@@ -1,6 +1,7 @@
 """The crash-test workload: a subprocess that writes to a memory directory until it is killed.
 
     python -m evaluation.crash_worker --dir DIR --seed N [--expect FILE] [--check-only]
+                                      [--large-wal]
 
 It opens ``Memory.open(DIR, embedder=HashEmbedder())`` (DuckDB + embedded Chroma), first checks
 the state it finds against ``--expect`` (what the parent saw acknowledged before the previous
@@ -16,6 +17,12 @@ Protocol: one JSON object per line on stdout, flushed before the next call start
 - ``{"ev": "begin", "step", "op", "post": [...], "links": [...]}``: before a call, the state
   it will leave behind if it commits (entity states and links);
 - ``{"ev": "ack", "step", "op", "post": [...], "links": [...], "seq"}``: the call returned.
+
+With ``--large-wal`` the workload is the one of :mod:`evaluation.crash_wal`: right after the
+open (the WAL replay) it commits one write of its own, checks every acknowledged entity by
+ID, by filter and by search, then holds a read transaction open (DuckDB skips its automatic
+checkpoints meanwhile, as under a busy server's readers) and writes mostly batches of large
+values, so the WAL grows until the parent kills the worker at the size it wants.
 
 ``RELIABILITY_KILL_AT="<point>:<n>"`` makes the worker SIGKILL itself the n-th time it reaches
 a point: ``before_commit`` / ``after_commit`` (around DuckDB's COMMIT of a write),
@@ -62,9 +69,22 @@ WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
 OP_WEIGHTS = {"create": 22, "create_id": 8, "update": 30, "append": 6, "delete": 8,
               "restore": 4, "link": 10, "unlink": 3, "plan": 5, "batch": 2, "reindex": 1,
               "snapshot": 1}
+#: A string value longer than this is carried as its digest in the protocol, the ledger and
+#: the checks (the large-WAL workload writes thousands of ~50 KB values).
+DIGEST_OVER = 1024
 
 State = dict[str, Any]  # {"version": int, "deleted": bool, "data": {...}}
 Link = tuple[str, str, str]
+
+
+def digested(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` as the checks compare it: each long string as ``"sha256:<hex>"``, and no
+    field that is None (a field the workload never sets reads back as None)."""
+    import hashlib
+
+    return {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest()
+            if isinstance(v, str) and len(v) > DIGEST_OVER else v
+            for k, v in data.items() if v is not None}
 
 
 def emit(event: dict[str, Any]) -> None:
@@ -146,7 +166,7 @@ def install_kill_points(mem: Any, switch: KillSwitch) -> None:
 # ---------------------------------------------------------------------------- state
 
 
-def open_memory(directory: Path) -> Any:
+def open_memory(directory: Path, typedef: dict[str, Any] = NOTE_TYPEDEF) -> Any:
     """The memory under test: DuckDB + embedded Chroma; searches go through the ANN leg."""
     from dmf_hybrid import HashEmbedder, Memory, Settings
 
@@ -154,7 +174,7 @@ def open_memory(directory: Path) -> Any:
     # vector would have its chance to surface
     settings = Settings(exact_threshold=0, load_examples=False)
     mem = Memory.open(directory, embedder=HashEmbedder(), settings=settings)
-    mem.define_type(NOTE_TYPEDEF)
+    mem.define_type(typedef)
     return mem
 
 
@@ -165,7 +185,8 @@ class Workload:
     """Random writes against one memory; announces each call before and after it."""
 
     def __init__(self, mem: Any, rng: random.Random, tag: str, switch: KillSwitch,
-                 snapshot_root: Path, view: dict[str, State], links: set[Link]) -> None:
+                 snapshot_root: Path, view: dict[str, State], links: set[Link],
+                 weights: dict[str, int] | None = None) -> None:
         self.mem = mem
         self.rng = rng
         self.tag = tag
@@ -174,7 +195,7 @@ class Workload:
         self.view = view
         self.links = links
         self.step = 0
-        self.weights = dict(OP_WEIGHTS)
+        self.weights = dict(weights or OP_WEIGHTS)
         if switch.point == "reindex":
             self.weights["reindex"] = 15
         if switch.point == "snapshot":
@@ -306,6 +327,16 @@ class Workload:
                  {"version": 1, "deleted": False, "data": d}) for d in rows]
         self.call("batch", post, [], lambda: self.mem.create_many(TYPE_NAME, rows))
 
+    def op_bulk(self) -> None:
+        """A batch of large values (``crash_wal``): what makes the WAL grow by megabytes."""
+        from dmf_hybrid.ids import entity_id
+        from evaluation.crash_wal import large_rows
+
+        rows = large_rows(self.rng, f"{self.tag}-{self.step}")
+        post = [(entity_id(TYPE_NAME, {"title": d["title"]}),
+                 {"version": 1, "deleted": False, "data": digested(d)}) for d in rows]
+        self.call("bulk", post, [], lambda: self.mem.create_many(TYPE_NAME, rows))
+
     def op_reindex(self) -> None:
         self.switch.in_reindex = True
         try:
@@ -374,15 +405,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expect", type=Path, help="JSON of the acknowledged state to check")
     parser.add_argument("--check-only", action="store_true", help="check, then exit")
     parser.add_argument("--max-steps", type=int, default=100_000)
+    parser.add_argument("--large-wal", action="store_true",
+                        help="the large-WAL workload (see the module docstring)")
     args = parser.parse_args(argv)
+    from evaluation import crash_wal
     from evaluation.crash_check import check_state, read_view
 
     switch = KillSwitch(os.environ.get(KILL_ENV))
     snapshot_root = Path(str(args.dir) + ".snapshots")
-    mem = open_memory(args.dir)
+    mem = open_memory(args.dir, crash_wal.NOTE_TYPEDEF if args.large_wal else NOTE_TYPEDEF)
+    if args.large_wal:
+        emit(crash_wal.commit_after_replay(mem))
     if args.expect is not None:
         expect = json.loads(args.expect.read_text())
-        emit(check_state(mem, expect, snapshot_root))
+        emit(check_state(mem, expect, snapshot_root, exhaustive=args.large_wal))
     view, links = read_view(mem)
     for event in _iter_view(view, links):
         emit(event)
@@ -390,9 +426,14 @@ def main(argv: list[str] | None = None) -> int:
         mem.close()
         return 0
     install_kill_points(mem, switch)
+    weights = None
+    if args.large_wal:
+        crash_wal.hold_checkpoints(mem)
+        weights = crash_wal.OP_WEIGHTS
     emit({"ev": "ready"})
     rng = random.Random(args.seed)
-    Workload(mem, rng, f"r{args.seed}", switch, snapshot_root, view, links).run(args.max_steps)
+    Workload(mem, rng, f"r{args.seed}", switch, snapshot_root, view, links,
+             weights).run(args.max_steps)
     mem.close()
     return 0
 

@@ -14,7 +14,8 @@ schema violations, hostile input accepted or changing state, a crash or concurre
 any leak, a failed probe of :mod:`evaluation.reliability_hardening`). ``--quick`` takes under
 three minutes here;
 the default (``make reliability``) injects 50 kills into the embedded workload plus 5 into
-the HTTP server.
+the HTTP server, and 10 more once 50 MB of acknowledged writes are in DuckDB's WAL
+(:mod:`evaluation.crash_wal`; its kills and writes count in the crash figures).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluation.crash_wal import run_large_wal_crashes
 from evaluation.reliability_crash import CrashFigures, run_embedded_crashes, run_http_crashes
 from evaluation.reliability_fuzz import FuzzFigures, run_fuzz
 from evaluation.reliability_hardening import HardeningFigures, run_hardening
@@ -57,9 +59,12 @@ class Sizes:
     updates: int
     fuzz_examples: int
     vectors: str = "exact"
+    wal_kills: int = 2  # kills once the WAL holds wal_mb of acknowledged writes
+    wal_mb: float = 16.0
 
 
-FULL = Sizes(kills=50, http_kills=5, writers=16, updates=8, fuzz_examples=12, vectors="chroma")
+FULL = Sizes(kills=50, http_kills=5, writers=16, updates=8, fuzz_examples=12, vectors="chroma",
+             wal_kills=10, wal_mb=50.0)
 QUICK = Sizes(kills=8, http_kills=1, writers=12, updates=4, fuzz_examples=3)
 #: What the normal test suite runs (tests/reliability).
 SMALL = Sizes(kills=5, http_kills=1, writers=8, updates=3, fuzz_examples=2)
@@ -70,6 +75,7 @@ class Results:
     """Every suite's figures."""
 
     crash: CrashFigures = field(default_factory=CrashFigures)
+    crash_wal: CrashFigures = field(default_factory=CrashFigures)
     concurrency: ConcurrencyFigures = field(default_factory=ConcurrencyFigures)
     fuzz: FuzzFigures = field(default_factory=FuzzFigures)
     hostile: HostileFigures = field(default_factory=HostileFigures)
@@ -172,6 +178,10 @@ def run_all(workdir: Path, sizes: Sizes, seed: int = 0) -> Results:
     with timed("http_crash"):
         results.crash.merge(run_http_crashes(workdir / "http_crash", sizes.http_kills,
                                              seed=seed))
+    with timed("crash_wal"):
+        results.crash_wal = run_large_wal_crashes(workdir / "crash_wal", sizes.wal_kills,
+                                                  sizes.wal_mb, seed=seed)
+        results.crash.merge(results.crash_wal)
     with timed("concurrency"):
         results.concurrency = run_concurrency(workdir / "concurrency", writers=sizes.writers,
                                               updates=sizes.updates, vectors=sizes.vectors,
@@ -216,6 +226,10 @@ def summary(results: Results) -> str:
         "",
         f"kill points: {kill_points}",
         f"in-flight calls found committed after a kill: {r.crash.in_flight_applied}",
+        f"large WAL: {r.crash_wal.kills} kills at "
+        + ", ".join(f"{b / 2**20:.0f}" for b in r.crash_wal.wal_bytes_at_kill)
+        + " MB of WAL; after each, every acknowledged entity found by ID, filter and search "
+        f"({sum(c.get('checked_by_search', 0) for c in r.crash_wal.reports)} checks)",
         f"concurrency: {r.concurrency.successful_updates} updates won, {r.concurrency.conflicts}"
         f" answered 412, {r.concurrency.transfers} transfer plans, {r.concurrency.doomed_plans}"
         f" doomed plans, {r.concurrency.reader_checks} reader checks, "

@@ -41,6 +41,10 @@ START_TIMEOUT = 180.0
 FAULT_TIMEOUT = 20.0
 #: The HTTP server is killed a random time after this many more acknowledged writes.
 MIN_ACKED_BEFORE_KILL = 3
+#: A ``("wal", bytes)`` kill: how often the WAL's size is looked at, and how long the worker
+#: may take to write that much before it is killed anyway (a problem is recorded).
+WAL_POLL = 0.02
+WAL_TIMEOUT = 600.0
 
 
 @dataclass
@@ -54,6 +58,8 @@ class CrashFigures:
     kill_points: dict[str, int] = field(default_factory=dict)
     in_flight_applied: int = 0
     reports: list[dict[str, Any]] = field(default_factory=list)
+    #: the WAL's size when a ``("wal", bytes)`` kill landed
+    wal_bytes_at_kill: list[int] = field(default_factory=list)
 
     @property
     def lost_writes(self) -> int:
@@ -70,6 +76,7 @@ class CrashFigures:
             self.kill_points[point] = self.kill_points.get(point, 0) + n
         self.in_flight_applied += other.in_flight_applied
         self.reports += other.reports
+        self.wal_bytes_at_kill += other.wal_bytes_at_kill
 
 
 # ---------------------------------------------------------------------------- embedded
@@ -280,16 +287,32 @@ class _Forked(WorkerHandle):
         return int(self._exited["rc"])
 
 
+def _wal_bytes(directory: Path) -> int:
+    try:
+        return (directory / "memory.duckdb.wal").stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _run_worker(directory: Path, seed: int, ledger: Ledger, expect_file: Path | None,
                 kill: tuple[str, int] | None, rng: random.Random, figures: CrashFigures,
-                window: tuple[float, float], zygote: Zygote | None) -> bool:
-    """One worker life: check, work, die. False when it could not even get ready."""
+                window: tuple[float, float], zygote: Zygote | None,
+                large_wal: bool = False) -> bool:
+    """One worker life: check, work, die. False when it could not even get ready.
+
+    ``kill`` is (point, n): a named point of the worker, ``("random", 0)``, or ``("wal",
+    bytes)``: killed once the WAL has grown to that size (``large_wal``: the worker's
+    large-WAL workload and exhaustive checks).
+    """
     argv = ["--dir", str(directory), "--seed", str(seed)]
     if expect_file is not None:
         argv += ["--expect", str(expect_file)]
     if kill is None:
         argv.append("--check-only")
-    kill_at = f"{kill[0]}:{kill[1]}" if kill and kill[0] != "random" else None
+    if large_wal:
+        argv.append("--large-wal")
+    by_wal = kill is not None and kill[0] == "wal"
+    kill_at = f"{kill[0]}:{kill[1]}" if kill and kill[0] not in ("random", "wal") else None
     err_path = directory.parent / f"worker-{seed}.err"
     env = _worker_env(kill_at, rng)
     worker: WorkerHandle
@@ -304,13 +327,25 @@ def _run_worker(directory: Path, seed: int, ledger: Ledger, expect_file: Path | 
     try:
         while True:
             timeout = (kill_deadline or deadline) - time.monotonic()
+            if by_wal and kill_deadline is not None:
+                assert kill is not None
+                if _wal_bytes(directory) >= kill[1]:
+                    figures.wal_bytes_at_kill.append(_wal_bytes(directory))
+                    worker.kill()
+                    kill_deadline, deadline = None, time.monotonic() + 60
+                    continue
+                timeout = min(timeout, WAL_POLL)
             try:
                 event = worker.events.get(timeout=max(0.01, timeout))
             except queue.Empty:
                 event = {"ev": "timeout"}
+                if by_wal and kill_deadline is not None and time.monotonic() < kill_deadline:
+                    continue  # only a poll of the WAL's size
             if event is None:
                 break
             if event["ev"] == "timeout":
+                if by_wal and kill_deadline is not None:
+                    figures.problems.append(f"worker {seed}: the WAL stayed under {kill}")
                 if kill_deadline is not None:
                     worker.kill()
                     kill_deadline = None
@@ -326,7 +361,9 @@ def _run_worker(directory: Path, seed: int, ledger: Ledger, expect_file: Path | 
                 figures.in_flight_applied += int(bool(event.get("in_flight_applied")))
             elif event["ev"] == "ready":
                 ready = True
-                if not (kill and kill[0] == "random"):
+                if by_wal:
+                    kill_deadline = time.monotonic() + WAL_TIMEOUT
+                elif not (kill and kill[0] == "random"):
                     kill_deadline = time.monotonic() + FAULT_TIMEOUT
             elif event["ev"] == "garbage":
                 figures.problems.append(f"worker {seed} wrote {event['line']!r}")

@@ -3,7 +3,9 @@
 A small version of ``make reliability`` (which injects 50 kills): 5 kills into the embedded
 workload (random times, around DuckDB's COMMIT, around the Chroma upsert) and one into the
 server; after each kill the next process checks every acknowledged write, the audit chain,
-the outbox replay, reconcile and search (see ``evaluation.crash_worker.check_state``).
+the outbox replay, reconcile and search (see ``evaluation.crash_worker.check_state``). And a
+small version of ``evaluation.crash_wal`` (10 kills at 50 MB of WAL): 2 kills at 12 MB, each
+restart committing first and then finding every acknowledged entity by ID, filter and search.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dmf_hybrid import HashEmbedder, Memory
 from dmf_hybrid.vector.exact import ExactIndex
 from evaluation import reliability
 from evaluation.crash_check import check_state
+from evaluation.crash_wal import check_reachable, run_large_wal_crashes
 from evaluation.crash_worker import NOTE_TYPEDEF, TYPE_NAME
 from evaluation.reliability_crash import kill_schedule, run_embedded_crashes, run_http_crashes
 
@@ -36,6 +39,18 @@ def test_embedded_workload_loses_nothing_across_kills(tmp_path: Path) -> None:
     for report in figures.reports:
         assert report["audit_ok"] and report["outbox_pending"] == 0
         assert not any(report["reconcile_second"][k] for k in ("missing", "stale", "orphan"))
+
+
+def test_kills_with_a_large_wal_lose_nothing(tmp_path: Path) -> None:
+    wal_mb = 12
+    figures = run_large_wal_crashes(tmp_path, kills=2, wal_mb=wal_mb, seed=5)
+    assert figures.problems == []
+    assert (figures.kills, figures.lost_writes) == (2, 0)
+    assert min(figures.wal_bytes_at_kill) >= wal_mb * 2**20
+    checks = [r for r in figures.reports if "checked_by_id" in r]
+    assert len(checks) == 2  # after each kill
+    assert checks[-1]["checked_by_search"] > checks[0]["checked_by_search"] > 100
+    assert all(r["unreachable_by_id"] == 0 and r["audit_ok"] for r in checks)
 
 
 def test_http_server_loses_no_acknowledged_write(tmp_path: Path) -> None:
@@ -95,6 +110,18 @@ def test_the_check_finds_lost_phantom_and_half_applied_writes(note_mem: Memory,
     half["entities"][b.id] = _state(b)
     problems = check_state(note_mem, half, tmp_path / "s")["problems"]
     assert any("half-applied" in p for p in problems)
+
+
+def test_the_exhaustive_check_finds_what_a_filter_or_search_misses(note_mem: Memory) -> None:
+    a = note_mem.create(TYPE_NAME, {"title": "a", "body": "x"})
+    actual: dict[str, Any] = {a.id: _state(a),
+                              "Note_never_written000": {"version": 1, "deleted": False,
+                                                        "data": {"title": "ghost"}}}
+    problems: list[str] = []
+    counts = check_reachable(note_mem, actual, problems)
+    assert counts["checked_by_filter"] == counts["checked_by_search"] == 2
+    assert problems == ["Note_never_written000: acknowledged, found by ID, not by filter",
+                        "Note_never_written000: acknowledged, found by ID, not by search"]
 
 
 def test_figures_json_has_exactly_the_issue_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str],
