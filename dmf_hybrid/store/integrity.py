@@ -112,13 +112,20 @@ def unreachable_by_id(db: Database, tenant: str | None = None) -> dict[str, list
     that a scan finds (of ``tenant``, or of every tenant) but the index does not."""
     out: dict[str, list[str]] = {}
     con = db.reader()
-    for table in _id_indexed_tables(con):
-        where, params = ("WHERE tenant = ?", [tenant]) if tenant is not None else ("", [])
-        scanned = sorted({r[0] for r in con.execute(
-            f"SELECT id FROM {q(table)} {where}", params).fetchall()})
-        lost = _not_found(con, table, scanned)
-        if lost:
-            out[table] = lost
+    own = not db.in_transaction  # else the caller's write transaction is the one state read
+    if own:  # one snapshot for the scan and the lookups (a row erased between them is no loss)
+        con.execute("BEGIN TRANSACTION")
+    try:
+        for table in _id_indexed_tables(con):
+            where, params = ("WHERE tenant = ?", [tenant]) if tenant is not None else ("", [])
+            scanned = sorted({r[0] for r in con.execute(
+                f"SELECT id FROM {q(table)} {where}", params).fetchall()})
+            lost = _not_found(con, table, scanned)
+            if lost:
+                out[table] = lost
+    finally:
+        if own:
+            con.execute("ROLLBACK")
     return out
 
 

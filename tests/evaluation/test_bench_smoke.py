@@ -22,6 +22,7 @@ from evaluation import (
     bench_http,
     bench_keyword,
     bench_load_writes,
+    bench_recovery,
     bench_search,
     wrk_driver,
 )
@@ -262,3 +263,11 @@ def test_bench_keyword_runs_or_explains_the_duckdb_fts_comparison(tmp_path: Path
         assert systems == ["KeywordIndex"] and "duckdb" in doc["skipped"]["duckdb"]
     else:
         assert systems == ["KeywordIndex", "duckdb-fts"]
+
+
+def test_bench_recovery_smoke(tmp_path: Path) -> None:
+    row = bench_recovery.measure(tmp_path, 300)
+    assert row["entities"] == 300 and row["wal_bytes"] > 0
+    assert row["indexes_rebuilt"] == ["embeddings_text_hash", "ent_Item_id", "entity_index_id"]
+    assert row["keys_probed"] >= 6
+    assert all(row[k] > 0 for k in ("open_after_kill_s", "reachable_check_s", "repair_s"))
