@@ -90,6 +90,7 @@ _PATTERNS = [(kind, re.compile(p, re.IGNORECASE)) for kind, p in _EXPRESSIONS]
 #: Words that say a sentence speaks of the future (a bare weekday is then the next one).
 _FUTURE = re.compile(r"\b(?:will|shall|going to|gonna|planning|plan to|can't wait|"
                      r"let's|lets|looking forward)\b|'ll\b", re.IGNORECASE)
+_YEAR = re.compile(r"(?:19|20)\d\d")
 _SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
 #: Questions about when something happened: the rows that carry a date can answer them.
 _WHEN = re.compile(r"\bwhen\b|\bwhat (?:date|day|year|month|time)\b|\bwhich (?:date|day|"
@@ -169,7 +170,8 @@ def _resolve(kind: str, phrase: str, ref: dt.date, future: bool
         n = _en_number(p.split()[0])
         week = _week_start(ref) - dt.timedelta(days=7 * n)
         return week + 5 * _DAY, week + 6 * _DAY
-    if kind == "absolute" and not re.search(r"\d", p) and p.split()[-1] in ("may", "mar", "march"):
+    no_digit = not any(ch.isdigit() for ch in p)
+    if kind == "absolute" and no_digit and p.split()[-1] in ("may", "mar", "march"):
         if not p.startswith(("in ", "early", "late", "mid")):
             return None  # "may" alone is a verb far more often than a month
     return _parse(phrase, ref, future)
@@ -307,7 +309,7 @@ def _season(phrase: str, ref: dt.date) -> tuple[dt.date, dt.date] | None:
     words = phrase.split()
     name = next(w for w in words if w in _SEASONS)
     first_month = _SEASONS[name]
-    year_given = re.search(r"(?:19|20)\d\d", phrase)
+    year_given = _YEAR.search(phrase)
     if year_given:
         first = dt.date(int(year_given.group(0)), first_month, 1)
     else:
