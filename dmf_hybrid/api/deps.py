@@ -163,20 +163,33 @@ _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="X-API-K
 OPEN_PRINCIPAL = "open"
 
 
+def resolve_principal(state: ServiceState, bearer_token: str | None,
+                      api_key: str | None) -> Principal:
+    """The caller of a request, from its bearer token or else its ``X-API-Key`` (open mode: the
+    default principal); the one place a request's caller is resolved, for the routes and the
+    search fast path alike.
+
+    Also the principal every audit event of this request records.
+    """
+    principal = state.keys.authenticate(bearer_token if bearer_token is not None else api_key)
+    PRINCIPAL.set(principal.key_label or OPEN_PRINCIPAL)
+    return principal
+
+
+def tenant_memory(state: ServiceState, principal: Principal, role: Role) -> Memory:
+    """The caller's tenant's memory, once the caller is known to hold ``role``."""
+    principal.require(role)
+    return state.memory.for_tenant(principal.tenant)
+
+
 async def get_principal(
     state: State,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
     api_key: Annotated[str | None, Security(_api_key)],
 ) -> Principal:
-    """The caller, from ``Authorization: Bearer`` or ``X-API-Key`` (open mode: the default).
-
-    Also the principal every audit event of this request records. An async dependency runs in
-    the request's own context, which the route (run in a worker thread) inherits.
-    """
-    key = bearer.credentials if bearer is not None else api_key
-    principal = state.keys.authenticate(key)
-    PRINCIPAL.set(principal.key_label or OPEN_PRINCIPAL)
-    return principal
+    """The caller, from ``Authorization: Bearer`` or ``X-API-Key``. An async dependency runs in
+    the request's own context, which the route (run in a worker thread) inherits."""
+    return resolve_principal(state, None if bearer is None else bearer.credentials, api_key)
 
 
 Caller = Annotated[Principal, Depends(get_principal)]
@@ -184,8 +197,7 @@ Caller = Annotated[Principal, Depends(get_principal)]
 
 def _memory_for(role: Role) -> Callable[[ServiceState, Principal], Awaitable[Memory]]:
     async def dependency(state: State, principal: Caller) -> Memory:
-        principal.require(role)
-        return state.memory.for_tenant(principal.tenant)
+        return tenant_memory(state, principal, role)
 
     dependency.__name__ = f"{role.name.lower()}_memory"
     return dependency

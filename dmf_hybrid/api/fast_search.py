@@ -6,7 +6,8 @@ search: matching the path against every route, solving the dependencies (state, 
 and the request's wrappers. This middleware sits inside :class:`~.errors.GuardMiddleware` (so
 the body limit and the text checks still apply) and answers a plain search itself, with the
 same functions the route's dependencies call: the key ring authenticates the caller, the
-principal needs the reader role, the body is parsed as JSON and validated as
+principal needs the reader role (:func:`~.deps.resolve_principal` and
+:func:`~.deps.tenant_memory`, the routes' own), the body is parsed as JSON and validated as
 :class:`~dmf_hybrid.wire.SearchRequest`, and the route's own :func:`~.routes.search.answer`
 searches and serialises in the service's search threads (:meth:`~.deps.ServiceState.run_search`).
 
@@ -28,10 +29,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import DMFError
 from ..memory import Memory
-from ..store.audit import PRINCIPAL
 from ..wire import SearchRequest
 from .auth import Role
-from .deps import OPEN_PRINCIPAL, ServiceState
+from .deps import ServiceState, resolve_principal, tenant_memory
 from .errors import dmf_error_response
 from .routes.search import answer
 
@@ -81,22 +81,21 @@ class SearchFastPath:
         headers = _headers(scope)
         if headers is None or not _is_json(headers.get("content-type")):
             return None
-        key = headers.get("x-api-key")
+        bearer = None
         authorization = headers.get("authorization")
         if authorization is not None:
             scheme, credentials = get_authorization_scheme_param(authorization)
             if scheme.lower() != "bearer" or not credentials:
                 return None
-            key = credentials
+            bearer = credentials
         state: ServiceState = scope["app"].state.dmf
         try:
-            principal = state.keys.authenticate(key)
-            principal.require(Role.READER)
+            principal = resolve_principal(state, bearer, headers.get("x-api-key"))
+            memory = tenant_memory(state, principal, Role.READER)
             request = SearchRequest.model_validate(json.loads(body))
         except Exception:  # noqa: BLE001 - the normal path answers it, with its own error
             return None
-        PRINCIPAL.set(principal.key_label or OPEN_PRINCIPAL)
-        return state, state.memory.for_tenant(principal.tenant), request
+        return state, memory, request
 
 
 def _headers(scope: Scope) -> dict[str, str] | None:

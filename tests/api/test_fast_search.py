@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -158,3 +159,17 @@ def test_other_routes_and_methods_are_untouched(doors: tuple[Memory, str, str, A
             want = c.request(method, plain_url + path)
         assert (got.status_code, got.content) == (want.status_code, want.content), path
     assert fast.state.dmf.fast_searches == served
+
+
+def test_one_function_resolves_the_caller_and_one_checks_the_role() -> None:
+    """The fast path and every route reach the key ring and the role check through
+    ``deps.resolve_principal`` and ``deps.tenant_memory`` only, so they cannot drift apart."""
+    api = Path(create_app.__code__.co_filename).parent
+    calls = {".authenticate(": [], ".require(": [], ".for_tenant(": []}
+    for path in sorted(api.rglob("*.py")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for call in calls:
+                if call in line and "def " not in line:
+                    calls[call].append(f"{path.relative_to(api)}:{number}")
+    assert {call: [where.split(":")[0] for where in found] for call, found in calls.items()} == {
+        ".authenticate(": ["deps.py"], ".require(": ["deps.py"], ".for_tenant(": ["deps.py"]}

@@ -11,7 +11,7 @@ from ...memory import Memory
 from ...plans import OPERATIONS, validate_plan
 from ...wire import PlanProblem, PlanRequest, PlanResult, PlanSteps, PlanValidation
 from ..auth import Role
-from ..deps import Audit, Caller, State
+from ..deps import Audit, Caller, State, tenant_memory
 
 router = APIRouter(prefix="/plans", tags=["plans"])
 
@@ -26,8 +26,7 @@ def plan_role(ops: Sequence[Any]) -> Role:
 
 
 def _memory(state: State, caller: Caller, role: Role) -> Memory:
-    caller.require(role)
-    return state.memory.for_tenant(caller.tenant)
+    return tenant_memory(state, caller, role)
 
 
 @router.post("/validate")

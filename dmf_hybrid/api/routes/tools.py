@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Query
 from ...plans import OPERATIONS
 from ...tools import tool_operation
 from ..auth import Role
-from ..deps import Audit, Caller, State
+from ..deps import Audit, Caller, State, tenant_memory
 from .plans import plan_role
 
 router = APIRouter(prefix="/tools", tags=["tools"])
@@ -38,9 +38,8 @@ def definitions(
                         ] = False,
 ) -> list[dict[str, Any]]:
     """Function-calling definitions for the memory operations of the defined types."""
-    caller.require(Role.READER)
-    return state.memory.for_tenant(caller.tenant).tools(format, profile=profile,
-                                                        internal=internal)
+    return tenant_memory(state, caller, Role.READER).tools(format, profile=profile,
+                                                           internal=internal)
 
 
 @router.post("/{name}")
@@ -52,5 +51,5 @@ def call(
 ) -> Any:
     """Validate and execute one tool call (422 plan_error with problems if invalid)."""
     args = arguments or {}
-    caller.require(tool_role(name, args))
-    return state.memory.for_tenant(caller.tenant).call_tool(name, args, **audit.kwargs())
+    return tenant_memory(state, caller, tool_role(name, args)).call_tool(name, args,
+                                                                       **audit.kwargs())
