@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from .errors import FilterError, LimitExceeded, ValidationError
 
@@ -57,7 +57,12 @@ MAX_SEQ = 2**63 - 1
 
 #: How many links ``related`` may follow.
 MAX_DEPTH = 5
-DIRECTIONS = ("out", "in", "both")
+#: The directions a link is followed in, and the search modes: each vocabulary is declared
+#: here once, as a type (for the wire models) whose values the checks read.
+Direction = Literal["out", "in", "both"]
+DIRECTIONS: tuple[str, ...] = get_args(Direction)
+SearchMode = Literal["hybrid", "vector", "keyword"]
+SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
 #: How many of a conversation's last turns ``context(conversation=...)`` shows by default,
 #: and at most.
 LAST_TURNS, MAX_TURNS = 6, 50

@@ -19,6 +19,28 @@ from .errors import FilterError, first_problem
 from .jsonpaths import split_path
 from .schema import INT64_MAX, INT64_MIN, PY_TYPES, EntityType, FieldSpec, fits_int64
 
+#: The filter language, described where a ``where`` is taken: in full (the wire models, so
+#: the OpenAPI document) and in brief (the tool schemas, where every token is paid for).
+FILTER_DOC = (
+    "Filter (exact, evaluated in DuckDB). {field: value} means equals; {field: {op: value, "
+    "...}} applies operators, all of which must hold: $eq, $ne (null allowed: {\"$eq\": "
+    "null} matches missing values), $gt, $gte, $lt, $lte (numbers, dates, datetimes, "
+    "strings), $in and $nin (a list of values), $contains (a list field holds the value; a "
+    "string field contains the substring). Several fields in one object must all hold; "
+    "{\"$and\": [filter, ...]} and {\"$or\": [filter, ...]} combine filters and nest (up to "
+    "16 deep, 256 terms). Keys are the type's field names, or a dotted path into a json "
+    "field ({\"metadata.user\": \"ana\"}, {\"value.tags\": {\"$contains\": \"x\"}}: keys of "
+    "letters, digits, _ and -, at most 16; a missing path is null). An error names the path "
+    "of the bad term, e.g. where.$or[1].rating.$gte. Example: {\"city\": \"Shanghai\", "
+    "\"estimated_cost\": {\"$lte\": 50}, \"$or\": [{\"category\": \"museum\"}, "
+    "{\"rating\": {\"$gte\": 4.5}}]}.")
+FILTER_DOC_BRIEF = (
+    "Filter: {field: value} (equals) or {field: {op: value}}; ops $eq $ne $gt $gte "
+    "$lt $lte $in $nin (a list) and $contains (a list field's item or a substring); "
+    "several fields must all hold; {\"$and\": [filters]}, {\"$or\": [filters]}; "
+    "a json field's inner value by a dotted path, e.g. {\"metadata.user\": \"ana\"}.")
+
+
 FILTER_OPS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains")
 MAX_FILTER_DEPTH = 16
 MAX_FILTER_NODES = 256

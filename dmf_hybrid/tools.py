@@ -23,10 +23,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from .checks import ID_PATTERN, TOOL_NAME_RE, full_match
+from .checks import ID_PATTERN, ON_CONFLICT, TOOL_NAME_RE, full_match
 from .conversations import CONVERSATION_FIELD, log_available
 from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
+from .filters import FILTER_DOC_BRIEF
 from .lifecycle.context import call_context_tool, context_tool_definition
 from .lifecycle.summaries import SUMMARY_TYPE
 from .plans import (
@@ -38,7 +39,6 @@ from .plans import (
     Problems,
     execute_plan,
 )
-from .plans.ops import ON_CONFLICT_POLICIES
 from .schema import EntityType
 
 log = logging.getLogger(__name__)
@@ -47,10 +47,6 @@ FORMATS = ("openai", "json_schema")
 PROFILES = ("compact", "per_type")
 #: Types the memory keeps for itself: hidden from the tools unless asked for.
 INTERNAL_TYPES = (SUMMARY_TYPE,)
-FILTER_DOC = ("Filter: {field: value} (equals) or {field: {op: value}}; ops $eq $ne $gt $gte "
-              "$lt $lte $in $nin (a list) and $contains (a list field's item or a substring); "
-              "several fields must all hold; {\"$and\": [filters]}, {\"$or\": [filters]}; "
-              "a json field's inner value by a dotted path, e.g. {\"metadata.user\": \"ana\"}.")
 ID_SCHEMA: dict[str, Any] = {
     "type": "string", "pattern": ID_PATTERN,
     "description": "An entity ID, as returned by create/query/search.",
@@ -277,7 +273,7 @@ def _create_options() -> dict[str, Any]:
         "id": {"type": "string", "pattern": ID_PATTERN,
                "description": "A chosen ID instead of the one derived from the identity."},
         "on_conflict": {
-            "type": "string", "enum": list(ON_CONFLICT_POLICIES), "default": "return",
+            "type": "string", "enum": list(ON_CONFLICT), "default": "return",
             "description": "When the identity exists: return it (differs lists the given "
                            "fields that differ), raise a conflict, or update it."}}
 
@@ -328,7 +324,7 @@ def _compact_tools(mem: EmbeddedMemory, types: list[EntityType]) -> list[dict[st
                                              "minItems": 1, "maxItems": 4}],
              "description": "Field(s) or created_at/updated_at/version to sort by, '-field' "
                             "descending; ties by ID."}
-    where = {"type": "object", "description": FILTER_DOC}
+    where = {"type": "object", "description": FILTER_DOC_BRIEF}
     scope = {"conversation": CONVERSATION_ARG} if any(
         CONVERSATION_FIELD in t.fields for t in types if t.typedef.embed is not None) else {}
     return [

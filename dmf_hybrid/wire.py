@@ -13,7 +13,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from .checks import LAST_TURNS, MAX_SEQ, MAX_TURNS, check_reference_time, parse_as_of
+from .checks import (
+    LAST_TURNS,
+    MAX_SEQ,
+    MAX_TURNS,
+    SearchMode,
+    check_reference_time,
+    parse_as_of,
+)
+from .filters import FILTER_DOC
 from .schema import EntityType, TypeDef
 
 #: ``as_of`` in a body: validated whole by :func:`checks.parse_as_of` (a float or a negative
@@ -33,21 +41,6 @@ REFERENCE_TIME_DOC = ("The time a query's time phrases are read against (\"last 
 CONTEXT_MAX_FOCUS = 50
 CONTEXT_MAX_QUERY_CHARS = 2000
 CONTEXT_MIN_BUDGET, CONTEXT_MAX_BUDGET = 32, 100_000
-#: The filter language (``dmf_hybrid.filters``), described where a ``where`` is taken.
-FILTER_DOC = (
-    "Filter (exact, evaluated in DuckDB). {field: value} means equals; {field: {op: value, "
-    "...}} applies operators, all of which must hold: $eq, $ne (null allowed: {\"$eq\": "
-    "null} matches missing values), $gt, $gte, $lt, $lte (numbers, dates, datetimes, "
-    "strings), $in and $nin (a list of values), $contains (a list field holds the value; a "
-    "string field contains the substring). Several fields in one object must all hold; "
-    "{\"$and\": [filter, ...]} and {\"$or\": [filter, ...]} combine filters and nest (up to "
-    "16 deep, 256 terms). Keys are the type's field names, or a dotted path into a json "
-    "field ({\"metadata.user\": \"ana\"}, {\"value.tags\": {\"$contains\": \"x\"}}: keys of "
-    "letters, digits, _ and -, at most 16; a missing path is null). An error names the path "
-    "of the bad term, e.g. where.$or[1].rating.$gte. Example: {\"city\": \"Shanghai\", "
-    "\"estimated_cost\": {\"$lte\": 50}, \"$or\": [{\"category\": \"museum\"}, "
-    "{\"rating\": {\"$gte\": 4.5}}]}.")
-SearchMode = Literal["hybrid", "vector", "keyword"]
 OPS_DOC = ('Steps like {"op": "create", "type": "Trip", "data": {...}}; a later step may use '
            'an earlier result through "$0.id" or "$2.hits[0].entity.id".')
 

@@ -23,16 +23,15 @@ result shapes), ``problems`` (problems and hints), ``validation`` (the static ch
 
 from __future__ import annotations
 
+from ..checks import DIRECTIONS, SEARCH_MODES
 from .executor import diff_entry, execute_plan, validate_plan
 from .ops import (
-    DIRECTIONS,
     MUTATING_OPS,
     OP_ARGS,
     OPERATIONS,
     OPS,
     ORDER_SYSTEM,
     READ_OPS,
-    SEARCH_MODES,
     Arg,
     Operation,
     entity_json,

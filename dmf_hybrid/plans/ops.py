@@ -8,13 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..checks import DEFAULT_ON_CONFLICT, ID_RE, ON_CONFLICT
+from ..checks import DEFAULT_ON_CONFLICT
 from ..models import AuditEvent, Entity, Page, Related
 
-ID_PATTERN = ID_RE
-SEARCH_MODES = ("hybrid", "vector", "keyword")
-ON_CONFLICT_POLICIES = ON_CONFLICT
-DIRECTIONS = ("out", "in", "both")
 MAX_PROBLEMS = 50
 ORDER_SYSTEM = ("created_at", "updated_at", "version")
 READER, WRITER = "reader", "writer"

@@ -16,21 +16,17 @@ import pydantic
 from pydantic import TypeAdapter
 
 from ..bundled import lookup_type
-from ..checks import full_match
+from ..checks import DIRECTIONS, ID_RE, ON_CONFLICT, SEARCH_MODES, full_match
 from ..conversations import MESSAGE_TYPE, check_log_type, message_rows, scope_to_conversation
 from ..embedded import EmbeddedMemory
 from ..errors import DMFError, NotFound, first_problem
 from ..filters import parse_filter, parse_order
 from ..schema import EntityType
 from .ops import (
-    DIRECTIONS,
-    ID_PATTERN,
     LITERAL_ONLY,
-    ON_CONFLICT_POLICIES,
     OP_ARGS,
     OPS,
     ORDER_SYSTEM,
-    SEARCH_MODES,
 )
 from .problems import Problems, close_matches, field_hint, shape_hint, similar_ids
 from .refs import (
@@ -151,7 +147,7 @@ class Validator:
         ok = {
             "type": isinstance(value, str),
             "object": isinstance(value, Mapping),
-            "id": isinstance(value, str) and full_match(ID_PATTERN, value) is not None,
+            "id": isinstance(value, str) and full_match(ID_RE, value) is not None,
             "int": isinstance(value, int) and not isinstance(value, bool),
             "str": isinstance(value, str),
             "list": isinstance(value, list),
@@ -159,7 +155,7 @@ class Validator:
                 isinstance(v, str) for v in value)),
             "mode": value in SEARCH_MODES,
             "direction": value in DIRECTIONS,
-            "on_conflict": value in ON_CONFLICT_POLICIES,
+            "on_conflict": value in ON_CONFLICT,
         }[kind]
         if ok:
             return
@@ -167,7 +163,7 @@ class Validator:
             "id": "an entity ID string, or a reference like '$0.id'",
             "mode": f"one of {', '.join(SEARCH_MODES)}",
             "direction": f"one of {', '.join(DIRECTIONS)}",
-            "on_conflict": f"one of {', '.join(ON_CONFLICT_POLICIES)}",
+            "on_conflict": f"one of {', '.join(ON_CONFLICT)}",
             "order": "a field name ('-name' for descending) or a list of them",
         }
         expected = {"type": "a type name", "object": "an object", "int": "an integer",

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..checks import SEARCH_MODES
 from ..errors import FilterError, NotFound, SchemaError, ValidationError
 from ..schema import EntityType
 from ..store import Store
 
-MODES = ("hybrid", "vector", "keyword")
 MAX_QUERY_CHARS = 10_000
 
 
@@ -21,8 +21,9 @@ def check_request(store: Store, tenant: str, max_k: int, type_name: Any, text: A
     if etype.typedef.embed is None:
         raise SchemaError(f"{etype.name} has no embed template, so it is not searchable",
                           field="type")
-    if mode not in MODES:
-        raise ValidationError(f"mode must be one of {', '.join(MODES)}", field="mode")
+    if mode not in SEARCH_MODES:
+        raise ValidationError(f"mode must be one of {', '.join(SEARCH_MODES)}",
+                              field="mode")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= max_k:
         raise ValidationError(f"k must be an integer from 1 to {max_k}",
                               field="k")
