@@ -5,9 +5,11 @@ with the preceding turn of the session, with the search profile chosen on LoCoMo
 bundled type (``dmf_hybrid/bundled.toml``): every memory defines it on first use.
 :func:`message_rows` turns one ``add_messages`` call into its rows: a message is OpenAI-style
 ``{"role", "content"}`` or ``{"speaker", "text"}``, with an optional ``turn`` (its position in
-the conversation), ``session`` and ``time``. A message without ``turn`` comes after the
-conversation's last stored turn and the ones before it in the call; the same
-``(conversation, turn)`` again is the existing message (idempotent).
+the conversation, from 0 to :data:`MAX_TURN`), ``session`` and ``time``. A message without
+``turn`` comes after the largest turn of the conversation, stored or earlier in the same call.
+A call never loses a message: two messages of one call with the same turn are a ``Conflict``
+naming both, and so is a message whose turn the conversation holds with another role or text;
+the same message again (same turn, same values) is the stored one (idempotent).
 
 :func:`scope_to_conversation` adds ``conversation = id`` to a search's filter
 (``search(..., conversation=id)``), and :func:`check_turns` checks how many of a
@@ -20,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .checks import LAST_TURNS, MAX_TURNS, check_id
-from .errors import SchemaError, ValidationError
+from .errors import Conflict, SchemaError, ValidationError
 from .filters import BoolOp, FilterNode, parse_filter
 from .schema import EntityType
 
@@ -28,6 +30,8 @@ MESSAGE_TYPE = "Message"
 #: Keys a message may have: each of the first two pairs names one field.
 MESSAGE_KEYS = ("role", "speaker", "content", "text", "turn", "session", "time")
 MAX_MESSAGES = 1000
+#: The largest turn number a message may have (a conversation of a billion turns is not one).
+MAX_TURN = 999_999_999
 CONVERSATION_FIELD = "conversation"
 #: The fields every conversation-log type has (the bundled Message type has more).
 LOG_FIELDS = (CONVERSATION_FIELD, "turn", "role", "text")
@@ -86,7 +90,11 @@ def check_turns(turns: Any, conversation: Any) -> int | None:
 
 
 def message_rows(conversation: Any, messages: Any, next_turn: int) -> list[dict[str, Any]]:
-    """The ``Message`` rows of one call (``next_turn``: the turn after the last stored one)."""
+    """The ``Message`` rows of one call (``next_turn``: the turn after the last stored one).
+
+    A message without a turn takes the turn after the largest one so far, stored or given
+    earlier in the call; two messages of the call with the same turn are a ``Conflict``.
+    """
     conversation = check_conversation(conversation)
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise ValidationError("messages must be a list of messages", field="messages")
@@ -95,6 +103,7 @@ def message_rows(conversation: Any, messages: Any, next_turn: int) -> list[dict[
                               field="messages")
     rows: list[dict[str, Any]] = []
     turn = next_turn
+    seen: dict[int, int] = {}  # turn -> index of the message of this call that has it
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, Mapping):
@@ -108,12 +117,23 @@ def message_rows(conversation: Any, messages: Any, next_turn: int) -> list[dict[
         row: dict[str, Any] = {"conversation": conversation, "role": role, "text": text}
         if "turn" in message:
             given = message["turn"]
-            if isinstance(given, bool) or not isinstance(given, int) or given < 0:
-                raise ValidationError(f"{where}.turn must be an integer >= 0",
+            if isinstance(given, bool) or not isinstance(given, int) or not (
+                    0 <= given <= MAX_TURN):
+                raise ValidationError(f"{where}.turn must be an integer from 0 to {MAX_TURN}",
                                       field=f"{where}.turn")
-            turn = given
-        row["turn"] = turn
-        turn += 1
+            message_turn = given
+        else:
+            message_turn = turn
+            if message_turn > MAX_TURN:
+                raise ValidationError(f"{where} would take turn {message_turn}, past the last "
+                                      f"turn a conversation may have ({MAX_TURN})",
+                                      field=f"{where}.turn")
+        if message_turn in seen:
+            raise Conflict(f"messages[{seen[message_turn]}] and {where} both have turn "
+                           f"{message_turn}; give each message its own turn", field=f"{where}.turn")
+        seen[message_turn] = i
+        row["turn"] = message_turn
+        turn = max(turn, message_turn + 1)
         for key in ("session", "time"):
             if message.get(key) is not None:
                 row[key] = message[key]

@@ -230,8 +230,17 @@ class Memory(MemoryAPI):
                               limit=1).items
             next_turn = int(last[0].data.turn) + 1 if last else 0
             rows = message_rows(conversation, messages, next_turn)
-            return self.create_many(etype.name, rows, actor=actor, reason=reason,
-                                    trace_id=trace_id)
+            stored = self.create_many(etype.name, rows, actor=actor, reason=reason,
+                                      trace_id=trace_id)
+            for i, entity in enumerate(stored):
+                if entity.differs:  # raised inside the transaction: nothing of the call stays
+                    raise Conflict(
+                        f"messages[{i}]: turn {rows[i]['turn']} of conversation "
+                        f"{conversation} is {entity.id}, with another "
+                        f"{', '.join(entity.differs)}; send it without a turn to append it",
+                        field=f"messages[{i}].turn", entity_id=entity.id,
+                        differs=entity.differs)
+            return stored
 
     def create_many(self, type_name: str, rows: Sequence[Mapping[str, Any] | BaseModel], *,
                     progress: Callable[[int], None] | bool | None = None,

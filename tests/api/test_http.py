@@ -325,3 +325,22 @@ def test_search_answers_the_bytes_fastapis_own_serialisation_gives(tmp_path: Pat
             "$ref": "#/components/schemas/SearchResult"}
     finally:
         mem.close()
+
+
+def test_appending_messages_answers_201_only_when_a_message_was_stored(http_api: Front) -> None:
+    url = "/conversations/li-chat/messages"
+    chat = [{"role": "user", "content": "我的蓝色衬衫到哪了？"},
+            {"role": "assistant", "content": "Order A1001 has shipped."}]
+    with http_api.raw() as raw:
+        first = raw.post(url, json={"messages": chat})
+        assert first.status_code == 201 and [m["created"] for m in first.json()] == [True, True]
+        resend = raw.post(url, json={"messages": [{**chat[0], "turn": 0}]})
+        assert resend.status_code == 200 and resend.json()[0]["created"] is False
+        clash = raw.post(url, json={"messages": [{"role": "user", "content": "other",
+                                                  "turn": 1}]})
+        assert clash.status_code == 409 and clash.json()["error"] == "conflict"
+        twice = raw.post(url, json={"messages": [{"role": "user", "content": "a", "turn": 7},
+                                                 {"role": "user", "content": "b", "turn": 7}]})
+        assert twice.status_code == 409
+        turns = raw.post("/entities/Message/query", json={"where": {"conversation": "li-chat"}})
+        assert sorted(m["data"]["turn"] for m in turns.json()["items"]) == [0, 1]

@@ -7,7 +7,8 @@ from functools import partial
 
 import pytest
 
-from dmf_hybrid import MemoryAPI, NotFound, SchemaError, ValidationError
+from dmf_hybrid import Conflict, MemoryAPI, NotFound, SchemaError, ValidationError
+from dmf_hybrid.conversations import MAX_TURN
 from tests.store import assert_unchanged, behind, both_doors
 
 mem = both_doors()
@@ -106,3 +107,59 @@ def test_a_bad_row_value_or_a_missing_type_is_refused(mem: MemoryAPI) -> None:
         "chat-1", [{"role": "user", "content": "hi", "session": "first"}]), ValidationError)
     assert "session" in (getattr(bad.value, "field", None) or "")
     assert "Message" not in [t.name for t in mem.types()]
+
+
+def test_an_implicit_turn_follows_the_largest_stored_and_given_turn(log: MemoryAPI) -> None:
+    """Re-sending turn 0 beside a new message: the new one is appended after turn 2 (it used to
+    be numbered 1, met the stored turn 1, and was answered as existing without being stored)."""
+    log.add_messages("chat-1", CHAT)
+    out = log.add_messages("chat-1", [{**CHAT[0], "turn": 0},
+                                      {"role": "assistant", "content": "new"}])
+    assert [(e.data.turn, e.created) for e in out] == [(0, False), (3, True)]
+    jump = log.add_messages("chat-1", [{"role": "user", "content": "later", "turn": 10},
+                                       {"role": "assistant", "content": "after it"}])
+    assert [e.data.turn for e in jump] == [10, 11]
+    texts = {e.data.turn: e.data.text for e in log.query(
+        "Message", {"conversation": "chat-1"}, order_by="turn", limit=20).items}
+    assert texts == {0: CHAT[0]["content"], 1: CHAT[1]["content"], 2: CHAT[2]["content"],
+                     3: "new", 10: "later", 11: "after it"}
+
+
+def test_two_messages_of_a_call_with_one_turn_are_a_conflict_naming_both(
+        log: MemoryAPI) -> None:
+    log.add_messages("chat-1", CHAT[:1])
+    info = assert_unchanged(log, partial(log.add_messages, "chat-1", [
+        {"role": "user", "content": "a", "turn": 5},
+        {"role": "user", "content": "b"},
+        {"role": "user", "content": "c", "turn": 5}]), Conflict)
+    assert "messages[0]" in info.value.message and "messages[2]" in info.value.message  # type: ignore[attr-defined]
+    # an implicit turn that lands on a given one is the same conflict
+    info = assert_unchanged(log, partial(log.add_messages, "chat-1", [
+        {"role": "user", "content": "a"}, {"role": "user", "content": "b", "turn": 1}]),
+        Conflict)
+    assert "turn 1" in info.value.message  # type: ignore[attr-defined]
+
+
+def test_a_stored_turn_with_other_content_is_a_conflict_and_nothing_is_stored(
+        log: MemoryAPI) -> None:
+    log.add_messages("chat-1", CHAT)
+    info = assert_unchanged(log, partial(log.add_messages, "chat-1", [
+        {"role": "user", "content": "brand new"},
+        {"role": "user", "content": "something else", "turn": 1}]), Conflict)
+    assert "messages[1]" in info.value.message and "text" in info.value.message  # type: ignore[attr-defined]
+    again = log.add_messages("chat-1", [{**CHAT[1], "turn": 1}])  # the same message: idempotent
+    assert [(e.data.turn, e.created) for e in again] == [(1, False)]
+
+
+def test_turn_numbers_have_an_upper_bound(log: MemoryAPI) -> None:
+    log.add_messages("chat-1", CHAT[:1])
+    for turn in (MAX_TURN + 1, 2**63 - 1):
+        info = assert_unchanged(log, partial(log.add_messages, "chat-1", [
+            {"role": "user", "content": "x", "turn": turn}]), ValidationError)
+        assert info.value.field == "messages[0].turn"  # type: ignore[attr-defined]
+    last = log.add_messages("chat-1", [{"role": "user", "content": "x", "turn": MAX_TURN}])
+    assert last[0].data.turn == MAX_TURN
+    info = assert_unchanged(log, partial(log.add_messages, "chat-1", [
+        {"role": "user", "content": "one more"}]), ValidationError)
+    assert info.value.field == "messages[0].turn"  # type: ignore[attr-defined]
+    assert log.add_messages("chat-2", [{"role": "user", "content": "other chat"}])[0].data.turn == 0

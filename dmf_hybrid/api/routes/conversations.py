@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Response, status
 from pydantic import Field
 
 from ...conversations import MESSAGE_TYPE
@@ -23,9 +23,17 @@ class MessagesAppend(Request):
     type_name: str = Field(MESSAGE_TYPE, description="The conversation log's type.")
 
 
-@router.post("/conversations/{conversation}/messages", status_code=status.HTTP_201_CREATED)
+@router.post("/conversations/{conversation}/messages", status_code=status.HTTP_201_CREATED,
+             responses={200: {"description": "Every message was already stored (a re-send)."},
+                         409: {"description": "Two messages of the call, or a message and a "
+                                              "stored one, claim the same turn."}})
 def add_messages(conversation: str, body: MessagesAppend, memory: WriterMemory,
-                 audit: Audit) -> list[Entity]:
-    """Append messages to a conversation (idempotent per conversation and turn)."""
-    return memory.add_messages(conversation, body.messages, type_name=body.type_name,
-                               **audit.kwargs())
+                 audit: Audit, response: Response) -> list[Entity]:
+    """Append messages to a conversation: 201 when the call stored a message, 200 when every
+    message was already stored (idempotent per conversation and turn), 409 (and nothing
+    stored) when a turn is claimed twice."""
+    stored = memory.add_messages(conversation, body.messages, type_name=body.type_name,
+                                 **audit.kwargs())
+    if not any(entity.created for entity in stored):
+        response.status_code = status.HTTP_200_OK
+    return stored
