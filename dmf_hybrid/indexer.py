@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,9 @@ POINT_LOOKUP_MAX = 64
 UPSERT_CHUNK = 1000
 #: New vectors per embedding-cache transaction.
 CACHE_CHUNK = 2048
+#: Entities per step of a drain: each step reads their rows, embeds, and writes the indexes, so
+#: a large batch's drain never holds a read or a write for long.
+DRAIN_PIECE = 256
 class Indexer:
     """Keeps the derived indexes in step with DuckDB."""
 
@@ -81,6 +85,8 @@ class Indexer:
         #: What commits changed, to bring a snapshot forward; None: mirrors load holding
         #: off writes
         self.changes = changes
+        #: the entities drains are applying right now (one drain per entity at a time)
+        self._claims = Claims()
 
     # ------------------------------------------------------------------ names
 
@@ -324,9 +330,9 @@ class Indexer:
                 block_bytes=self.block_bytes, mirror=etype.name not in self.mirror,
                 keyword=analysis if keyword and not self._keyword_loaded(
                     etype.name, analysis) else None, fault=self.fault)
-            # the order every commit takes them in (its hooks drain under the database's
-            # lock): the database's lock, then the indexer's; the other order deadlocks with
-            # a commit when the load embeds a vector the commit's drain has not cached yet
+            # the database's lock, then the indexer's (a drain takes the indexer's alone, and
+            # the database's only while holding neither): the load may write the embedding
+            # cache, which takes the database's lock again
             with self.store.db.no_writes(), self._lock:
                 if snapshot is None or not self._install(etype, analysis, snapshot) or (
                         not self._has_local(etype, keyword, analysis)):  # forgotten meanwhile
@@ -398,37 +404,79 @@ class Indexer:
     # ------------------------------------------------------------------ outbox
 
     def drain(self, limit: int = 100_000) -> int:
-        """Apply pending outbox rows (oldest first); returns how many were applied."""
-        with self.store.db.no_writes(), self._lock:  # in that order, as every commit
-            rows = self.store.db.fetchall(
-                "SELECT seq, type, tenant, entity_id FROM outbox WHERE NOT done ORDER BY seq "
-                f"LIMIT {int(limit)}")
-            if not rows:
-                return 0
-            by_type: dict[str, list[Key]] = {}
-            for _seq, type_name, tenant, eid in rows:
-                by_type.setdefault(type_name, []).append((tenant, eid))
-            for type_name in sorted(by_type):
-                try:
-                    etype = self.store.type_of(type_name)
-                except Exception:  # noqa: BLE001 - a type gone from the registry
-                    continue
-                self._apply_type(etype, by_type[type_name])
-            max_seq = rows[-1][0]
-            with self.store.db.write() as con:
-                con.execute("UPDATE outbox SET done = TRUE WHERE NOT done AND seq <= ?",
-                            [max_seq])
-            return len(rows)
+        """Apply pending outbox rows (oldest first); returns how many were applied.
+
+        No store lock is held while it embeds or writes the vector index: it claims the
+        entities of the rows it applies (waiting for a drain applying any of them to finish),
+        reads their current state, embeds, and writes the indexes; only the embedding cache
+        and the outbox's done flags are written in short transactions of their own.
+        Called holding the write lock (inside a transaction), it applies only the rows no
+        other drain is applying: a drain it waited for could be waiting for that lock.
+        """
+        rows = self._pending(limit)
+        if not rows:
+            return 0
+        keys = {(type_name, tenant, eid) for _seq, type_name, tenant, eid in rows}
+        with self._claims.hold(keys, wait=not self.store.db.holds_lock) as held:
+            return self._apply_rows(self._still_pending(
+                [r for r in rows if (r[1], r[2], r[3]) in held]))
+
+    def _pending(self, limit: int) -> list[tuple[int, str, str, str]]:
+        return [(int(seq), str(type_name), str(tenant), str(eid))
+                for seq, type_name, tenant, eid in self.store.db.fetchall(
+                    "SELECT seq, type, tenant, entity_id FROM outbox WHERE NOT done "
+                    f"ORDER BY seq LIMIT {int(limit)}")]
+
+    def _still_pending(self, rows: list[tuple[int, str, str, str]]
+                       ) -> list[tuple[int, str, str, str]]:
+        """Those of ``rows`` another drain has not applied meanwhile."""
+        done = {int(r[0]) for r in self.store.db.fetchall(
+            "SELECT seq FROM outbox WHERE done AND seq IN (SELECT unnest(CAST(? AS BIGINT[])))",
+            [[r[0] for r in rows]])}
+        return [r for r in rows if r[0] not in done]
+
+    def _apply_rows(self, rows: list[tuple[int, str, str, str]]) -> int:
+        """Bring the indexes in step for these outbox rows' entities (claimed by the caller)
+        and mark the rows done."""
+        if not rows:
+            return 0
+        by_type: dict[str, list[Key]] = {}
+        for _seq, type_name, tenant, eid in rows:
+            by_type.setdefault(type_name, []).append((tenant, eid))
+        for type_name in sorted(by_type):
+            try:
+                etype = self.store.type_of(type_name)
+            except Exception:  # noqa: BLE001 - a type gone from the registry
+                continue
+            keys = sorted(set(by_type[type_name]))
+            for i in range(0, len(keys), DRAIN_PIECE):
+                self._apply_type(etype, keys[i:i + DRAIN_PIECE])
+        with self.store.db.write() as con:
+            con.execute("UPDATE outbox SET done = TRUE WHERE NOT done AND seq IN "
+                        "(SELECT unnest(CAST(? AS BIGINT[])))", [[r[0] for r in rows]])
+        return len(rows)
 
     def pending(self) -> int:
         """How many outbox rows wait to be applied."""
         row = self.store.db.fetchone("SELECT count(*) FROM outbox WHERE NOT done")
         return int(row[0]) if row else 0
 
-    def on_commit(self, _batch: Iterable[tuple[int, str, str, str, str]]) -> None:
-        """Transaction hook: apply what the commit queued (errors leave rows pending)."""
+    def on_commit(self, batch: Iterable[tuple[int, str, str, str, str]]) -> None:
+        """Transaction hook, run once the commit has let the write lock go: apply the rows the
+        commit queued (waiting only for a drain of the same entities), and any other pending
+        row nobody is applying (errors leave rows pending and will be replayed)."""
+        own = {seq: (seq, type_name, tenant, eid) for seq, tenant, eid, type_name, _op in batch}
         try:
-            self.drain()
+            with self._claims.hold({(t, tn, e) for _s, t, tn, e in own.values()},
+                                   wait=not self.store.db.holds_lock) as held:
+                self._apply_rows(self._still_pending(
+                    [r for r in sorted(own.values()) if (r[1], r[2], r[3]) in held]))
+            others = [r for r in self._pending(DRAIN_PIECE) if r[0] not in own]
+            if others:
+                with self._claims.hold({(t, tn, e) for _s, t, tn, e in others},
+                                       wait=False) as held:
+                    self._apply_rows(self._still_pending(
+                        [r for r in others if (r[1], r[2], r[3]) in held]))
         except Exception:
             log.exception("indexing failed; outbox rows stay pending and will be replayed")
 
@@ -436,7 +484,7 @@ class Indexer:
 
     def reconcile(self) -> ReconcileCounts:
         """Compare the vector index with DuckDB; repair missing, stale and orphan vectors."""
-        with self.store.db.no_writes(), self._lock:
+        with self._claims.exclusive(), self.store.db.no_writes(), self._lock:
             self.drain()
             counts: ReconcileCounts = {"checked": 0, "missing": 0, "stale": 0, "orphan": 0,
                                        "unreachable_by_id": 0}
@@ -469,7 +517,7 @@ class Indexer:
 
     def reindex(self) -> ReindexCounts:
         """Rebuild every collection from DuckDB and the embedding cache."""
-        with self.store.db.no_writes(), self._lock:
+        with self._claims.exclusive(), self.store.db.no_writes(), self._lock:
             self.drain()
             counts: ReindexCounts = {"types": 0, "entities": 0}
             for etype in self.store.types():
@@ -482,6 +530,61 @@ class Indexer:
                 counts["entities"] += len(live)
             self.forget_local()
             return counts
+
+
+class Claims:
+    """The entities (type, tenant, ID) that drains are applying, so two drains never apply
+    the same entity at once (the later one could write an older state last); drains of
+    other entities go on side by side. A repair (reconcile, reindex) holds them all."""
+
+    def __init__(self) -> None:
+        self._held: set[tuple[str, str, str]] = set()
+        self._cond = threading.Condition()
+        self._exclusive: int | None = None  # the thread holding every entity
+        self._depth = 0
+
+    @contextmanager
+    def hold(self, keys: set[tuple[str, str, str]], wait: bool
+             ) -> Iterator[set[tuple[str, str, str]]]:
+        """Claim ``keys``: all of them, waiting while any is claimed (``wait``), or only the
+        free ones at once; yields what was claimed, released on exit. A claim is made while
+        holding no other, so two drains never wait on each other."""
+        me = threading.get_ident()
+        with self._cond:
+            if self._exclusive == me:  # a repair's own drains: it holds every entity
+                got: set[tuple[str, str, str]] = set()
+                claimed = keys
+            else:
+                while self._exclusive is not None or (wait and not keys.isdisjoint(self._held)):
+                    self._cond.wait()
+                got = claimed = keys if wait else keys - self._held
+                self._held |= got
+        try:
+            yield claimed
+        finally:
+            if got:
+                with self._cond:
+                    self._held -= got
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold every entity: wait for running drains, keep new ones out (re-entrant)."""
+        me = threading.get_ident()
+        with self._cond:
+            if self._exclusive != me:
+                while self._exclusive is not None or self._held:
+                    self._cond.wait()
+                self._exclusive = me
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._exclusive = None
+                    self._cond.notify_all()
 
 
 def own_ids(hits: Iterable[tuple[str, float]], tenant: str) -> list[tuple[str, float]]:

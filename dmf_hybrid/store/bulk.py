@@ -167,7 +167,7 @@ class BulkLoad(Writes):
                             "VALUES (?,?,?,?,?)", outbox) if len(outbox) < 8 else \
                 self._arrow_insert(con, "outbox (seq, tenant, entity_id, type, op)",
                                    ["seq", "tenant", "entity_id", "type", "op"], outbox)
-            self.db.after_commit(lambda: self._notify(outbox))
+            self._queue(outbox)
         seq_before, hash_before = self._seq, self._last_hash
         self._seq, self._last_hash = seq, prev
         self.db.on_rollback(lambda: self._reset_chain(seq_before, hash_before))

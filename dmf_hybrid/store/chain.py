@@ -143,8 +143,21 @@ class AuditChain(StoreState):
                 "SELECT coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM outbox",
                 [tenant, eid, type_name, op],
             )
-        batch = (seq, tenant, eid, type_name, op)
-        self.db.after_commit(lambda: self._notify([batch]))
+        self._queue([(seq, tenant, eid, type_name, op)])
+
+    def _queue(self, rows: list[tuple[int, str, str, str, str]]) -> None:
+        """Tell the listeners about these outbox rows once the transaction has committed and
+        let the write lock go: one call per transaction, with every row it queued."""
+        if self._queued is None:  # the transaction's first: a list of its own
+            batch: list[tuple[int, str, str, str, str]] = []
+            self._queued = batch
+            self.db.after_release(lambda: self._notify(batch))
+            self.db.after_commit(self._end_queue)
+            self.db.on_rollback(self._end_queue)
+        self._queued.extend(rows)
+
+    def _end_queue(self) -> None:
+        self._queued = None
 
     def _notify(self, batch: list[tuple[int, str, str, str, str]]) -> None:
         for listener in self.listeners:

@@ -2,6 +2,11 @@
 
 Transactions nest: the outermost ``write()`` block commits; an exception that escapes any
 block dooms the whole transaction, which is rolled back when the outermost block exits.
+
+Two kinds of commit hooks: :meth:`Database.after_commit` hooks run as the commit becomes
+visible, still holding the write lock (bookkeeping the next transaction must not race), and
+:meth:`Database.after_release` hooks run once the committing block has let the lock go, so
+slow work a commit starts (embedding what it wrote) never holds off other writers.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class Database:
         self._depth = 0
         self._doomed = False
         self._after_commit: list[Callable[[], None]] = []
+        self._after_release: list[Callable[[], None]] = []
         self._on_rollback: list[Callable[[], None]] = []
         self.closed = False
         # A seqlock over commits: odd while a commit is becoming visible, so a reader that
@@ -123,7 +129,18 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A block inside the (possibly outer) write transaction; commits when outermost."""
+        """A block inside the (possibly outer) write transaction; commits when outermost
+        (then, with the lock let go, runs the transaction's ``after_release`` hooks)."""
+        released: list[Callable[[], None]] = []
+        try:
+            with self._write(released) as con:
+                yield con
+        finally:
+            self._run(released)
+
+    @contextmanager
+    def _write(self, released: list[Callable[[], None]]
+               ) -> Iterator[duckdb.DuckDBPyConnection]:
         with self._lock:
             if self.closed:
                 raise DMFError("the memory is closed")
@@ -146,13 +163,15 @@ class Database:
                 if self._doomed:
                     self._finish(commit=False)
                     raise DMFError("the transaction was rolled back because a step in it failed")
-                self._finish(commit=True)
+                released.extend(self._finish(commit=True))
             else:
                 self._depth -= 1
 
-    def _finish(self, commit: bool) -> None:
+    def _finish(self, commit: bool) -> list[Callable[[], None]]:
+        """Commit or roll back; the ``after_release`` hooks to run (none on rollback)."""
         after_commit, on_rollback = self._after_commit, self._on_rollback
-        self._after_commit, self._on_rollback = [], []
+        after_release = self._after_release
+        self._after_commit, self._on_rollback, self._after_release = [], [], []
         try:
             if commit:
                 self.generation += 1  # odd: readers cannot tell which state they see
@@ -176,6 +195,7 @@ class Database:
             self._depth = 0
             self._owner = None
         self._run(after_commit if commit else on_rollback[::-1])
+        return after_release if commit else []
 
     @staticmethod
     def _run(hooks: list[Callable[[], None]]) -> None:
@@ -203,11 +223,27 @@ class Database:
     def no_writes(self) -> Iterator[None]:
         """Hold off other threads' write transactions for the duration of the block."""
         with self._lock:
-            yield
+            self._local.holding = getattr(self._local, "holding", 0) + 1
+            try:
+                yield
+            finally:
+                self._local.holding -= 1
+
+    @property
+    def holds_lock(self) -> bool:
+        """True when the calling thread holds the write lock (a transaction or no_writes):
+        it must not wait for anything that may need that lock."""
+        return self.in_transaction or getattr(self._local, "holding", 0) > 0
 
     def after_commit(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` once the current transaction commits (dropped on rollback)."""
         self._after_commit.append(hook)
+
+    def after_release(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once the current transaction has committed and the committing block
+        has let the write lock go (dropped on rollback). Inside a caller's :meth:`no_writes`
+        the lock is still that caller's."""
+        self._after_release.append(hook)
 
     def on_rollback(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` if the current transaction rolls back (hooks run newest first)."""

@@ -44,6 +44,8 @@ class StoreState:
     _in_hooks: bool
     #: types whose rows the open write transaction updated or deleted (see define)
     _modified: set[str]
+    #: outbox rows the open write transaction queued, told to the listeners once it commits
+    _queued: list[tuple[int, str, str, str, str]] | None
     _seq: int
     _last_hash: str
     #: what the events this process committed lately were about (``journal.Journal``)

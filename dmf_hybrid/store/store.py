@@ -53,6 +53,7 @@ class Store(Relations):
         self._in_hooks = False
         # types whose rows the open write transaction updated or deleted (see define)
         self._modified: set[str] = set()
+        self._queued: list[tuple[int, str, str, str, str]] | None = None
         self.journal = Journal()
         with self.db.write() as con:
             create_fixed(con)
