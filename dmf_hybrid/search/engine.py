@@ -57,7 +57,7 @@ from .fusion import fuse
 from .keyword_leg import keyword_leg
 from .profiles import effective, neighbour_support, strip_query
 from .ranking import Ranking
-from .replay import replay_legs
+from .replay import ReplayCache, replay_legs
 from .request import check_request, related_ids
 from .rerank import read_query_time, rerank
 from .resolution import resolve_hits
@@ -93,6 +93,16 @@ class SearchEngine:
         self.query_batcher = make_query_batcher(embedder, settings)
         self._cache_lock = threading.Lock()
         self._previous_model: str | None = None  # a model change not yet caught up with
+        #: states ``as_of`` searches rebuilt from the log (an erase rewrites history: empty it)
+        self.replayed = ReplayCache()
+
+    def _on_write(self, _con: Any, _tenant: str, op: str, _type_name: str,
+                  _entity_id: str) -> None:
+        """Write hook: an erase rewrites the past states of its entity, so the replayed
+        states go (now, and again once the erase commits)."""
+        if op == "erase":
+            self.replayed.clear()
+            self.store.db.after_commit(self.replayed.clear)
 
     @classmethod
     def open(cls, store: Store, settings: Settings, embedder: Embedder, vectors: VectorIndex,
@@ -105,6 +115,7 @@ class SearchEngine:
         """
         engine = cls(store, settings, embedder, vectors)
         store.listeners.append(engine.indexer.on_commit)
+        store.write_hooks.append(engine._on_write)
         engine._previous_model = engine._record_model(settings.tenant)
         if replay:
             engine.catch_up()
@@ -315,7 +326,8 @@ class SearchEngine:
     def _legs(self, scope: Scope, mode: str, text: str, qvec: np.ndarray | None, depth: int,
               lap: Callable[[str], None]) -> tuple[dict[str, Ranking], str]:
         if scope.seq is not None:
-            replay = replay_legs(scope, self.store, self.indexer, mode, text, qvec, depth)
+            replay = replay_legs(scope, self.store, self.indexer, mode, text, qvec, depth,
+                                 self.replayed)
             lap("legs_ms")
             return replay, "exact"
         rankings: dict[str, Ranking] = {}

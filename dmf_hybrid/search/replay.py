@@ -3,10 +3,18 @@
 ``as_of`` searches take candidates and texts from the audit log and vectors from the
 embedding cache, scored the way the live legs score, so a receipt replays to the same hits
 (unless the ANN plan, which is approximate, answered it, or an entity was erased since).
+
+Rebuilding a state from the log costs far more than a live search and grows with the log, so
+the states of the last few (tenant, type, seq) searched are kept (:class:`ReplayCache`): the
+tenant's rows at that seq, their vectors and their BM25 index. A state at a seq never changes
+(the log only grows), except by an erase, which empties the cache.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,24 +28,80 @@ from ..vector.exact import normalise_rows
 from .ranking import Ranking, precise_scores, ranked, unit64
 from .scope import Row, Scope
 
+#: States kept, and the rows they may hold in all (a larger state is rebuilt every time).
+REPLAY_STATES = 4
+REPLAY_ROWS = 200_000
+
+
+@dataclass
+class ReplayState:
+    """A tenant's rows of one type at one seq, with what both legs need from them."""
+
+    rows: list[Row]
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    keyword: KeywordIndex | None = None
+
+
+class ReplayCache:
+    """The last :data:`REPLAY_STATES` replayed states, within :data:`REPLAY_ROWS` rows."""
+
+    def __init__(self, states: int = REPLAY_STATES, max_rows: int = REPLAY_ROWS) -> None:
+        self.states, self.max_rows = states, max_rows
+        self._states: OrderedDict[tuple[str, str, int, int], ReplayState] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple[str, str, int, int]) -> ReplayState | None:
+        with self._lock:
+            state = self._states.get(key)
+            if state is None:
+                self.misses += 1
+                return None
+            self._states.move_to_end(key)
+            self.hits += 1
+            return state
+
+    def put(self, key: tuple[str, str, int, int], state: ReplayState) -> None:
+        if len(state.rows) > self.max_rows:
+            return
+        with self._lock:
+            self._states[key] = state
+            self._states.move_to_end(key)
+            while len(self._states) > self.states or sum(
+                    len(s.rows) for s in self._states.values()) > self.max_rows:
+                self._states.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._states.clear()
+
 
 def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: str,
-                qvec: np.ndarray | None, depth: int) -> dict[str, Ranking]:
-    """Both legs over the state at ``scope.seq``, rebuilt from the log and the cache."""
-    rankings: dict[str, Ranking] = {}
+                qvec: np.ndarray | None, depth: int, cache: ReplayCache | None = None
+                ) -> dict[str, Ranking]:
+    """Both legs over the state at ``scope.seq``, rebuilt from the log and the cache (or
+    taken from ``cache``)."""
+    assert scope.seq is not None
     etype = scope.etype
     cols = ", ".join(f'"{n}"' for n in etype.fields)
-    rows = scope.con.execute(
+    key = (scope.tenant, etype.name, etype.version, scope.seq)
+    state = cache.get(key) if cache is not None else None
+    if state is None:
+        # BM25 statistics come from all of the tenant's documents at that seq, as the live
+        # per-tenant index had them, so a replay scores the same
+        params: list[Any] = []
+        source = store.source_sql(etype, scope.tenant, scope.seq, params)
+        state = ReplayState(scope.con.execute(
+            f"SELECT id, text_hash, {cols} FROM {source} ORDER BY id", params).fetchall())
+        if cache is not None:
+            cache.put(key, state)
+    rows = state.rows if not scope.filtered else scope.con.execute(
         f"SELECT id, text_hash, {cols} FROM {scope.source} WHERE {scope.filt} ORDER BY id",
         scope.params).fetchall()
+    rankings: dict[str, Ranking] = {}
     if mode != "keyword":
         assert qvec is not None
-        hashes = {r[1] for r in rows if r[1]}
-        vectors = indexer.cached_vectors(sorted(hashes))
-        missing = {r[1]: _text(etype, r) for r in rows if r[1] and r[1] not in vectors}
-        if missing:
-            vectors.update(indexer.embed_texts(
-                {h: t for h, t in missing.items() if t is not None}))
+        vectors = _vectors(etype, indexer, state, rows)
         scored = [(r[0], r[1]) for r in rows if r[1] in vectors]
         if scored:
             matrix = normalise_rows(np.stack([vectors[h] for _, h in scored]))
@@ -46,20 +110,31 @@ def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: s
         else:
             rankings["vector"] = []
     if mode != "vector":
-        # BM25 statistics come from all of the tenant's documents at that seq, as the
-        # live per-tenant index had them, so a replay scores the same
-        params: list[Any] = []
-        source = store.source_sql(etype, scope.tenant, scope.seq, params)
-        every = scope.con.execute(f"SELECT id, text_hash, {cols} FROM {source} ORDER BY id",
-                                  params).fetchall()
-        kw = KeywordIndex(analyzer=type_analysis(etype))
-        kw.upsert(entity_documents(
-            etype, [(r[0], field_values(etype, r[2:])) for r in every]))
-        rankings["keyword"] = (kw.search(text, depth, candidates=[r[0] for r in rows])
+        if state.keyword is None:
+            kw = KeywordIndex(analyzer=type_analysis(etype))
+            kw.upsert(entity_documents(
+                etype, [(r[0], field_values(etype, r[2:])) for r in state.rows]))
+            state.keyword = kw
+        rankings["keyword"] = (state.keyword.search(text, depth, candidates=[r[0] for r in rows])
                                if rows else [])
         if mode == "hybrid":
-            rankings["exact"] = exact_leg(kw, text, rankings["keyword"])
+            rankings["exact"] = exact_leg(state.keyword, text, rankings["keyword"])
     return rankings
+
+
+def _vectors(etype: EntityType, indexer: Indexer, state: ReplayState, rows: list[Row]
+             ) -> dict[str, np.ndarray]:
+    """The vectors of ``rows`` by text hash: kept in ``state``, else from the embedding cache
+    (texts it lacks are embedded)."""
+    wanted = {r[1] for r in rows if r[1]} - set(state.vectors)
+    if wanted:
+        found = indexer.cached_vectors(sorted(wanted))
+        missing = {r[1]: _text(etype, r) for r in rows if r[1] in wanted and r[1] not in found}
+        if missing:
+            found.update(indexer.embed_texts(
+                {h: t for h, t in missing.items() if t is not None}))
+        state.vectors.update(found)
+    return state.vectors
 
 
 def _text(etype: EntityType, row: Row) -> str | None:
