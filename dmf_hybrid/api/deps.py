@@ -12,7 +12,6 @@ import datetime as dt
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Annotated, Any, TypedDict, TypeVar
@@ -27,6 +26,7 @@ from ..errors import ServiceUnavailable, ValidationError
 from ..memory import Memory
 from ..store.audit import PRINCIPAL
 from .auth import KeyRing, Principal, Role
+from .fair import FairPool
 from .headers import HEADER_TEXT, decode_header_text
 
 log = logging.getLogger(__name__)
@@ -50,32 +50,33 @@ class ServiceState:
     #: searches :mod:`.fast_search` answered without FastAPI's routing
     fast_searches: int = 0
     _thread: threading.Thread | None = field(default=None, repr=False)
-    _search_pool: ThreadPoolExecutor | None = field(default=None, repr=False)
+    _search_pool: FairPool | None = field(default=None, repr=False)
     _pool_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _closed: bool = field(default=False, repr=False)
 
-    async def run_search(self, search: Callable[..., T], *args: Any) -> T:
-        """``search(*args)`` in one of the service's search threads, in the caller's context
-        (its principal); when all ``search_threads`` are busy it waits its turn, first come
-        first served.
+    async def run_search(self, search: Callable[..., T], memory: Memory, *args: Any) -> T:
+        """``search(memory, *args)`` in one of the service's search threads, in the caller's
+        context (its principal); when all ``search_threads`` are busy it waits its turn, and
+        the tenants' turns alternate (:class:`~.fair.FairPool`): a tenant that queues many
+        searches delays another tenant's by at most one of its own.
 
         A pool of its own, bounded by the cores, instead of the framework's 40 threads:
         searches are CPU work that holds the GIL for part of the time, and with more of them
-        running than there are cores the threads mostly take the GIL from each other. Measured
-        at 16 and 64 clients (README, "HTTP search threads"), 2 threads answered more searches
-        per second than 40, at lower tail latency.
+        running than there are cores the threads mostly take the GIL from each other
+        (docs/benchmarks.md, "HTTP search threads").
         """
         context = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(
-            self._searches(), partial(context.run, search, *args))
+        future = self._searches().submit(memory.tenant,
+                                         partial(context.run, search, memory, *args))
+        return await asyncio.wrap_future(future)
 
-    def _searches(self) -> ThreadPoolExecutor:
+    def _searches(self) -> FairPool:
         with self._pool_lock:
             if self._closed:
                 raise ServiceUnavailable("the service is shutting down")
             if self._search_pool is None:
-                self._search_pool = ThreadPoolExecutor(self.settings.search_thread_count(),
-                                                       thread_name_prefix="dmf-search")
+                self._search_pool = FairPool(self.settings.search_thread_count(),
+                                             name="dmf-search")
             return self._search_pool
 
     def start_warmup(self) -> None:
@@ -114,7 +115,7 @@ class ServiceState:
             self._closed = True
             pool, self._search_pool = self._search_pool, None
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=True)
         if self.owns_memory:
             self.owns_memory = False
             self.memory.close()
