@@ -19,6 +19,7 @@ import pytest
 from evaluation import (
     bench_all,
     bench_coldstart,
+    bench_fair,
     bench_http,
     bench_keyword,
     bench_load_writes,
@@ -26,7 +27,7 @@ from evaluation import (
     bench_search,
     wrk_driver,
 )
-from evaluation.plotting import latency_summary, markdown_table, percentile
+from evaluation.plotting import latency_summary, markdown_table, percentile, write_results
 
 RESULT_KEYS = {"mode", "concurrency", "requests", "errors", "p50_ms", "p95_ms", "mean_ms", "rps",
                "rps_per_round", "server_p50_ms", "truncated", "failures",
@@ -271,3 +272,18 @@ def test_bench_recovery_smoke(tmp_path: Path) -> None:
     assert row["indexes_rebuilt"] == ["embeddings_text_hash", "ent_Item_id", "entity_index_id"]
     assert row["keys_probed"] >= 6
     assert all(row[k] > 0 for k in ("open_after_kill_s", "reachable_check_s", "repair_s"))
+
+
+@pytest.mark.slow  # starts the service in a subprocess
+@pytest.mark.timeout(300)
+def test_bench_fair_smoke(tmp_path: Path) -> None:
+    doc = bench_fair.run(embedder="hash", batch=200, samples=4, gap_ms=5, history=20,
+                         updates=2, clients=2, workdir=tmp_path)
+    ingest, as_of = doc["phases"]["ingest"], doc["phases"]["as_of"]
+    assert ingest["idle"]["n"] == 4 and ingest["loaded"]["n"] >= 1 and ingest["batch_s"] > 0
+    assert as_of["idle"]["n"] == 4 and as_of["loaded"]["n"] == 4
+    assert as_of["a_as_of_search"]["n"] >= 1 and as_of["as_of"] >= 1
+    for phase in (ingest, as_of):
+        assert phase["loaded"]["p50_ms"] > 0 and phase["p50_ratio"] > 0
+    paths = write_results(doc, tmp_path / "fair.json", bench_fair.markdown)
+    assert "b's create while a sends a 200-row batch" in paths[1].read_text()
