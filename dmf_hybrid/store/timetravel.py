@@ -15,9 +15,10 @@ from ..checks import (
     check_as_of,
     check_id,
 )
-from ..clock import to_aware_utc, to_naive_utc
+from ..clock import to_aware_utc, to_naive_utc, utcnow
 from ..errors import (
     NotFound,
+    ValidationError,
 )
 from ..models import Entity
 from ..schema import EntityType
@@ -81,15 +82,34 @@ class TimeTravel(TypeRegistry):
     """Reading the state as of an audit seq or a time."""
 
     def resolve_as_of(self, as_of: AsOf) -> int | None:
-        """The audit seq an ``as_of`` (seq or datetime) stands for; None means now."""
+        """The audit seq an ``as_of`` (seq or datetime) stands for; None means now.
+
+        A seq past the newest committed event, or a time still to come, is refused: a read
+        pinned there could change later.
+        """
         as_of = check_as_of(as_of)
         if as_of is None:
             return None
         if isinstance(as_of, int):
-            return min(as_of, self.committed_seq)
+            head = self.committed_seq
+            if as_of > head:
+                raise ValidationError(f"as_of {as_of} is past the newest event (seq {head}); "
+                                      "pin a read to a seq that exists, or leave as_of out "
+                                      "to read now", field="as_of")
+            return as_of
+        when = to_naive_utc(as_of)
+        if when > to_naive_utc(utcnow()) and not self._stamped_since(when):
+            raise ValidationError(f"as_of {as_of.isoformat()} is in the future; pin a read to a "
+                                  "time that has passed, or leave as_of out to read now",
+                                  field="as_of")
         row = self.db.fetchone(f"SELECT coalesce(max(seq), 0) FROM {EVENTS_ALL} WHERE ts <= ?",
                                [to_naive_utc(as_of)])
         return int(row[0]) if row else 0
+
+    def _stamped_since(self, when: dt.datetime) -> bool:
+        """Whether an event is stamped at ``when`` or later (a clock that ran ahead)."""
+        row = self.db.fetchone(f"SELECT max(ts) FROM {EVENTS_ALL}")
+        return bool(row and row[0] is not None and row[0] >= when)
 
     def _snapshot_entity(self, etype: EntityType, snap: dict[str, Any]) -> Entity:
         data = aware_datetimes(etype, {k: v for k, v in snap["data"].items()

@@ -116,6 +116,15 @@ CASES: list[tuple[str, Case, type[DMFError], str | None]] = [
     ("get negative as_of", lambda m, i: m.get(i["trip"], as_of=-3), ValidationError, "as_of"),
     ("get float as_of", lambda m, i: m.get(i["trip"], as_of=2.0), ValidationError, "as_of"),  # type: ignore[arg-type]
     ("get bool as_of", lambda m, i: m.get(i["trip"], as_of=True), ValidationError, "as_of"),
+    # past the head, a read is not pinned: it would change as the log grows
+    ("get as_of past the head", lambda m, i: m.get(i["trip"], as_of=m.last_seq + 1),
+     ValidationError, "past the newest event"),
+    ("query as_of in the future", lambda m, i: m.query(
+        "Trip", as_of=dt.datetime(2999, 1, 1, tzinfo=dt.UTC)), ValidationError, "future"),
+    ("search as_of past the head", lambda m, i: m.search("Poi", "museum", as_of=10**12),
+     ValidationError, "as_of"),
+    ("related as_of past the head", lambda m, i: m.related(i["trip"], as_of=10**12),
+     ValidationError, "as_of"),
     # update / append
     ("update unknown", lambda m, i: m.update("Trip_00000000000000000000", {"budget": 1}),
      NotFound, None),
