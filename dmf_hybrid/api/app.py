@@ -18,7 +18,7 @@ from ..version import __version__
 from ..wire import ErrorBody
 from .auth import KeyRing
 from .deps import ServiceState, StartupTask
-from .errors import GuardMiddleware, install_error_handlers
+from .errors import GuardMiddleware, ResponseHeaders, install_error_handlers
 from .fast_search import SearchFastPath
 from .routes import (
     admin,
@@ -109,6 +109,7 @@ def create_app(settings: Settings, memory: Memory | None = None, *,
     # added first, so it runs inside the guard (body limit, text checks, 500s)
     app.add_middleware(SearchFastPath)
     app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(ResponseHeaders)  # outermost: the guard's own answers get them too
     for router in ROUTERS:
         app.include_router(router)
     return app

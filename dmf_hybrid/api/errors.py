@@ -217,3 +217,32 @@ class GuardMiddleware:
                                                 "message": "internal server error (logged)",
                                                 "details": {}})
                 await response(scope, receive, send)
+
+
+class ResponseHeaders:
+    """Every answer carries ``X-Content-Type-Options: nosniff`` (a browser never reads a JSON
+    body or an error as HTML or script), and JSON answers ``Cache-Control: no-store`` unless
+    the route chose a cache policy (memory contents never sit in a shared or browser cache;
+    the inspector's static files keep theirs)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                names = {name.lower() for name, _ in headers}
+                if b"x-content-type-options" not in names:
+                    headers.append((b"x-content-type-options", b"nosniff"))
+                content_type = next((v for n, v in headers if n.lower() == b"content-type"), b"")
+                if content_type.startswith(b"application/json") and b"cache-control" not in names:
+                    headers.append((b"cache-control", b"no-store"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

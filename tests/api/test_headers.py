@@ -76,3 +76,24 @@ def test_decoding_rules(value: str, text: str) -> None:
 def test_iso_8859_1_in_rfc8187_is_not_taken_for_utf8() -> None:
     with pytest.raises(ValidationError):
         decode_header_text("iso-8859-1'en'caf%E9", "X-Reason", "reason")
+
+
+def test_every_answer_says_nosniff_and_json_is_never_cached(http_api: Front) -> None:
+    with http_api.raw() as raw:
+        answers = {
+            "types": raw.get("/types"),
+            "search": raw.post("/search", json={"type": "Message", "text": "hi"}),
+            "not found": raw.get("/entities/no-such-id"),
+            "bad body": raw.post("/search", content=b"{", headers={
+                "content-type": "application/json"}),
+            "too large": raw.post("/search", content=b"x" * (64 * 1024 + 1)),
+            "openapi": raw.get("/openapi.json"),
+        }
+        page = raw.get("/ui/")
+    for name, answer in answers.items():
+        assert answer.headers["x-content-type-options"] == "nosniff", name
+        assert answer.headers["content-type"].startswith("application/json"), name
+        assert answer.headers["cache-control"] == "no-store", name
+    assert answers["too large"].status_code == 413
+    assert page.status_code == 200 and page.headers["x-content-type-options"] == "nosniff"
+    assert page.headers.get("cache-control") != "no-store"  # static files keep their policy
