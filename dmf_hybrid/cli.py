@@ -38,7 +38,6 @@ from .cli_support import (
     target,
 )
 from .errors import DMFError, StoreLocked
-from .schema import load_toml
 
 # rich markup would swallow "[types.Name]" in help texts: plain text it is
 app = typer.Typer(help="dmf-hybrid: a deterministic memory for AI agents.",
@@ -161,10 +160,7 @@ def define(
 ) -> None:
     """Register the entity types of a TOML definition file (like indexes/travel.toml)."""
     with target(data, url, api_key, create=True) as mem:
-        if url:
-            types = [mem.define_type(t.model_dump(mode="json")) for t in load_toml(file)]
-        else:
-            types = mem.load_definitions(file)
+        types = mem.load_definitions(file)  # in one transaction: types may target each other
         out = [{"name": t.name, "version": t.version} for t in types]
     if as_json:
         print_json(out)

@@ -273,14 +273,7 @@ class MemoryClient(MemoryAPI):
 
     def define_type(self, typedef: TypeDef | Mapping[str, Any], *, actor: str | None = None,
                     reason: str | None = None) -> EntityType:
-        if isinstance(typedef, TypeDef):
-            body: Any = typedef.model_dump(mode="json")
-        elif isinstance(typedef, Mapping):
-            body = jsonable(dict(typedef), "typedef")
-        else:
-            raise SchemaError(f"invalid type definition: expected an object, not "
-                              f"{type(typedef).__name__}")
-        info = self._get(TypePublic, "POST", "/types", json=body,
+        info = self._get(TypePublic, "POST", "/types", json=_typedef_body(typedef),
                          headers=self._audit(actor=actor, reason=reason))
         self._user_models.pop(info.name, None)
         return self._type_from(info)
@@ -289,7 +282,14 @@ class MemoryClient(MemoryAPI):
                          ) -> list[EntityType]:
         reason = f"load {Path(path).name}"
         typedefs, rules = load_toml(path), load_rules_toml(path)
-        types = [self.define_type(t, actor=actor, reason=reason) for t in typedefs]
+        # in one request, so one transaction: the file's types may target each other
+        infos = self._list(TypePublic, "POST", "/types/batch",
+                           json=[_typedef_body(t) for t in typedefs],
+                           headers=self._audit(actor=actor, reason=reason)) if typedefs else []
+        types = []
+        for info in infos:
+            self._user_models.pop(info.name, None)
+            types.append(self._type_from(info))
         for rule in rules:
             self.define_rule(rule, actor=actor, reason=reason)
         return types
@@ -540,3 +540,13 @@ class MemoryClient(MemoryAPI):
 
 #: mypy checks that MemoryClient is a complete MemoryAPI (no member missing or mistyped).
 _CONTRACT: type[MemoryAPI] = MemoryClient
+
+
+def _typedef_body(typedef: TypeDef | Mapping[str, Any]) -> Any:
+    """A type definition as the JSON body ``POST /types`` takes."""
+    if isinstance(typedef, TypeDef):
+        return typedef.model_dump(mode="json")
+    if isinstance(typedef, Mapping):
+        return jsonable(dict(typedef), "typedef")
+    raise SchemaError(f"invalid type definition: expected an object, not "
+                      f"{type(typedef).__name__}")

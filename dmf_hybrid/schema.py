@@ -44,6 +44,8 @@ from .profiles import (
 )
 
 _M = TypeVar("_M", bound=BaseModel)
+#: The most values an enum field may list.
+MAX_ENUM_VALUES = 1000
 
 RESERVED_FIELDS = frozenset(
     {"id", "tenant", "version", "created_at", "updated_at", "deleted_at", "deleted_seq",
@@ -151,6 +153,14 @@ class TypeDef(BaseModel):
                                   reason=reason)
             if spec.type == "enum" and not spec.values:
                 raise SchemaError(f"enum field {name!r} needs values", field=where)
+            if spec.type == "enum" and spec.values and len(spec.values) > MAX_ENUM_VALUES:
+                raise SchemaError(f"enum field {name!r} has {len(spec.values)} values; at most "
+                                  f"{MAX_ENUM_VALUES} (a longer list is a str field)",
+                                  field=f"{where}.values")
+            if spec.values and len(set(spec.values)) != len(spec.values):
+                twice = next(v for i, v in enumerate(spec.values) if v in spec.values[:i])
+                raise SchemaError(f"enum field {name!r} lists {twice!r} more than once",
+                                  field=f"{where}.values")
             if spec.type != "enum" and spec.values:
                 raise SchemaError(f"only enum fields take values ({name!r})", field=where)
             if spec.type == "list" and spec.item is None:

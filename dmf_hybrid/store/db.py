@@ -86,6 +86,7 @@ class Database:
         self._doomed = False
         self._after_commit: list[Callable[[], None]] = []
         self._after_release: list[Callable[[], None]] = []
+        self._before_commit: list[Callable[[], None]] = []
         self._on_rollback: list[Callable[[], None]] = []
         self.closed = False
         # A seqlock over commits: odd while a commit is becoming visible, so a reader that
@@ -163,6 +164,13 @@ class Database:
                 if self._doomed:
                     self._finish(commit=False)
                     raise DMFError("the transaction was rolled back because a step in it failed")
+                checks, self._before_commit = self._before_commit, []
+                try:
+                    for check in checks:
+                        check()
+                except BaseException:
+                    self._finish(commit=False)
+                    raise
                 released.extend(self._finish(commit=True))
             else:
                 self._depth -= 1
@@ -172,6 +180,7 @@ class Database:
         after_commit, on_rollback = self._after_commit, self._on_rollback
         after_release = self._after_release
         self._after_commit, self._on_rollback, self._after_release = [], [], []
+        self._before_commit = []
         try:
             if commit:
                 self.generation += 1  # odd: readers cannot tell which state they see
@@ -238,6 +247,11 @@ class Database:
     def after_commit(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` once the current transaction commits (dropped on rollback)."""
         self._after_commit.append(hook)
+
+    def before_commit(self, check: Callable[[], None]) -> None:
+        """Run ``check`` when the outermost block is about to commit; an exception it raises
+        rolls the whole transaction back and reaches the caller."""
+        self._before_commit.append(check)
 
     def after_release(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` once the current transaction has committed and the committing block

@@ -51,7 +51,12 @@ class TypeRegistry(RowReader):
     def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
                tenant: str, actor: str | None = None, reason: str | None = None,
                trace_id: str | None = None) -> EntityType:
-        """Register a type or a compatible new version of it (an online migration)."""
+        """Register a type or a compatible new version of it (an online migration).
+
+        A relation's target must be a defined type, the type itself or ``"*"`` when the
+        transaction commits: types that target each other are defined in one transaction
+        (a file's types are).
+        """
         typedef = typedef.check()
         check_type_size(typedef.model_dump(mode="json"), self.limits)
         for where, name in [("analyzer", typedef.analyzer)] + [
@@ -110,9 +115,22 @@ class TypeRegistry(RowReader):
                     self._types[typedef.name] = previous
 
             self.db.on_rollback(undo)
+            if any(rel.target not in ("*", typedef.name) and rel.target not in self._types
+                   for rel in typedef.relations.values()):
+                self.db.before_commit(lambda: self._check_targets(typedef))
             if current is not None and current.typedef.embed != typedef.embed:
                 self._requeue_type(con, new, tenant=None)
         return new
+
+    def _check_targets(self, typedef: TypeDef) -> None:
+        """SchemaError unless every relation of ``typedef`` targets a defined type."""
+        for name, rel in typedef.relations.items():
+            if rel.target not in ("*", typedef.name) and rel.target not in self._types:
+                raise SchemaError(f"relation {name!r} of {typedef.name} targets "
+                                  f"{rel.target!r}, which is not a defined type; define "
+                                  f"{rel.target} first or in the same transaction (a file's "
+                                  "types are), or target \"*\" for any type",
+                                  field=f"relations.{name}.target")
 
     def _requeue_type(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
                       tenant: str | None) -> None:

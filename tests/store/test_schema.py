@@ -62,16 +62,19 @@ class ShippingEvent(BaseModel):
 
 
 def define_ecommerce_in_python(mem: Memory) -> None:
-    mem.define(Customer, identity=["email"], embed="{name} <{email}> tier {tier}: {notes}",
-               relations={"owns": {"target": "Order", "cardinality": "many",
-                                   "description": "Orders the customer placed."}})
-    mem.define(Order, identity=["order_number"],
-               embed="Order {order_number} ({status}) total {total} {currency}: {notes}",
-               relations={"contains": {"target": "Product"},
-                          "shipped_by": {"target": "ShippingEvent"}})
-    mem.define(Product, identity=["sku"], embed="{name} ({category}): {description}")
-    mem.define(ShippingEvent, identity=["order_number", "carrier", "happened_at", "status"],
-               embed="{carrier} {status} at {location}: {details}")
+    """The ecommerce types in one transaction: Customer's relation targets Order, defined
+    after it (a relation's target must exist when the transaction commits)."""
+    with mem.transaction():
+        mem.define(Customer, identity=["email"], embed="{name} <{email}> tier {tier}: {notes}",
+                   relations={"owns": {"target": "Order", "cardinality": "many",
+                                       "description": "Orders the customer placed."}})
+        mem.define(Order, identity=["order_number"],
+                   embed="Order {order_number} ({status}) total {total} {currency}: {notes}",
+                   relations={"contains": {"target": "Product"},
+                              "shipped_by": {"target": "ShippingEvent"}})
+        mem.define(Product, identity=["sku"], embed="{name} ({category}): {description}")
+        mem.define(ShippingEvent, identity=["order_number", "carrier", "happened_at", "status"],
+                   embed="{carrier} {status} at {location}: {details}")
 
 
 SAMPLE: dict[str, dict[str, Any]] = {

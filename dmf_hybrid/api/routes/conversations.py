@@ -29,9 +29,7 @@ class MessagesAppend(Request):
                                               "stored one, claim the same turn."}})
 def add_messages(conversation: str, body: MessagesAppend, memory: WriterMemory,
                  audit: Audit, response: Response) -> list[Entity]:
-    """Append messages to a conversation: 201 when the call stored a message, 200 when every
-    message was already stored (idempotent per conversation and turn), 409 (and nothing
-    stored) when a turn is claimed twice."""
+    """Append messages to a conversation (all or none; idempotent per conversation and turn)."""
     stored = memory.add_messages(conversation, body.messages, type_name=body.type_name,
                                  **audit.kwargs())
     if not any(entity.created for entity in stored):

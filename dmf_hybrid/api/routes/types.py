@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response, status
 
+from ...errors import ValidationError
 from ...wire import TypePublic
 from ..deps import AdminMemory, Audit, ReaderMemory
 
@@ -24,6 +25,26 @@ TYPEDEF_EXAMPLE = {
 def list_types(memory: ReaderMemory) -> list[TypePublic]:
     """Every registered entity type, by name."""
     return [TypePublic.of(t) for t in memory.types()]
+
+
+#: Types one ``POST /types/batch`` may define.
+MAX_BATCH_TYPES = 200
+
+
+@router.post("/types/batch", status_code=status.HTTP_201_CREATED)
+def define_types(
+    typedefs: Annotated[list[dict[str, Any]], Body(
+        description="TypeDefs defined in one transaction: their relations may target each "
+                    "other (a file's types, as `dmf define FILE.toml` sends them).")],
+    memory: AdminMemory, audit: Audit,
+) -> list[TypePublic]:
+    """Define several types (or new versions) at once; all or none."""
+    if not 1 <= len(typedefs) <= MAX_BATCH_TYPES:
+        raise ValidationError(f"a batch defines 1 to {MAX_BATCH_TYPES} types", field="body")
+    with memory.transaction():
+        types = [memory.define_type(t, actor=audit.actor, reason=audit.reason)
+                 for t in typedefs]
+    return [TypePublic.of(t) for t in types]
 
 
 @router.get("/types/{name}")
