@@ -57,7 +57,7 @@ from .fusion import fuse
 from .keyword_leg import keyword_leg
 from .profiles import effective, neighbour_support, strip_query
 from .ranking import Ranking
-from .replay import ReplayCache, replay_legs
+from .replay import ReplayCache, ReplayState, replay_legs, state_at
 from .request import check_request, related_ids
 from .rerank import read_query_time, rerank
 from .resolution import resolve_hits
@@ -275,12 +275,14 @@ class SearchEngine:
                         mode == "vector" or kw is None or not kw.collided)
                     # the keyword leg filters exactly by the list, so it wants one at any size
                     scope.list_large = mode != "vector"
-                    scope.count = self.filters.count(scope, cacheable=seq is None
-                                                     and not db.in_transaction)
+                    state = None if seq is None else state_at(scope, self.store, self.replayed)
+                    if state is None or scope.filtered:
+                        scope.count = self.filters.count(scope, cacheable=seq is None
+                                                         and not db.in_transaction)
                     lap("candidates_ms")
                     depth = k if mode != "hybrid" else max(k, FUSION_DEPTH)
                     while True:
-                        rankings, plan = self._legs(scope, mode, text, qvec, depth, lap)
+                        rankings, plan = self._legs(scope, mode, text, qvec, depth, lap, state)
                         fused = (fuse(rankings, opts.fusion, k=opts.rrf_k,
                                       weights=opts.weights, depth=depth)
                                  if mode == "hybrid" else rankings[mode])
@@ -324,10 +326,10 @@ class SearchEngine:
         return SearchResult(hits=hits, receipt=receipt)
 
     def _legs(self, scope: Scope, mode: str, text: str, qvec: np.ndarray | None, depth: int,
-              lap: Callable[[str], None]) -> tuple[dict[str, Ranking], str]:
-        if scope.seq is not None:
-            replay = replay_legs(scope, self.store, self.indexer, mode, text, qvec, depth,
-                                 self.replayed)
+              lap: Callable[[str], None], state: ReplayState | None
+              ) -> tuple[dict[str, Ranking], str]:
+        if state is not None:
+            replay = replay_legs(scope, self.store, self.indexer, mode, text, qvec, depth, state)
             lap("legs_ms")
             return replay, "exact"
         rankings: dict[str, Ranking] = {}

@@ -24,9 +24,10 @@ from ..mirrors.keyword import KeywordIndex, entity_documents, exact_leg, type_an
 from ..schema import EntityType
 from ..store import Store
 from ..store.sql import field_values
+from ..store.tables import SYSTEM_COLUMNS
 from ..vector.exact import normalise_rows
 from .ranking import Ranking, precise_scores, ranked, unit64
-from .scope import Row, Scope
+from .scope import TEXT_HASH, Row, Scope
 
 #: States kept, and the rows they may hold in all (a larger state is rebuilt every time).
 REPLAY_STATES = 4
@@ -35,7 +36,8 @@ REPLAY_ROWS = 200_000
 
 @dataclass
 class ReplayState:
-    """A tenant's rows of one type at one seq, with what both legs need from them."""
+    """A tenant's rows of one type at one seq (full rows, as ``Scope.fetch_rows`` gives
+    them), with what both legs need from them."""
 
     rows: list[Row]
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
@@ -76,33 +78,41 @@ class ReplayCache:
             self._states.clear()
 
 
-def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: str,
-                qvec: np.ndarray | None, depth: int, cache: ReplayCache | None = None
-                ) -> dict[str, Ranking]:
-    """Both legs over the state at ``scope.seq``, rebuilt from the log and the cache (or
-    taken from ``cache``)."""
+def state_at(scope: Scope, store: Store, cache: ReplayCache | None) -> ReplayState:
+    """The tenant's rows of the scope's type at ``scope.seq``: kept, or rebuilt from the log.
+
+    An unfiltered scope is given them at once (its count and every row a later step fetches),
+    so nothing more is read from the log for it.
+    """
     assert scope.seq is not None
     etype = scope.etype
-    cols = ", ".join(f'"{n}"' for n in etype.fields)
     key = (scope.tenant, etype.name, etype.version, scope.seq)
     state = cache.get(key) if cache is not None else None
     if state is None:
-        # BM25 statistics come from all of the tenant's documents at that seq, as the live
-        # per-tenant index had them, so a replay scores the same
         params: list[Any] = []
         source = store.source_sql(etype, scope.tenant, scope.seq, params)
         state = ReplayState(scope.con.execute(
-            f"SELECT id, text_hash, {cols} FROM {source} ORDER BY id", params).fetchall())
+            f"SELECT {scope.columns} FROM {source} ORDER BY id", params).fetchall())
         if cache is not None:
             cache.put(key, state)
+    if not scope.filtered:
+        scope.preload(state.rows)
+    return state
+
+
+def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: str,
+                qvec: np.ndarray | None, depth: int, state: ReplayState
+                ) -> dict[str, Ranking]:
+    """Both legs over ``state`` (the tenant's rows at ``scope.seq``), within the scope."""
+    etype = scope.etype
     rows = state.rows if not scope.filtered else scope.con.execute(
-        f"SELECT id, text_hash, {cols} FROM {scope.source} WHERE {scope.filt} ORDER BY id",
+        f"SELECT {scope.columns} FROM {scope.source} WHERE {scope.filt} ORDER BY id",
         scope.params).fetchall()
     rankings: dict[str, Ranking] = {}
     if mode != "keyword":
         assert qvec is not None
         vectors = _vectors(etype, indexer, state, rows)
-        scored = [(r[0], r[1]) for r in rows if r[1] in vectors]
+        scored = [(r[0], r[TEXT_HASH]) for r in rows if r[TEXT_HASH] in vectors]
         if scored:
             matrix = normalise_rows(np.stack([vectors[h] for _, h in scored]))
             rankings["vector"] = ranked([e for e, _ in scored],
@@ -110,10 +120,12 @@ def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: s
         else:
             rankings["vector"] = []
     if mode != "vector":
+        # BM25 statistics come from all of the tenant's documents at that seq, as the live
+        # per-tenant index had them, so a replay scores the same
         if state.keyword is None:
             kw = KeywordIndex(analyzer=type_analysis(etype))
             kw.upsert(entity_documents(
-                etype, [(r[0], field_values(etype, r[2:])) for r in state.rows]))
+                etype, [(r[0], _fields(etype, r)) for r in state.rows]))
             state.keyword = kw
         rankings["keyword"] = (state.keyword.search(text, depth, candidates=[r[0] for r in rows])
                                if rows else [])
@@ -122,20 +134,21 @@ def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: s
     return rankings
 
 
+def _fields(etype: EntityType, row: Row) -> dict[str, Any]:
+    return field_values(etype, row[len(SYSTEM_COLUMNS):])
+
+
 def _vectors(etype: EntityType, indexer: Indexer, state: ReplayState, rows: list[Row]
              ) -> dict[str, np.ndarray]:
     """The vectors of ``rows`` by text hash: kept in ``state``, else from the embedding cache
     (texts it lacks are embedded)."""
-    wanted = {r[1] for r in rows if r[1]} - set(state.vectors)
+    wanted = {r[TEXT_HASH] for r in rows if r[TEXT_HASH]} - set(state.vectors)
     if wanted:
         found = indexer.cached_vectors(sorted(wanted))
-        missing = {r[1]: _text(etype, r) for r in rows if r[1] in wanted and r[1] not in found}
+        missing = {r[TEXT_HASH]: etype.embed_text(_fields(etype, r)) for r in rows
+                   if r[TEXT_HASH] in wanted and r[TEXT_HASH] not in found}
         if missing:
             found.update(indexer.embed_texts(
                 {h: t for h, t in missing.items() if t is not None}))
         state.vectors.update(found)
     return state.vectors
-
-
-def _text(etype: EntityType, row: Row) -> str | None:
-    return etype.embed_text(field_values(etype, row[2:]))

@@ -159,6 +159,16 @@ class Scope:
         text = repr((self.etype.name, self.tenant, self.filt, self.filter_params))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
+    def preload(self, rows: Sequence[Row]) -> None:
+        """Every candidate row of this (unfiltered) scope at once: its count, its list, and
+        every row a later step fetches (a replayed state kept in memory)."""
+        assert not self.filtered
+        self.rows = {row[0]: row for row in rows}
+        self._checked = set(self.rows)
+        self._ids = list(self.rows)
+        self.by_key = False
+        self.count = len(rows)
+
     def fetch_rows(self, ids: Sequence[str]) -> dict[str, Row]:
         """The full rows of those ``ids`` that are candidates (live, in tenant, filter holds)."""
         wanted = [i for i in dict.fromkeys(ids) if i not in self._checked]
