@@ -192,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     doc = run(embedder=args.embedder, batch=args.batch, samples=args.samples,
               gap_ms=args.gap_ms, history=args.history, updates=args.updates,
               clients=args.as_of_clients, workdir=args.workdir)
