@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -285,6 +286,45 @@ def check_before_seq(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValidationError("before_seq must be a positive integer", field="before_seq")
     return value
+
+
+#: C0 control characters other than tab, line feed and carriage return: refused in any string.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+#: Characters that do not show, or that reorder what is shown: refused in identity fields, where
+#: they would make look-alike identities (zero-width space/joiners, word joiner, BOM, bidi
+#: embeddings, overrides and isolates).
+_INVISIBLE = re.compile("[\u200b-\u200f\u2060\ufeff\u202a-\u202e\u2066-\u2069]")
+
+
+def control_at(value: Any, path: str = "") -> str | None:
+    """The path (``""``, ``.key`` or ``[i]``, nested) of the first string in ``value`` (a
+    string, or strings in lists and objects, keys included) holding a C0 control character
+    other than tab, line feed and carriage return; None when there is none."""
+    if isinstance(value, str):
+        return path if _CONTROL.search(value) else None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str) and _CONTROL.search(key):
+                return f"{path}.{key!r}"
+            found = control_at(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = control_at(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def identity_text(value: str, field: str) -> str:
+    """An identity field's text in NFC (composed and decomposed forms are one identity); a
+    ValidationError naming ``field`` when it holds invisible or reordering characters."""
+    bad = _INVISIBLE.search(value)
+    if bad is not None:
+        raise ValidationError(f"{field} holds the invisible character U+{ord(bad.group()):04X}; "
+                              "identity fields may not (look-alike identities)", field=field)
+    return unicodedata.normalize("NFC", value)
 
 
 def check_data(data: Any, where: str = "data") -> Any:

@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     max_page_size: int = Field(MAX_PAGE_SIZE, ge=1, description="Largest query page.")
     max_plan_ops: int = Field(MAX_PLAN_OPS, ge=1, description="Longest agent plan.")
     max_body_bytes: int = Field(MAX_BODY_BYTES, ge=1024, description="Largest HTTP request body.")
+    max_tools_bytes: int = Field(
+        4 * 2**20, ge=1024,
+        description="Largest GET /tools answer (bytes of JSON); larger is refused with a hint "
+                    "(profile=compact describes each type once).")
     max_value_bytes: int = Field(MAX_VALUE_BYTES, ge=256, description="Largest value of one "
                                  "entity field (UTF-8 bytes); larger ones are refused.")
     max_type_fields: int = Field(MAX_TYPE_FIELDS, ge=1, description="Most fields per type.")

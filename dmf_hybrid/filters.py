@@ -6,6 +6,7 @@ coerced to the field's type here; ``store.sql`` compiles the tree with bound par
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -137,6 +138,15 @@ def _coerce(spec: FieldSpec, value: Any, where: str, element: bool = False) -> A
     return coerced
 
 
+def _nfc(operand: Any) -> Any:
+    """A filter operand's text in NFC (a string, or the strings of a list)."""
+    if isinstance(operand, str):
+        return unicodedata.normalize("NFC", operand)
+    if isinstance(operand, list):
+        return [_nfc(v) for v in operand]
+    return operand
+
+
 def _json_scalar(value: Any, where: str) -> Any:
     """A filter operand on a json field: a string, a finite number or a boolean."""
     if isinstance(value, bool | str):
@@ -162,6 +172,8 @@ def _cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
         if op not in ("$eq", "$ne"):
             raise FilterError(f"{op} does not take null", field=where)
         return Cmp(name, op, None, spec, keys)
+    if spec.type == "str" and name in (etype.typedef.identity or ()):
+        operand = _nfc(operand)  # identity fields are stored in NFC
     if op in ("$in", "$nin"):
         if not isinstance(operand, list):
             raise FilterError(f"{op} takes a list", field=where)

@@ -29,8 +29,10 @@ from .checks import (
     RELATION_NAME_RE,
     TYPE_NAME_RE,
     check_data,
+    control_at,
     first_non_finite,
     full_match,
+    identity_text,
 )
 from .errors import FilterError, SchemaError, ValidationError, first_problem
 from .jsonpaths import render, split_path, value_at
@@ -418,8 +420,20 @@ class EntityType:
                 f"{self.name}.{loc}: {msg}", field=f"{where}.{loc}" if loc else where,
                 errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()],
             ) from None
+        identity = set(self.typedef.identity or ())
         for name, spec in self.typedef.fields.items():
             value = getattr(instance, name)
+            if spec.type in ("str", "list", "json"):
+                bad_path = control_at(value)
+                if bad_path is not None:
+                    raise ValidationError(
+                        f"{self.name}.{name}{bad_path} holds a control character (only tab, "
+                        "line feed and carriage return are allowed in text)",
+                        field=f"{where}.{name}")
+            if name in identity and isinstance(value, str):
+                normal = identity_text(value, f"{where}.{name}")
+                if normal != value:
+                    setattr(instance, name, normal)
             if value is None and not spec.nullable:
                 raise ValidationError(f"{self.name}.{name} may not be null",
                                       field=f"{where}.{name}")

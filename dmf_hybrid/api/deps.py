@@ -28,6 +28,7 @@ from ..store.audit import PRINCIPAL
 from .auth import KeyRing, Principal, Role
 from .fair import FairPool
 from .headers import HEADER_TEXT, decode_header_text
+from .kept import KeptAnswers
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class ServiceState:
     fast_searches: int = 0
     _thread: threading.Thread | None = field(default=None, repr=False)
     _search_pool: FairPool | None = field(default=None, repr=False)
+    #: GET /tools answers, built once per state of the schema (``routes.tools``)
+    tool_answers: KeptAnswers = field(default_factory=KeptAnswers, repr=False)
     _pool_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _closed: bool = field(default=False, repr=False)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..checks import check_seq_bounds
 from ..embedded import EmbeddedMemory
-from ..errors import NotFound, ValidationError
+from ..errors import LimitExceeded, NotFound, ValidationError
 from ..ids import content_hash
 from ..models import AuditEvent, SummaryResult
 from ..store.audit import EVENT_COLUMNS, row_to_event
@@ -37,6 +37,10 @@ from ..store.tables import ENTITY_OPS
 SUMMARY_TYPE = "MemorySummary"
 SUMMARY_OPS = (*ENTITY_OPS, "link", "unlink", "rule")
 MAX_VALUE_CHARS = 40
+#: The most events one summary covers: a larger window is refused before any work, naming the
+#: ``until_seq`` that would fit (a summary of more is no summary, and its text would pass the
+#: field size limit).
+MAX_SUMMARY_EVENTS = 500
 MAX_CREATE_FIELDS = 6
 Summariser = Callable[[str, Mapping[str, Any]], str]
 
@@ -148,16 +152,42 @@ def _scope_sql(mem: EmbeddedMemory, scope: Any) -> tuple[str, str, list[Any]]:
     return scope, "(entity_id = ? OR json_extract_string(meta, '$.to') = ?)", [scope, scope]
 
 
+def _window_sql(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int
+                ) -> tuple[str, str, list[Any]]:
+    """The scope's name, and the condition (with its values) of its summarised events with
+    since_seq < seq <= until_seq."""
+    name, condition, params = _scope_sql(mem, scope)
+    ops = ", ".join("?" * len(SUMMARY_OPS))
+    return name, (f"tenant = ? AND seq > ? AND seq <= ? AND op IN ({ops}) AND type IS "
+                  f"DISTINCT FROM ? AND {condition}"), [
+        mem.tenant, since_seq, until_seq, *SUMMARY_OPS, SUMMARY_TYPE, *params]
+
+
 def window_events(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int
                   ) -> tuple[str, list[AuditEvent]]:
     """The scope's name and its summarised events with since_seq < seq <= until_seq."""
-    name, condition, params = _scope_sql(mem, scope)
-    ops = ", ".join("?" * len(SUMMARY_OPS))
+    name, where, params = _window_sql(mem, scope, since_seq, until_seq)
     rows = mem.reads.fetchall(
-        f"SELECT {', '.join(EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE tenant = ? AND seq > ? "
-        f"AND seq <= ? AND op IN ({ops}) AND type IS DISTINCT FROM ? AND {condition} "
-        "ORDER BY seq", [mem.tenant, since_seq, until_seq, *SUMMARY_OPS, SUMMARY_TYPE, *params])
+        f"SELECT {', '.join(EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE {where} ORDER BY seq",
+        params)
     return name, [row_to_event(r) for r in rows]
+
+
+def check_window_size(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int) -> None:
+    """LimitExceeded, before any work, when the window holds more than
+    :data:`MAX_SUMMARY_EVENTS` summarised events; the message gives the ``until_seq`` that
+    would fit."""
+    _name, where, params = _window_sql(mem, scope, since_seq, until_seq)
+    row = mem.reads.fetchone(
+        f"SELECT seq FROM {EVENTS_ALL} WHERE {where} ORDER BY seq LIMIT 1 OFFSET ?",
+        [*params, MAX_SUMMARY_EVENTS])
+    if row is not None:
+        fits = int(row[0]) - 1
+        raise LimitExceeded(
+            f"the window holds more than {MAX_SUMMARY_EVENTS} events to summarise; narrow it "
+            f"(since_seq={since_seq}, until_seq={fits} holds {MAX_SUMMARY_EVENTS}) or choose "
+            "a type or an entity as the scope", field="until_seq", limit=MAX_SUMMARY_EVENTS,
+            until_seq=fits)
 
 
 def _window(mem: EmbeddedMemory, since_seq: Any, until_seq: Any) -> tuple[int, int]:
@@ -174,6 +204,7 @@ def summarize(mem: EmbeddedMemory, scope: Any = None, since_seq: Any = None, unt
               reason: str | None = None) -> SummaryResult:
     """Summarise a scope's events in a window into a ``MemorySummary`` entity."""
     since, until = _window(mem, since_seq, until_seq)
+    check_window_size(mem, scope, since, until)
     name, events = window_events(mem, scope, since, until)
     result = SummaryResult(empty=not events, scope=name, since_seq=since, until_seq=until)
     if not events:

@@ -196,7 +196,8 @@ class Analyzer:
         return list(known)
 
     def _terms(self, text: str) -> list[str]:
-        text = fold_width(text.lower())
+        # NFC first: a composed and a decomposed "Zürich" are one term
+        text = fold_width(unicodedata.normalize("NFC", text).lower())
         if not has_cjk(text):
             return self._words(TOKEN_PATTERN.findall(text))
         out: list[str] = []

@@ -211,13 +211,17 @@ def test_bad_input_raises_and_changes_nothing(
 
 
 def test_huge_and_odd_strings_are_stored_faithfully(mem: Memory) -> None:
-    """Text up to the field value limit (checks.MAX_VALUE_BYTES) round-trips exactly."""
-    odd = ["x" * (MAX_VALUE_BYTES - 3), "nul\x00byte", "emoji 🧭 and RTL \u202e", "' OR 1=1 --",
-           "\\", " "]
+    """Text up to the field value limit (checks.MAX_VALUE_BYTES) round-trips exactly (control
+    characters and, in identity fields, invisible ones are refused: tests/store/test_unicode.py).
+    """
+    odd = ["x" * (MAX_VALUE_BYTES - 3), "tab\tand\r\nbreaks", "emoji 🧭 and RTL \u202e",
+           "' OR 1=1 --", "\\", " "]
     for i, text in enumerate(odd):
         trip = mem.create("Trip", {"destination": f"d{i}", "tags": [text]})
         assert mem.get(trip.id).data.tags == [text]
         assert [e.id for e in mem.query("Trip", {"tags": {"$contains": text}}).items] == [trip.id]
+        if "\u202e" in text:
+            continue  # not in an identity field (Poi.name)
         poi = mem.create("Poi", {"name": text, "city": "c"})
         assert mem.get(poi.id).data.name == text
         assert mem.get(poi.id, as_of=mem.last_seq).data.name == text

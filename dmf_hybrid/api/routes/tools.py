@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Response
 
 from ...plans import OPERATIONS
 from ...tools import tool_operation
@@ -24,7 +24,7 @@ def tool_role(name: str, arguments: dict[str, Any]) -> Role:
     return Role.WRITER
 
 
-@router.get("")
+@router.get("", response_model=list[dict[str, Any]])
 def definitions(
     state: State, caller: Caller,
     format: Annotated[Literal["openai", "json_schema"], Query(
@@ -36,10 +36,15 @@ def definitions(
     ] = "compact",
     internal: Annotated[bool, Query(description="Include internal types (MemorySummary).")
                         ] = False,
-) -> list[dict[str, Any]]:
+) -> Response:
     """Function-calling definitions for the memory operations of the defined types."""
-    return tenant_memory(state, caller, Role.READER).tools(format, profile=profile,
-                                                           internal=internal)
+    memory = tenant_memory(state, caller, Role.READER)
+    types = memory.types()
+    key = (memory.tenant, format, profile, internal, tuple(id(t) for t in types))
+    body = state.tool_answers.get(
+        key, types, lambda: memory.tools(format, profile=profile, internal=internal),
+        state.settings.max_tools_bytes)
+    return Response(body, media_type="application/json")
 
 
 @router.post("/{name}")
