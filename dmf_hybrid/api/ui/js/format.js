@@ -29,6 +29,23 @@ export function value(v) {
   return String(v);
 }
 
+/**
+ * Who made a change: the principal (the API key that authenticated it) when there is one, and
+ * an `X-Actor` that differs from it marked as claimed — a caller may write any label there.
+ * Without keys (an open service, the embedded memory) the actor is all there is.
+ */
+export function author(event) {
+  const principal = event.principal;
+  const actor = event.actor;
+  if (!principal) return actor ? h("span", { class: "author" }, actor) : h("span", { class: "muted" }, "—");
+  return h("span", { class: "author", title: "authenticated API key" },
+    h("span", { class: "principal" }, principal),
+    actor && actor !== principal
+      ? h("span", { class: "claimed", title: "X-Actor given by the caller, not verified" },
+        " (claims ", actor, ")")
+      : null);
+}
+
 function short(text) {
   return text.length > 80 ? text.slice(0, 79) + "…" : text;
 }

@@ -1,7 +1,7 @@
 // The audit log: the hash chain's status, filtered events (paged), details and time travel.
 import * as api from "../api.js";
 import { errorNotice, fill, h, labelled, notice, pagedList, route, select, table } from "../dom.js";
-import { diffTable, entityLink, opBadge, time } from "../format.js";
+import { author, diffTable, entityLink, opBadge, time } from "../format.js";
 
 const OPS = ["create", "update", "append", "delete", "restore", "erase", "link", "unlink",
   "define", "define_rule", "rule", "archive", "reindex"];
@@ -150,9 +150,8 @@ function eventRows(e) {
     h("td", {}, opBadge(e.op)),
     h("td", {}, e.type || ""),
     h("td", {}, e.entity_id ? entityLink(e.entity_id) : ""),
-    // the actor is the caller's own label; the principal is the key that authenticated
-    h("td", { class: "actor", title: `label given by the caller; authenticated as ${e.principal || "—"}` },
-      e.actor || h("span", { class: "muted" }, "—")),
+    // the authenticated key; a different X-Actor is shown as claimed
+    h("td", { class: "actor" }, author(e)),
     h("td", { class: "cell" }, e.reason || ""),
     h("td", { class: "mono small" }, e.trace_id || ""),
     h("td", { class: "nowrap" }, versions),

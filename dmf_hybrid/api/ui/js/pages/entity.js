@@ -1,7 +1,7 @@
 // One entity: its data (now or as of an audit seq), relations, edits and version timeline.
 import * as api from "../api.js";
 import { add, errorNotice, fill, h, inBatches, labelled, link, notice, select } from "../dom.js";
-import { diffTable, entityLabel, opBadge, time, value } from "../format.js";
+import { author, diffTable, entityLabel, opBadge, time, value } from "../format.js";
 
 const typeCache = new Map();
 
@@ -143,6 +143,12 @@ function editorFor(name, spec, current) {
       value: current ?? "" });
   }
   if (spec.type === "date") return h("input", { ...attrs, type: "date", value: current ?? "" });
+  if (spec.type === "json") {
+    // edited as JSON text: objects, lists, numbers and booleans stay what they are
+    const area = h("textarea", { ...attrs, rows: 4, class: "mono", spellcheck: "false" });
+    area.value = current === undefined ? "null" : JSON.stringify(current, null, 2);
+    return area;
+  }
   const text = current === null || current === undefined ? "" : String(current);
   if (text.length > 60) {
     const area = h("textarea", { ...attrs, rows: 3 });
@@ -160,6 +166,13 @@ function readEditor(el, spec) {
     return Number.isFinite(n) ? n : text;
   }
   if (spec.type === "bool") return text === "true";
+  if (spec.type === "json") {
+    try {
+      return JSON.parse(text);
+    } catch (err) {
+      throw new EditError(spec.name, `not valid JSON: ${err.message}`);
+    }
+  }
   if (spec.type === "list") {
     try {
       return JSON.parse(text);
@@ -170,12 +183,21 @@ function readEditor(el, spec) {
   return text;
 }
 
-function changedFields(form, entity, def) {
+class EditError extends Error {
+  constructor(field, message) {
+    super(`${field}: ${message}`);
+    this.field = field;
+  }
+}
+
+// Only the fields the user touched are read and sent: a field that was not edited is never
+// sent back, so it cannot be changed by how the page shows it.
+function changedFields(form, entity, def, touched) {
   const changes = {};
   for (const [name, spec] of Object.entries(def.fields)) {
     const el = form.elements.namedItem(name);
-    if (!el) continue;
-    const next = readEditor(el, spec);
+    if (!el || !touched.has(name)) continue;
+    const next = readEditor(el, { ...spec, name });
     if (JSON.stringify(next) !== JSON.stringify(entity.data[name] ?? null)) changes[name] = next;
   }
   return changes;
@@ -190,7 +212,7 @@ function editCard(entity, def, ctx) {
   const form = h("form", { class: "edit", id: "edit-form" },
     editable.length ? editable.map(([name, spec]) =>
       labelled(name, editorFor(name, spec, entity.data[name]),
-        spec.type === "list" ? "JSON list" : spec.type))
+        spec.type === "list" ? "JSON list" : spec.type === "json" ? "JSON" : spec.type))
       : h("p", { class: "muted" }, "Every field is part of the identity."),
     labelled("reason", reason),
     h("div", { class: "actions" },
@@ -198,9 +220,23 @@ function editCard(entity, def, ctx) {
         `Save (If-Match: "${entity.version}")`),
       h("button", { type: "button", class: "danger", id: "delete-entity" }, "Delete…")),
     status);
+  const touched = new Set();
+  for (const kind of ["input", "change"]) {
+    form.addEventListener(kind, (event) => {
+      if (event.target && event.target.name) touched.add(event.target.name);
+    });
+  }
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const changes = changedFields(form, entity, def);
+    let changes;
+    try {
+      changes = changedFields(form, entity, def, touched);
+    } catch (err) {
+      if (!(err instanceof EditError)) throw err;
+      fill(status, h("div", { class: "notice error", id: "edit-invalid", role: "alert" },
+        err.message));
+      return;
+    }
     if (!Object.keys(changes).length) {
       fill(status, notice("info", "Nothing changed."));
       return;
@@ -305,7 +341,7 @@ function eventItem(e, entityId, seq) {
       h("span", { class: "versions" }, versions),
       h("span", { class: "when" }, time(e.ts))),
     h("div", { class: "event-meta" },
-      h("span", {}, h("span", { class: "muted" }, "actor "), e.actor || "—"),
+      h("span", { class: "event-author" }, h("span", { class: "muted" }, "by "), author(e)),
       e.reason ? h("span", {}, h("span", { class: "muted" }, "reason "), e.reason) : null,
       e.trace_id ? h("span", {}, h("span", { class: "muted" }, "trace "),
         h("span", { class: "mono" }, e.trace_id)) : null),
