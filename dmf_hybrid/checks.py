@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from .errors import FilterError, LimitExceeded, ValidationError
+from pydantic import BaseModel
+
+from .errors import FilterError, LimitExceeded, SchemaError, ValidationError
 
 #: The shape of every entity ID (derived or caller-chosen) and tenant name. The anchors are for
 #: JSON Schema readers; Python always matches it whole (:func:`full_match`).
@@ -386,4 +388,37 @@ def first_non_finite(value: Any, path: str = "") -> str | None:
             found = first_non_finite(item, f"{path}[{i}]")
             if found is not None:
                 return found
+    return None
+
+
+#: The most values an enum field may list.
+MAX_ENUM_VALUES = 1000
+
+
+def check_enum_values(name: str, values: Sequence[str] | None, where: str) -> None:
+    """SchemaError naming ``where.values`` for an enum listing a value twice or too many."""
+    if values and len(values) > MAX_ENUM_VALUES:
+        raise SchemaError(f"enum field {name!r} has {len(values)} values; at most "
+                          f"{MAX_ENUM_VALUES} (a longer list is a str field)",
+                          field=f"{where}.values")
+    if values and len(set(values)) != len(values):
+        twice = next(v for i, v in enumerate(values) if v in values[:i])
+        raise SchemaError(f"enum field {name!r} lists {twice!r} more than once",
+                          field=f"{where}.values")
+
+RESERVED_FIELDS = frozenset(
+    {"id", "tenant", "version", "created_at", "updated_at", "deleted_at", "deleted_seq",
+     "created_seq", "type", "text_hash"}
+)
+#: Names a field may not take because each entity's pydantic model has an attribute so named
+#: (``json``, ``copy``, ``model_dump``...): a field would shadow it and break validation.
+MODEL_ATTRIBUTES = frozenset(n for n in dir(BaseModel) if not n.startswith("_"))
+
+
+def reserved_reason(name: str) -> str | None:
+    """Why ``name`` cannot be a field name, or None when it can."""
+    if name in RESERVED_FIELDS:
+        return "every entity already has a column of that name"
+    if name in MODEL_ATTRIBUTES or name.startswith("model_"):
+        return "it would shadow an attribute of the entity's pydantic model"
     return None

@@ -49,6 +49,7 @@ from .encoding import (
     jsonable,
     row_json,
     type_segment,
+    typedef_body,
 )
 from .errors import (
     DMFError,
@@ -273,7 +274,7 @@ class MemoryClient(MemoryAPI):
 
     def define_type(self, typedef: TypeDef | Mapping[str, Any], *, actor: str | None = None,
                     reason: str | None = None) -> EntityType:
-        info = self._get(TypePublic, "POST", "/types", json=_typedef_body(typedef),
+        info = self._get(TypePublic, "POST", "/types", json=typedef_body(typedef),
                          headers=self._audit(actor=actor, reason=reason))
         self._user_models.pop(info.name, None)
         return self._type_from(info)
@@ -284,7 +285,7 @@ class MemoryClient(MemoryAPI):
         typedefs, rules = load_toml(path), load_rules_toml(path)
         # in one request, so one transaction: the file's types may target each other
         infos = self._list(TypePublic, "POST", "/types/batch",
-                           json=[_typedef_body(t) for t in typedefs],
+                           json=[typedef_body(t) for t in typedefs],
                            headers=self._audit(actor=actor, reason=reason)) if typedefs else []
         types = []
         for info in infos:
@@ -540,13 +541,3 @@ class MemoryClient(MemoryAPI):
 
 #: mypy checks that MemoryClient is a complete MemoryAPI (no member missing or mistyped).
 _CONTRACT: type[MemoryAPI] = MemoryClient
-
-
-def _typedef_body(typedef: TypeDef | Mapping[str, Any]) -> Any:
-    """A type definition as the JSON body ``POST /types`` takes."""
-    if isinstance(typedef, TypeDef):
-        return typedef.model_dump(mode="json")
-    if isinstance(typedef, Mapping):
-        return jsonable(dict(typedef), "typedef")
-    raise SchemaError(f"invalid type definition: expected an object, not "
-                      f"{type(typedef).__name__}")

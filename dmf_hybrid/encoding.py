@@ -7,6 +7,7 @@ fails before anything is sent, with the error ``Memory`` raises for it.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -22,7 +23,8 @@ from .checks import (
     check_type_name,
     first_non_finite,
 )
-from .errors import FilterError, ValidationError
+from .errors import FilterError, SchemaError, ValidationError
+from .schema import TypeDef
 
 
 def type_segment(value: Any) -> str:
@@ -78,3 +80,13 @@ def field_adapter(model: type[BaseModel], name: str) -> pydantic.TypeAdapter[Any
     if info is None or info.annotation is None:
         return None
     return pydantic.TypeAdapter(info.annotation)
+
+
+def typedef_body(typedef: TypeDef | Mapping[str, Any]) -> Any:
+    """A type definition as the JSON body ``POST /types`` takes."""
+    if isinstance(typedef, TypeDef):
+        return typedef.model_dump(mode="json")
+    if isinstance(typedef, Mapping):
+        return jsonable(dict(typedef), "typedef")
+    raise SchemaError(f"invalid type definition: expected an object, not "
+                      f"{type(typedef).__name__}")

@@ -29,10 +29,12 @@ from .checks import (
     RELATION_NAME_RE,
     TYPE_NAME_RE,
     check_data,
+    check_enum_values,
     control_at,
     first_non_finite,
     full_match,
     identity_text,
+    reserved_reason,
 )
 from .errors import FilterError, SchemaError, ValidationError, first_problem
 from .jsonpaths import render, split_path, value_at
@@ -46,26 +48,6 @@ from .profiles import (
 )
 
 _M = TypeVar("_M", bound=BaseModel)
-#: The most values an enum field may list.
-MAX_ENUM_VALUES = 1000
-
-RESERVED_FIELDS = frozenset(
-    {"id", "tenant", "version", "created_at", "updated_at", "deleted_at", "deleted_seq",
-     "created_seq", "type", "text_hash"}
-)
-#: Names a field may not take because each entity's pydantic model has an attribute so named
-#: (``json``, ``copy``, ``model_dump``...): a field would shadow it and break validation.
-MODEL_ATTRIBUTES = frozenset(n for n in dir(BaseModel) if not n.startswith("_"))
-
-
-def reserved_reason(name: str) -> str | None:
-    """Why ``name`` cannot be a field name, or None when it can."""
-    if name in RESERVED_FIELDS:
-        return "every entity already has a column of that name"
-    if name in MODEL_ATTRIBUTES or name.startswith("model_"):
-        return "it would shadow an attribute of the entity's pydantic model"
-    return None
-
 
 SCALAR_KINDS = ("str", "int", "float", "bool", "date", "datetime", "enum")
 FieldKind = Literal["str", "int", "float", "bool", "date", "datetime", "enum", "list", "json"]
@@ -155,14 +137,7 @@ class TypeDef(BaseModel):
                                   reason=reason)
             if spec.type == "enum" and not spec.values:
                 raise SchemaError(f"enum field {name!r} needs values", field=where)
-            if spec.type == "enum" and spec.values and len(spec.values) > MAX_ENUM_VALUES:
-                raise SchemaError(f"enum field {name!r} has {len(spec.values)} values; at most "
-                                  f"{MAX_ENUM_VALUES} (a longer list is a str field)",
-                                  field=f"{where}.values")
-            if spec.values and len(set(spec.values)) != len(spec.values):
-                twice = next(v for i, v in enumerate(spec.values) if v in spec.values[:i])
-                raise SchemaError(f"enum field {name!r} lists {twice!r} more than once",
-                                  field=f"{where}.values")
+            check_enum_values(name, spec.values, where)
             if spec.type != "enum" and spec.values:
                 raise SchemaError(f"only enum fields take values ({name!r})", field=where)
             if spec.type == "list" and spec.item is None:

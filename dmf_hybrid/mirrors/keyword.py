@@ -1,6 +1,6 @@
 """The keyword leg: an incremental in-memory BM25 index over the entity texts of one collection.
 
-Why this design. ``evaluation/bench_keyword.py --data /work/shared/datasets/scifact`` compared it
+Why this design. ``evaluation/bench_keyword.py`` (on SciFact, docs/retrieval.md) compared it
 with DuckDB's ``fts`` extension and ``bm25s`` (k1 0.9, b 0.4, Lucene stopwords, Snowball English
 stemmer for all; SciFact train qrels, 809 queries; 2 shared cores, so +-50 % noise)::
 
@@ -66,6 +66,14 @@ if TYPE_CHECKING:
 
 DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4
+#: A document's index terms are bounded, so memory follows the number of documents, not the
+#: entropy of their text: at most MAX_DOC_TERMS distinct terms per document (its most frequent,
+#: ties in order of first appearance), each at most MAX_TERM_CHARS characters (a SHA-256 in hex
+#: fits; a run of letters without a break does not). Every term still counts in the document's
+#: length, so BM25's length normalisation sees the whole text. Text of ordinary documents is
+#: far below both (SciFact abstracts: at most a few hundred distinct terms).
+MAX_DOC_TERMS = 2000
+MAX_TERM_CHARS = 64
 
 _FloatArray = npt.NDArray[np.float64]
 _IntArray = npt.NDArray[np.int64]
@@ -154,8 +162,7 @@ class KeywordIndex:
         for i, item in enumerate(items):
             entity_id, text = _check_item(item)
             terms = self.analyzer.document_terms(text)
-            counter = Counter(terms)
-            counts = (tuple(counter), tuple(counter.values()))
+            counts = _bounded_counts(terms)
             values: _Values = value_terms(text) if value_terms is not None else ()
             analysed.append((entity_id, counts, len(terms), None if keys is None else keys[i],
                              values))
@@ -403,6 +410,15 @@ class KeywordIndex:
         ]
         hits.sort(key=lambda hit: (-hit[1], hit[0]))
         return hits[:k]
+
+
+def _bounded_counts(terms: Sequence[str]) -> _DocTerms:
+    """A document's (distinct terms, their frequencies) as indexed: terms of at most
+    MAX_TERM_CHARS characters, the MAX_DOC_TERMS most frequent of them."""
+    counter = Counter(t for t in terms if len(t) <= MAX_TERM_CHARS)
+    if len(counter) > MAX_DOC_TERMS:
+        counter = Counter(dict(counter.most_common(MAX_DOC_TERMS)))
+    return tuple(counter), tuple(counter.values())
 
 
 def _check_item(item: tuple[str, KeywordDocument]) -> tuple[str, KeywordDocument]:

@@ -85,6 +85,8 @@ STEM_CACHE_SIZE = 500_000
 SHORT_TEXT = 64
 #: Short texts whose terms are remembered.
 TERMS_CACHE_SIZE = 100_000
+#: Words longer than this are stemmed on every use, not cached.
+MAX_CACHED_WORD = 64
 
 STOPWORD_SETS: dict[str, frozenset[str]] = {"en": LUCENE_STOPWORDS_EN}
 
@@ -239,8 +241,9 @@ class Analyzer:
         assert stem_words is not None
         stems = dict(zip(missing, stem_words(missing), strict=True))
         if len(cache) < STEM_CACHE_SIZE:
-            # dict.update is atomic under the GIL; racing threads write the same values
-            cache.update(stems)
+            # dict.update is atomic under the GIL; racing threads write the same values; a
+            # run of letters of kilobytes is stemmed once, never kept
+            cache.update((w, t) for w, t in stems.items() if len(w) <= MAX_CACHED_WORD)
         return [cache[w] if w in cache else stems[w] for w in words]
 
     # the TextAnalysis protocol of KeywordIndex: one analyzer for documents and queries

@@ -22,6 +22,7 @@ from evaluation import (
     bench_fair,
     bench_http,
     bench_keyword,
+    bench_keyword_memory,
     bench_load_writes,
     bench_recovery,
     bench_search,
@@ -287,3 +288,14 @@ def test_bench_fair_smoke(tmp_path: Path) -> None:
         assert phase["loaded"]["p50_ms"] > 0 and phase["p50_ratio"] > 0
     paths = write_results(doc, tmp_path / "fair.json", bench_fair.markdown)
     assert "b's create while a sends a 200-row batch" in paths[1].read_text()
+
+
+@pytest.mark.slow  # starts the service in a subprocess
+@pytest.mark.timeout(300)
+def test_bench_keyword_memory_smoke(tmp_path: Path) -> None:
+    run = bench_keyword_memory.run(rows=6, kb=4, shape="words", embedder="hash", batch=3,
+                                   workdir=tmp_path)
+    assert run["text_mb"] > 0 and run["rss_after_mb"] > 0 and run["search_found_warm_row"]
+    assert run["growth_mb"] == round(run["rss_after_mb"] - run["rss_before_mb"], 1)
+    paths = write_results({"runs": [run]}, tmp_path / "kw.json", bench_keyword_memory.markdown)
+    assert "| words | 6 | 4 |" in paths[1].read_text()

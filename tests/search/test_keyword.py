@@ -349,3 +349,26 @@ def test_candidate_keys_cannot_say_without_keys_or_with_a_collision() -> None:
     assert index.collided
     with pytest.raises(ValidationError):
         index.upsert([("e", "x")], [1, 2])
+
+
+def test_a_documents_index_terms_are_bounded_and_its_length_is_not() -> None:
+    """At most MAX_DOC_TERMS distinct terms per document (its most frequent) and none longer
+    than MAX_TERM_CHARS are indexed, so memory follows the documents, not their entropy; the
+    length BM25 normalises by still counts every term."""
+    from dmf_hybrid.mirrors.keyword import MAX_DOC_TERMS, MAX_TERM_CHARS
+
+    rare = [f"rare{i:05d}x" for i in range(MAX_DOC_TERMS + 500)]
+    frequent = ["zebra"] * 5 + ["quokka"] * 3
+    long_ok, too_long = "h" * MAX_TERM_CHARS, "q" * (MAX_TERM_CHARS + 1)
+    index = KeywordIndex(stemmer=None, stopwords=None)
+    text = " ".join(frequent + rare + [long_ok, long_ok, too_long])
+    index.upsert([("big", text), ("small", "zebra quokka rare00000x")])
+    counts = index._terms_of_slot[index._slot_of["big"]]
+    assert len(counts[0]) == MAX_DOC_TERMS
+    assert counts[0][:3] == ("zebra", "quokka", long_ok)  # the most frequent first
+    assert too_long not in index._postings and long_ok in index._postings
+    assert index._doc_len[index._slot_of["big"]] == len(text.split())
+    assert {d for d, _ in index.search("zebra", 5)} == {"small", "big"}
+    assert {d for d, _ in index.search(rare[0], 5)} == {"small", "big"}  # kept: first seen
+    assert [d for d, _ in index.search(rare[-1], 5)] == []  # past the bound: not indexed
+    assert index.search(too_long, 5) == []
