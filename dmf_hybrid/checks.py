@@ -336,10 +336,12 @@ def check_data(data: Any, where: str = "data") -> Any:
     return data
 
 
-def check_changes(changes: Any) -> Mapping[str, Any]:
-    """The ``changes`` of an update: a non-empty object of fields."""
-    if not isinstance(changes, Mapping) or not changes:
-        raise ValidationError("changes must be a non-empty object of fields", field="changes")
+def check_changes(changes: Any, renews: bool = False) -> Mapping[str, Any]:
+    """The ``changes`` of an update: a non-empty object of fields (may be empty when the
+    update ``renews`` the expiry)."""
+    if not isinstance(changes, Mapping) or not (changes or renews):
+        raise ValidationError("changes must be a non-empty object of fields (or empty with a "
+                              "new ttl / expires_at)", field="changes")
     return changes
 
 

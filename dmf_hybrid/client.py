@@ -58,6 +58,7 @@ from .errors import (
     ValidationError,
     error_from_payload,
 )
+from .expiry import TTL, ExpiresAt, expiry_json
 from .models import (
     ArchiveResult,
     AuditEvent,
@@ -261,10 +262,11 @@ class MemoryClient(MemoryAPI):
                actor: str | None = None, reason: str | None = None,
                analyzer: str | None = None,
                search: SearchProfile | Mapping[str, Any] | None = None,
-               context: GroupContext | Mapping[str, Any] | None = None) -> EntityType:
+               context: GroupContext | Mapping[str, Any] | None = None,
+               ttl: float | dt.timedelta | None = None) -> EntityType:
         typedef = typedef_from_model(model, name=name, identity=identity, relations=relations,
                                      embed=embed, analyzer=analyzer,
-                                     search=search, context=context)
+                                     search=search, context=context, ttl=ttl)
         etype = self.define_type(typedef, actor=actor, reason=reason)
         with self._lock:
             self._user_models[etype.name] = model
@@ -321,19 +323,21 @@ class MemoryClient(MemoryAPI):
 
     def create(self, type_name: str, data: Mapping[str, Any] | BaseModel, *,
                id: str | None = None, on_conflict: str = "return", actor: str | None = None,
-               reason: str | None = None, trace_id: str | None = None) -> Entity:
+               reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
+               expires_at: ExpiresAt = None) -> Entity:
         body = {"data": check_data(jsonable(data, "data")),
                 "id": None if id is None else check_id(id),
-                "on_conflict": check_on_conflict(on_conflict)}
+                "on_conflict": check_on_conflict(on_conflict), **expiry_json(ttl, expires_at)}
         return self._get(Entity, "POST", f"/entities/{type_segment(type_name)}", json=body,
                          headers=self._audit(actor, reason, trace_id))
 
     def create_many(self, type_name: str, rows: Sequence[Mapping[str, Any] | BaseModel], *,
                     progress: Callable[[int], None] | bool | None = None,
                     on_conflict: str = "return", actor: str | None = None,
-                    reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
+                    reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
+                    expires_at: ExpiresAt = None) -> list[Entity]:
         body = {"rows": [row_json(i, r) for i, r in enumerate(check_rows(rows))],
-                "on_conflict": check_on_conflict(on_conflict)}
+                "on_conflict": check_on_conflict(on_conflict), **expiry_json(ttl, expires_at)}
         entities = self._list(Entity, "POST", f"/entities/{type_segment(type_name)}/batch",
                               json=body, headers=self._audit(actor, reason, trace_id))
         if callable(progress):
@@ -365,10 +369,12 @@ class MemoryClient(MemoryAPI):
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
-               reason: str | None = None, trace_id: str | None = None) -> Entity:
+               reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
+               expires_at: ExpiresAt = None) -> Entity:
         headers = self._audit(actor, reason, trace_id, expected_version)
-        return self._get(Entity, "PATCH", f"/entities/{id_segment(entity_id)}",
-                         json={"data": check_changes(jsonable(changes, "changes"))},
+        expiry = expiry_json(ttl, expires_at)
+        body = {"data": check_changes(jsonable(changes, "changes"), bool(expiry)), **expiry}
+        return self._get(Entity, "PATCH", f"/entities/{id_segment(entity_id)}", json=body,
                          headers=headers)
 
     def append(self, entity_id: str, field: str, values: list[Any], *,
@@ -452,6 +458,9 @@ class MemoryClient(MemoryAPI):
     def reindex(self) -> ReindexCounts:
         counts: ReindexCounts = self._call("POST", "/admin/reindex")
         return counts
+
+    def sweep_expired(self) -> int:
+        return int(self._call("POST", "/admin/sweep")["swept"])
 
     def flush(self) -> int:
         return int(self._call("POST", "/admin/flush")["applied"])

@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     max_page_size: int = Field(MAX_PAGE_SIZE, ge=1, description="Largest query page.")
     max_plan_ops: int = Field(MAX_PLAN_OPS, ge=1, description="Longest agent plan.")
     max_body_bytes: int = Field(MAX_BODY_BYTES, ge=1024, description="Largest HTTP request body.")
+    expiry_sweep_seconds: float = Field(
+        60.0, ge=0,
+        description="How often the service soft-deletes the entities whose expiry has come "
+                    "(audited, actor system:expiry); 0: never (reads hide them anyway).")
     max_tools_bytes: int = Field(
         4 * 2**20, ge=1024,
         description="Largest GET /tools answer (bytes of JSON); larger is refused with a hint "

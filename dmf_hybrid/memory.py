@@ -27,6 +27,7 @@ from .config import Settings
 from .conversations import MESSAGE_TYPE, check_conversation, check_log_type, message_rows
 from .embeddings import Embedder
 from .errors import Conflict, SchemaError, ValidationError, first_problem
+from .expiry import TTL, ExpiresAt
 from .factories import make_embedder, make_vector_index
 from .lifecycle import archive, context, install, summaries
 from .lifecycle.rules import rule_json
@@ -163,10 +164,11 @@ class Memory(MemoryAPI):
                actor: str | None = None, reason: str | None = None,
                analyzer: str | None = None,
                search: SearchProfile | Mapping[str, Any] | None = None,
-               context: GroupContext | Mapping[str, Any] | None = None) -> EntityType:
+               context: GroupContext | Mapping[str, Any] | None = None,
+               ttl: float | dt.timedelta | None = None) -> EntityType:
         typedef = typedef_from_model(model, name=name, identity=identity, relations=relations,
                                      embed=embed, analyzer=analyzer,
-                                     search=search, context=context)
+                                     search=search, context=context, ttl=ttl)
         return self._store.define(typedef, model, tenant=self.tenant, actor=actor, reason=reason)
 
     def define_type(self, typedef: TypeDef | Mapping[str, Any], *, actor: str | None = None,
@@ -213,10 +215,11 @@ class Memory(MemoryAPI):
 
     def create(self, type_name: str, data: Mapping[str, Any] | BaseModel, *,
                id: str | None = None, on_conflict: str = "return", actor: str | None = None,
-               reason: str | None = None, trace_id: str | None = None) -> Entity:
+               reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
+               expires_at: ExpiresAt = None) -> Entity:
         return self._store.create(self.tenant, type_name, _as_data(data), id=id,
                                   on_conflict=on_conflict, actor=actor, reason=reason,
-                                  trace_id=trace_id)
+                                  trace_id=trace_id, ttl=ttl, expires_at=expires_at)
 
     def add_messages(self, conversation: str, messages: Sequence[Mapping[str, Any]], *,
                      type_name: str = MESSAGE_TYPE, actor: str | None = None,
@@ -245,7 +248,8 @@ class Memory(MemoryAPI):
     def create_many(self, type_name: str, rows: Sequence[Mapping[str, Any] | BaseModel], *,
                     progress: Callable[[int], None] | bool | None = None,
                     on_conflict: str = "return", actor: str | None = None,
-                    reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
+                    reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
+                    expires_at: ExpiresAt = None) -> list[Entity]:
         check_rows(rows)
         callback = progress if callable(progress) else None
         bar = None
@@ -257,7 +261,8 @@ class Memory(MemoryAPI):
         try:
             entities = self._store.create_many(
                 self.tenant, type_name, [_as_data(r) for r in rows], on_conflict=on_conflict,
-                actor=actor, reason=reason, trace_id=trace_id, progress=callback)
+                actor=actor, reason=reason, trace_id=trace_id, progress=callback, ttl=ttl,
+                expires_at=expires_at)
         finally:
             if bar is not None:
                 bar.close()
@@ -279,10 +284,11 @@ class Memory(MemoryAPI):
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
-               reason: str | None = None, trace_id: str | None = None) -> Entity:
+               reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
+               expires_at: ExpiresAt = None) -> Entity:
         return self._store.update(self.tenant, entity_id, changes,
                                   expected_version=expected_version, actor=actor, reason=reason,
-                                  trace_id=trace_id)
+                                  trace_id=trace_id, ttl=ttl, expires_at=expires_at)
 
     def append(self, entity_id: str, field: str, values: list[Any], *,
                expected_version: int | None = None, actor: str | None = None,
@@ -302,6 +308,19 @@ class Memory(MemoryAPI):
                 trace_id: str | None = None) -> Entity:
         return self._store.restore(self.tenant, entity_id, expected_version=expected_version,
                                    actor=actor, reason=reason, trace_id=trace_id)
+
+    def sweep_expired(self) -> int:
+        swept = self._store.sweep_expired(self.tenant)
+        if swept:
+            self._engine.drain()
+        return swept
+
+    def sweep_every_tenant(self) -> int:
+        """``sweep_expired`` for every tenant of the store (what the service runs)."""
+        swept = self._store.sweep_expired()
+        if swept:
+            self._engine.drain()
+        return swept
 
     def erase(self, entity_id: str, *, actor: str | None = None, reason: str | None = None,
               trace_id: str | None = None) -> int:

@@ -66,6 +66,9 @@ class Entity(BaseModel):
     created_at: dt.datetime
     updated_at: dt.datetime
     deleted_at: dt.datetime | None = None
+    expires_at: dt.datetime | None = Field(
+        None, description="When the entity expires (UTC; null: never): from then on it reads "
+                          "as deleted, and the sweep soft-deletes it.")
     created: bool = Field(False, description="True when this call created the entity.")
     differs: list[str] = Field(
         default_factory=list,

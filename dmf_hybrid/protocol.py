@@ -22,6 +22,7 @@ from typing import Any, Protocol, Self
 from pydantic import BaseModel
 
 from .checks import AsOf
+from .expiry import TTL, ExpiresAt
 from .models import (
     ArchiveResult,
     AuditEvent,
@@ -58,7 +59,8 @@ class MemoryAPI(Protocol):
                actor: str | None = None, reason: str | None = None,
                analyzer: str | None = None,
                search: SearchProfile | Mapping[str, Any] | None = None,
-               context: GroupContext | Mapping[str, Any] | None = None) -> EntityType:
+               context: GroupContext | Mapping[str, Any] | None = None,
+               ttl: float | dt.timedelta | None = None) -> EntityType:
         """Register a pydantic model as an entity type (or a compatible new version).
 
         Its entities come back with ``data`` as instances of ``model``. ``analyzer`` names the
@@ -66,7 +68,7 @@ class MemoryAPI(Protocol):
         Japanese and Korean runs into bigrams; see ``dmf_hybrid.mirrors.text``); a field may
         name its own with ``Field(json_schema_extra={"analyzer": ...})``. ``search`` is the
         type's search profile and ``context`` the preceding rows of a group each row embeds
-        with (``dmf_hybrid.profiles``).
+        with (``dmf_hybrid.profiles``). ``ttl`` is the default expiry of its new entities.
         """
         ...
 
@@ -104,25 +106,32 @@ class MemoryAPI(Protocol):
 
     def create(self, type_name: str, data: Mapping[str, Any] | BaseModel, *,
                id: str | None = None, on_conflict: str = "return", actor: str | None = None,
-               reason: str | None = None, trace_id: str | None = None) -> Entity:
+               reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
+               expires_at: ExpiresAt = None) -> Entity:
         """Create an entity; the same identity (ID) again meets ``on_conflict``.
 
         ``"return"`` (default): the stored entity unchanged, ``created=False``, ``differs``
         naming the given fields whose stored values differ. ``"raise"``: ``Conflict`` when a
         given field differs (the same values return the entity). ``"update"``: the stored
         entity changed to the given values in one audited update (``differs``: what changed).
+
+        ``ttl`` (seconds or a timedelta from now; ``"never"``: none) or ``expires_at`` (a time
+        to come) gives the entity an expiry; neither: the type's default ``ttl``, if any. From
+        its expiry on the entity reads as deleted (``as_of`` reads before it still see it) and
+        ``sweep_expired`` soft-deletes it with an audited event.
         """
         ...
 
     def create_many(self, type_name: str, rows: Sequence[Mapping[str, Any] | BaseModel], *,
                     progress: Callable[[int], None] | bool | None = None,
                     on_conflict: str = "return", actor: str | None = None,
-                    reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
+                    reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
+                    expires_at: ExpiresAt = None) -> list[Entity]:
         """Create many entities: validated first, written and embedded in batches.
 
         ``progress``: a callback given the number of rows done (True: a progress bar,
         embedded only). Over HTTP the rows go in one request and progress is reported once.
-        ``on_conflict`` as in ``create``, for every row.
+        ``on_conflict``, ``ttl`` and ``expires_at`` as in ``create``, for every row.
         """
         ...
 
@@ -158,11 +167,13 @@ class MemoryAPI(Protocol):
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
-               reason: str | None = None, trace_id: str | None = None) -> Entity:
+               reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
+               expires_at: ExpiresAt = None) -> Entity:
         """Change fields; VersionConflict if ``expected_version`` is stale (HTTP: If-Match).
 
         Identity fields cannot change (ValidationError): the ID derives from them. To rename,
-        create the new entity and delete the old one.
+        create the new entity and delete the old one. ``ttl`` / ``expires_at`` set a new
+        expiry (``ttl="never"`` clears it); neither keeps the current one.
         """
         ...
 
@@ -181,7 +192,14 @@ class MemoryAPI(Protocol):
     def restore(self, entity_id: str, *, expected_version: int | None = None,
                 actor: str | None = None, reason: str | None = None,
                 trace_id: str | None = None) -> Entity:
-        """Undo a soft delete."""
+        """Undo a soft delete (also of the expiry sweep's; an expiry that has come is
+        cleared)."""
+        ...
+
+    def sweep_expired(self) -> int:
+        """Soft-delete this tenant's entities whose expiry has come, each with an audited
+        event by ``system:expiry``; how many. Reads hide them before it runs; the server
+        sweeps every tenant on its own (``expiry_sweep_seconds``)."""
         ...
 
     def erase(self, entity_id: str, *, actor: str | None = None, reason: str | None = None,

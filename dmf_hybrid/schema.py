@@ -37,6 +37,7 @@ from .checks import (
     reserved_reason,
 )
 from .errors import FilterError, SchemaError, ValidationError, first_problem
+from .expiry import check_ttl
 from .jsonpaths import render, split_path, value_at
 from .profiles import (
     DateGrounding,
@@ -117,6 +118,10 @@ class TypeDef(BaseModel):
         None, description="Preceding rows of a group embedded with each row (dmf_hybrid.profiles).")
     dates: DateGrounding | None = Field(
         None, description="Time expressions of a text resolved into a field (dmf_hybrid.profiles).")
+    ttl: float | None = Field(
+        None, description="Default expiry of a new entity, in seconds from its creation "
+                          "(dmf_hybrid.expiry); None: entities do not expire unless a write "
+                          "says so.")
 
     def check(self) -> TypeDef:
         """This definition, or a SchemaError naming what is wrong with it."""
@@ -126,6 +131,11 @@ class TypeDef(BaseModel):
             )
         if not self.fields:
             raise SchemaError(f"type {self.name} declares no fields", field="fields")
+        if self.ttl is not None:
+            try:
+                check_ttl(self.ttl)
+            except ValidationError as exc:
+                raise SchemaError(f"type {self.name}: {exc.message}", field="ttl") from None
         for name, spec in self.fields.items():
             where = f"fields.{name}"
             if not full_match(FIELD_NAME_RE, name):
@@ -288,8 +298,10 @@ def typedef_from_model(
     analyzer: str | None = None,
     search: SearchProfile | Mapping[str, Any] | None = None,
     context: GroupContext | Mapping[str, Any] | None = None,
+    ttl: float | dt.timedelta | None = None,
 ) -> TypeDef:
-    """The TypeDef of a pydantic model class (fields from its annotations).
+    """The TypeDef of a pydantic model class (fields from its annotations); ``ttl``: the
+    type's default expiry (seconds or a timedelta).
 
     A field names its own keyword analyzer with ``Field(json_schema_extra={"analyzer": ...})``.
     """
@@ -326,9 +338,22 @@ def typedef_from_model(
         name=name or model.__name__, fields=fields,
         identity=tuple(identity) if identity is not None else None,
         relations=rels, embed=embed, description=(model.__doc__ or "").strip() or None,
-        search=profile, context=group_context,
+        search=profile, context=group_context, ttl=_type_ttl(ttl),
         **({} if analyzer is None else {"analyzer": analyzer}),
     ).check()
+
+
+def _type_ttl(value: Any) -> float | None:
+    """A type's default ``ttl`` as seconds (a SchemaError naming ``ttl`` if it is bad)."""
+    if value is None:
+        return None
+    try:
+        span = check_ttl(value)
+    except ValidationError as exc:
+        raise SchemaError(exc.message, field="ttl") from None
+    if not isinstance(span, dt.timedelta):
+        raise SchemaError("a type's ttl is a duration (seconds or a timedelta)", field="ttl")
+    return span.total_seconds()
 
 
 def _section(model: type[_M], value: Any, section: str) -> _M | None:

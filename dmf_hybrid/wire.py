@@ -21,6 +21,7 @@ from .checks import (
     check_reference_time,
     parse_as_of,
 )
+from .expiry import EXPIRES_AT_DOC, TTL_DOC
 from .filters import FILTER_DOC
 from .schema import EntityType, TypeDef
 
@@ -99,6 +100,8 @@ class EntityCreate(Request):
     data: dict[str, Any] = Field(description="The entity's fields as a JSON object.")
     id: str | None = Field(None, description="A caller-chosen ID instead of the derived one.")
     on_conflict: OnConflict = Field("return", description=ON_CONFLICT_DOC)
+    ttl: float | str | None = Field(None, description=TTL_DOC)
+    expires_at: str | None = Field(None, description=EXPIRES_AT_DOC)
 
 
 class EntityBatchCreate(Request):
@@ -106,12 +109,16 @@ class EntityBatchCreate(Request):
 
     rows: list[dict[str, Any]]
     on_conflict: OnConflict = Field("return", description=ON_CONFLICT_DOC)
+    ttl: float | str | None = Field(None, description=TTL_DOC)
+    expires_at: str | None = Field(None, description=EXPIRES_AT_DOC)
 
 
 class EntityUpdate(Request):
     """Change some fields of an entity (send ``If-Match: "<version>"`` to guard the write)."""
 
     data: dict[str, Any] = Field(description="Fields to change, as a JSON object.")
+    ttl: float | str | None = Field(None, description=TTL_DOC)
+    expires_at: str | None = Field(None, description=EXPIRES_AT_DOC)
 
 
 class EntityAppend(Request):

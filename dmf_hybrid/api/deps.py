@@ -51,6 +51,8 @@ class ServiceState:
     #: searches :mod:`.fast_search` answered without FastAPI's routing
     fast_searches: int = 0
     _thread: threading.Thread | None = field(default=None, repr=False)
+    _sweeper: threading.Thread | None = field(default=None, repr=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
     _search_pool: FairPool | None = field(default=None, repr=False)
     #: GET /tools answers, built once per state of the schema (``routes.tools``)
     tool_answers: KeptAnswers = field(default_factory=KeptAnswers, repr=False)
@@ -88,6 +90,20 @@ class ServiceState:
         self.warming_up = True
         self._thread = threading.Thread(target=self._warm_up, name="dmf-warmup", daemon=True)
         self._thread.start()
+        if self.settings.expiry_sweep_seconds > 0:
+            self._sweeper = threading.Thread(target=self._sweep, name="dmf-expiry",
+                                             daemon=True)
+            self._sweeper.start()
+
+    def _sweep(self) -> None:
+        """Every ``expiry_sweep_seconds``, soft-delete what has expired (every tenant)."""
+        while not self._stopping.wait(self.settings.expiry_sweep_seconds):
+            try:
+                swept = self.memory.sweep_every_tenant()
+                if swept:
+                    log.info("expiry sweep: %d entities soft-deleted", swept)
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("expiry sweep failed")
 
     def _warm_up(self) -> None:
         try:
@@ -114,6 +130,9 @@ class ServiceState:
         """Stop the warm-up, let running searches finish (queued ones are cancelled) and
         close the memory if this service opened it (idempotent)."""
         self.stop_warmup()
+        self._stopping.set()
+        if self._sweeper is not None:
+            self._sweeper.join(30.0)
         with self._pool_lock:
             self._closed = True
             pool, self._search_pool = self._search_pool, None

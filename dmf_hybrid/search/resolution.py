@@ -1,14 +1,19 @@
-"""Resolution: every proposed ID re-read from DuckDB; deleted, stale, out-of-tenant or
-filter-failing hits are dropped (fail closed), and the hits carry DuckDB's rows.
+"""Resolution: every proposed ID re-read from DuckDB; deleted, expired, stale, out-of-tenant
+or filter-failing hits are dropped (fail closed), and the hits carry DuckDB's rows.
+
+Expiry is judged here, at the time of the search: the candidate lists and rows kept between
+searches belong to a committed state, and an entity may expire without a commit.
 """
 
 from __future__ import annotations
 
+from ..clock import utcnow
 from ..mirrors.vectors import LocalVectors
 from ..models import Hit, LegScore
 from ..store import Store
+from ..store.expiry import expired
 from .ranking import SCORE_DIGITS, Ranking
-from .scope import TEXT_HASH, Scope
+from .scope import EXPIRES, TEXT_HASH, Scope
 
 #: IDs resolved beyond the ones still needed (a few proposals may fail resolution).
 RESOLVE_SLACK = 0
@@ -22,6 +27,7 @@ def resolve_hits(scope: Scope, store: Store, local: LocalVectors | None, fused: 
     hits: list[Hit] = []
     dropped = 0
     start = 0
+    now = utcnow()
     while len(hits) < k and start < len(fused):
         batch = fused[start:start + k - len(hits) + RESOLVE_SLACK]
         start += len(batch)
@@ -30,7 +36,7 @@ def resolve_hits(scope: Scope, store: Store, local: LocalVectors | None, fused: 
             local.text_hashes_of(scope.tenant, [eid for eid, _ in batch]))
         for at, (eid, score) in enumerate(batch):
             row = found.get(eid)
-            if row is None:
+            if row is None or (scope.seq is None and expired(row[EXPIRES], now)):
                 dropped += 1
                 continue
             if scope.seq is None and (local is None or indexed[at] != row[TEXT_HASH]):

@@ -19,7 +19,7 @@ from ..mirrors.vectors import LocalVectors, key_sql
 from ..schema import EntityType
 from ..store import Store
 from ..store.sql import compile_filter, q
-from ..store.tables import SYSTEM_COLUMNS, table_name
+from ..store.tables import EXPIRES_COLUMN, SYSTEM_COLUMNS, table_name
 
 #: Up to this many IDs are looked up through the primary-key index, more by a hash join
 #: (measured on 100k rows: 0.1-0.25 ms per ID by index, 35-50 ms for a scan).
@@ -27,6 +27,7 @@ INDEX_LOOKUP_MAX = 256
 TEXT_HASH = SYSTEM_COLUMNS.index("text_hash")
 _TENANT = SYSTEM_COLUMNS.index("tenant")
 _DELETED = SYSTEM_COLUMNS.index("deleted_at")
+EXPIRES = SYSTEM_COLUMNS.index(EXPIRES_COLUMN)
 
 Row = tuple[Any, ...]
 

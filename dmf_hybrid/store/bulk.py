@@ -18,9 +18,11 @@ from ..errors import (
     Conflict,
     ValidationError,
 )
+from ..expiry import expiry_of
 from ..models import Entity
 from ..schema import EntityType
 from . import audit
+from .expiry import expired
 from .group_context import fill_group_context
 from .sql import (
     bind_field,
@@ -29,6 +31,7 @@ from .sql import (
 )
 from .tables import (
     SYSTEM_COLUMNS,
+    SYSTEM_TYPES,
     table_name,
 )
 from .writes import Prepared, Writes
@@ -39,21 +42,27 @@ class BulkLoad(Writes):
 
     def create(self, tenant: str, type_name: str, data: Any, *, id: Any = None,
                on_conflict: Any = DEFAULT_ON_CONFLICT, actor: str | None = None,
-               reason: str | None = None, trace_id: str | None = None) -> Entity:
-        """Create an entity; an existing ID is handled by ``on_conflict`` (see ``checks``)."""
+               reason: str | None = None, trace_id: str | None = None, ttl: Any = None,
+               expires_at: Any = None) -> Entity:
+        """Create an entity; an existing ID is handled by ``on_conflict`` (see ``checks``);
+        ``ttl`` / ``expires_at``: its expiry (:mod:`dmf_hybrid.expiry`)."""
         return self.create_many(tenant, type_name, [data], ids=[id], on_conflict=on_conflict,
-                                actor=actor, reason=reason, trace_id=trace_id)[0]
+                                actor=actor, reason=reason, trace_id=trace_id, ttl=ttl,
+                                expires_at=expires_at)[0]
 
     def create_many(self, tenant: str, type_name: str, rows: Sequence[Any], *,
                     ids: Sequence[Any] | None = None,
                     on_conflict: Any = DEFAULT_ON_CONFLICT, actor: str | None = None,
                     reason: str | None = None, trace_id: str | None = None,
                     chunk: int = 2000,
-                    progress: Callable[[int], None] | None = None) -> list[Entity]:
-        """Create many entities of one type: all validated first, then written in chunks."""
+                    progress: Callable[[int], None] | None = None, ttl: Any = None,
+                    expires_at: Any = None) -> list[Entity]:
+        """Create many entities of one type: all validated first, then written in chunks.
+        ``ttl`` / ``expires_at``: the expiry of every row (none given: the type's ``ttl``)."""
         etype = self.type_of(type_name, tenant)
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         check_on_conflict(on_conflict)
+        expiry_of(ttl, expires_at, utcnow())  # a bad one changes nothing
         if ids is not None and len(ids) != len(rows):
             raise ValidationError("ids must be as long as rows", field="ids")
         rows = fill_group_context(self.db.reader(), etype, tenant, rows)
@@ -73,9 +82,10 @@ class BulkLoad(Writes):
             part = prepared[start:start + chunk]
             with self.db.write() as con:
                 done = self._insert_batch(con, etype, tenant, part, on_conflict, actor,
-                                          reason, trace_id)
+                                          reason, trace_id, ttl, expires_at)
                 if on_conflict == "update":
-                    done = [self._update_existing(tenant, p, e, actor, reason, trace_id)
+                    done = [self._update_existing(tenant, p, e, actor, reason, trace_id, ttl,
+                                                  expires_at)
                             for p, e in zip(part, done, strict=True)]
                 results.extend(done)
             if progress is not None:
@@ -83,20 +93,23 @@ class BulkLoad(Writes):
         return results
 
     def _update_existing(self, tenant: str, prepared: Prepared, entity: Entity,
-                         actor: str | None, reason: str | None, trace_id: str | None
-                         ) -> Entity:
-        """``on_conflict="update"``: the existing entity changed to the given values."""
-        if entity.created or not entity.differs:
+                         actor: str | None, reason: str | None, trace_id: str | None,
+                         ttl: Any, expires_at: Any) -> Entity:
+        """``on_conflict="update"``: the existing entity changed to the given values (and the
+        given expiry, if one was)."""
+        renew = ttl is not None or expires_at is not None
+        if entity.created or not (entity.differs or renew):
             return entity
         values = prepared[2]
         updated = self.update(tenant, entity.id, {f: values[f] for f in entity.differs},
-                              actor=actor, reason=reason, trace_id=trace_id)
+                              actor=actor, reason=reason, trace_id=trace_id, ttl=ttl,
+                              expires_at=expires_at)
         return updated.model_copy(update={"differs": entity.differs})
 
     def _insert_batch(self, con: duckdb.DuckDBPyConnection, etype: EntityType, tenant: str,
                       prepared: list[Prepared], on_conflict: str,
-                      actor: str | None, reason: str | None, trace_id: str | None
-                      ) -> list[Entity]:
+                      actor: str | None, reason: str | None, trace_id: str | None,
+                      ttl: Any = None, expires_at: Any = None) -> list[Entity]:
         wanted = sorted({p[0] for p in prepared})
         existing: dict[str, tuple[str, int | None]] = {}
         for i in range(0, len(wanted), 1000):
@@ -110,6 +123,7 @@ class BulkLoad(Writes):
                 if etenant == tenant:
                     existing[eid] = (etn, erased)
         now = utcnow()
+        expires = expiry_of(ttl, expires_at, now, etype.typedef.ttl).at
         seen: dict[str, Entity] = {}
         results: list[Entity] = []
         new_rows: list[tuple[Any, ...]] = []
@@ -133,12 +147,16 @@ class BulkLoad(Writes):
                 if current.deleted_at is not None:
                     raise Conflict(f"entity {eid} exists but is deleted; restore it instead",
                                    entity_id=eid)
+                if expired(current.expires_at, now):
+                    assert current.expires_at is not None
+                    raise Conflict(f"entity {eid} expired at {current.expires_at.isoformat()}; "
+                                   "restore it instead (that clears its expiry)", entity_id=eid)
                 seen[eid] = current
                 results.append(self._existing(etype, current, instance, values, on_conflict))
                 continue
             seq += 1
             snap = self._snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash,
-                                  plain)
+                                  plain, expires)
             row = audit.make_event(
                 seq=seq, ts=now, prev_hash=prev, tenant=tenant, op="create",
                 type_name=etype.name, entity_id=eid, version_before=None, version_after=1,
@@ -147,13 +165,14 @@ class BulkLoad(Writes):
             prev = row[-2]
             events.append(row)
             new_rows.append(tuple(
-                [eid, tenant, 1, to_naive_utc(now), to_naive_utc(now), None, None, text_hash]
+                [eid, tenant, 1, to_naive_utc(now), to_naive_utc(now), None, None, text_hash,
+                 None if expires is None else to_naive_utc(expires)]
                 + [bind_field(s, values[n]) for n, s in etype.fields.items()]
             ))
             if text_hash is not None:
                 outbox.append((seq, tenant, eid, etype.name, "upsert"))
             entity = Entity(id=eid, type=etype.name, tenant=tenant, version=1, data=instance,
-                            created_at=now, updated_at=now, created=True)
+                            created_at=now, updated_at=now, created=True, expires_at=expires)
             seen[eid] = entity
             results.append(entity)
         if not new_rows:
@@ -202,9 +221,12 @@ class BulkLoad(Writes):
     def _bulk_insert(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
                      rows: list[tuple[Any, ...]]) -> None:
         index_rows = [(r[0], etype.name, r[1], None) for r in rows]
+        # columns by name: a table made before a system column existed has it after its fields
+        names = ", ".join([*SYSTEM_COLUMNS, *(q(n) for n in etype.fields)])
         if len(rows) < 8:
             marks = ",".join("?" * len(rows[0]))
-            con.executemany(f"INSERT INTO {table_name(etype.name)} VALUES ({marks})", rows)
+            con.executemany(f"INSERT INTO {table_name(etype.name)} ({names}) VALUES ({marks})",
+                            rows)
             con.executemany("INSERT INTO entity_index VALUES (?, ?, ?, ?)", index_rows)
             return
         import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
@@ -220,13 +242,11 @@ class BulkLoad(Writes):
         con.register("_batch", pa.table(arrays))
         try:
             casts = ", ".join(
-                [f"CAST({q(c)} AS {t})" for c, t in zip(
-                    SYSTEM_COLUMNS,
-                    ["VARCHAR", "VARCHAR", "INTEGER", "TIMESTAMP", "TIMESTAMP", "TIMESTAMP",
-                     "BIGINT", "VARCHAR"], strict=True)]
+                [f"CAST({q(c)} AS {t})" for c, t in zip(SYSTEM_COLUMNS, SYSTEM_TYPES, strict=True)]
                 + [f"CAST({q(n)} AS {sql_type(s)})" for n, s in etype.fields.items()]
             )
-            con.execute(f"INSERT INTO {table_name(etype.name)} SELECT {casts} FROM _batch")
+            con.execute(f"INSERT INTO {table_name(etype.name)} ({names}) "
+                        f"SELECT {casts} FROM _batch")
         finally:
             con.unregister("_batch")
         self._arrow_insert(con, "entity_index", ["id", "type", "tenant", "erased_seq"],

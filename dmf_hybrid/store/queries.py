@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from ..checks import (
     AsOf,
     check_page,
 )
+from ..clock import utcnow
 from ..filters import parse_filter, parse_order
 from ..models import Page
 from ..schema import EntityType
+from .expiry import live_sql
 from .sql import (
     bind_value,
     compile_filter,
@@ -62,12 +65,13 @@ class Queries(TimeTravel):
         return Page(items=items, next_cursor=next_cursor, as_of_seq=seq)
 
     def source_sql(self, etype: EntityType, tenant: str, seq: int | None,
-                   params: list[Any]) -> str:
-        """A FROM-clause source of the type's live rows now, or at seq (rebuilt from the log)."""
+                   params: list[Any], now: dt.datetime | None = None) -> str:
+        """A FROM-clause source of the type's live rows now (at ``now``, default the clock's),
+        or at seq (rebuilt from the log)."""
         if seq is None:
             params.append(tenant)
-            return (f"(SELECT * FROM {table_name(etype.name)} WHERE tenant = ? "
-                    "AND deleted_at IS NULL) AS t")
+            live = live_sql(params, now or utcnow())
+            return f"(SELECT * FROM {table_name(etype.name)} WHERE tenant = ? AND {live}) AS t"
         return as_of_table_sql(etype, tenant, seq, params)
 
     def count(self, tenant: str, type_name: str, where: Any = None,

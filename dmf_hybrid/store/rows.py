@@ -13,7 +13,7 @@ import duckdb
 from ..checks import (
     check_id,
 )
-from ..clock import to_aware_utc
+from ..clock import to_aware_utc, utcnow
 from ..errors import (
     NotFound,
 )
@@ -21,6 +21,7 @@ from ..ids import canonical_json
 from ..models import Entity
 from ..schema import EntityType
 from .chain import AuditChain
+from .expiry import expired, live_sql
 from .sql import (
     field_values,
     q,
@@ -31,9 +32,10 @@ from .tables import (
 )
 
 #: Where a row of :data:`SYSTEM_COLUMNS` then the fields keeps each system column.
-_ID_AT, _TENANT_AT, _VERSION_AT, _CREATED_AT, _UPDATED_AT, _DELETED_AT = (
+_ID_AT, _TENANT_AT, _VERSION_AT, _CREATED_AT, _UPDATED_AT, _DELETED_AT, _EXPIRES_AT = (
     SYSTEM_COLUMNS.index(c)
-    for c in ("id", "tenant", "version", "created_at", "updated_at", "deleted_at"))
+    for c in ("id", "tenant", "version", "created_at", "updated_at", "deleted_at",
+              "_expires_at"))
 _FIELDS_AT = len(SYSTEM_COLUMNS)
 
 
@@ -72,7 +74,8 @@ class RowReader(AuditChain):
             data=etype.model.model_validate(data),
             created_at=to_aware_utc(row[_CREATED_AT]),
             updated_at=to_aware_utc(row[_UPDATED_AT]),
-            deleted_at=to_aware_utc(row[_DELETED_AT]), created=created,
+            deleted_at=to_aware_utc(row[_DELETED_AT]),
+            expires_at=to_aware_utc(row[_EXPIRES_AT]), created=created,
         )
 
     @staticmethod
@@ -118,7 +121,10 @@ class RowReader(AuditChain):
         return self._types[row[0]], row[1]
 
     def _current(self, con: duckdb.DuckDBPyConnection, eid: Any, tenant: str,
-                 allow_deleted: bool = False) -> tuple[EntityType, Entity]:
+                 allow_deleted: bool = False, allow_expired: bool = False
+                 ) -> tuple[EntityType, Entity]:
+        """The type and current row of an ID; NotFound if it is missing, erased, or (unless
+        ``allow_deleted``) deleted, or (unless either flag) expired."""
         etype, erased_seq = self._lookup(con, eid, tenant)
         if erased_seq is not None:
             raise NotFound(f"entity {eid} was erased at seq {erased_seq}", entity_id=eid,
@@ -130,23 +136,35 @@ class RowReader(AuditChain):
             dseq = self._point_row(con, table_name(etype.name), "deleted_seq", eid, tenant)
             raise NotFound(f"entity {eid} was deleted at seq {dseq[0] if dseq else '?'}",
                            entity_id=eid, deleted_seq=dseq[0] if dseq else None)
+        if not (allow_deleted or allow_expired) and expired(entity.expires_at, utcnow()):
+            raise expired_error(entity)
         return etype, entity
 
     def get_many(self, tenant: str, type_name: str, ids: Sequence[str]) -> dict[str, Entity]:
-        """The live (not deleted) entities of one type among ``ids``, by ID."""
+        """The live (not deleted, not expired) entities of one type among ``ids``, by ID."""
         etype = self.type_of(type_name)
         found: dict[str, Entity] = {}
         con = self.db.reader()
+        now = utcnow()
         for i in range(0, len(ids), 1000):
             part = list(ids[i:i + 1000])
             if not part:
                 continue
             marks = ",".join("?" * len(part))
+            params: list[Any] = [tenant]
+            live = live_sql(params, now)
             for row in con.execute(
                 f"SELECT {self._select_cols(etype)} FROM {table_name(etype.name)} "
-                f"WHERE tenant = ? AND deleted_at IS NULL AND id IN ({marks})",
-                [tenant, *part],
+                f"WHERE tenant = ? AND {live} AND id IN ({marks})",
+                [*params, *part],
             ).fetchall():
                 entity = self.row_to_entity(etype, row)
                 found[entity.id] = entity
         return found
+
+
+def expired_error(entity: Entity) -> NotFound:
+    """The NotFound of an entity read after its expiry."""
+    assert entity.expires_at is not None
+    at = entity.expires_at.isoformat()
+    return NotFound(f"entity {entity.id} expired at {at}", entity_id=entity.id, expired_at=at)

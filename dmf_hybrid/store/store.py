@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
 from ..checks import Limits
+from ..clock import to_naive_utc, utcnow
+from ..errors import NotFound
 from ..schema import EntityType
 from . import audit
 from .db import Database
@@ -20,9 +23,11 @@ from .relations import Relations
 from .state import Listener, WriteHook
 from .tables import (
     EVENTS_ALL,
+    EXPIRES_COLUMN,
     RECONCILE_PENDING,
     create_fixed,
     cursor_secret,
+    table_name,
 )
 
 __all__ = ["Listener", "Store", "WriteHook"]
@@ -71,6 +76,28 @@ class Store(Relations):
     def close(self) -> None:
         """Close the database."""
         self.db.close()
+
+    def sweep_expired(self, tenant: str | None = None) -> int:
+        """Soft-delete the entities (of ``tenant``, or of all) whose expiry has come, each in
+        its own audited write by the expiry actor; how many. Running it again finds none."""
+        now = to_naive_utc(utcnow())
+        swept = 0
+        for etype in list(self._types.values()):
+            params: list[Any] = [now]
+            mine = ""
+            if tenant is not None:
+                mine, params = " AND tenant = ?", [now, tenant]
+            due = self.db.fetchall(
+                f"SELECT tenant, id, {EXPIRES_COLUMN} FROM {table_name(etype.name)} "
+                f"WHERE deleted_at IS NULL AND {EXPIRES_COLUMN} <= ?{mine} "
+                f"ORDER BY {EXPIRES_COLUMN}, tenant, id", params)
+            for owner, eid, at in due:
+                try:
+                    entity = self.sweep_one(owner, eid, f"expired at {at.isoformat()}Z")
+                except NotFound:
+                    continue  # deleted or erased since it was listed
+                swept += entity.deleted_at is not None
+        return swept
 
     @property
     def reconcile_pending(self) -> bool:

@@ -20,15 +20,23 @@ log = logging.getLogger(__name__)
 EVENTS_ALL = "events_all"
 
 #: 1: entity_index keyed by ID alone; 2: keyed by (tenant, ID), so that every tenant has its
-#: own namespace of caller-given IDs.
-STORE_FORMAT = 2
+#: own namespace of caller-given IDs; 3: every entity table has the ``_expires_at`` column.
+STORE_FORMAT = 3
 #: A meta key present while the vector index must be reconciled with DuckDB (a migration
 #: changed how vectors are keyed); the next reconcile removes it.
 RECONCILE_PENDING = "reconcile_pending"
+#: An entity's expiry (naive UTC, NULL: none; see :mod:`.expiry`). A field name cannot begin
+#: with "_", so no type's field can take it (the LangGraph item type has a field ``expires_at``).
+EXPIRES_COLUMN = "_expires_at"
+#: The columns every entity table has besides its fields. Tables made before a column existed
+#: got it appended after their fields, so statements name columns, never rely on positions.
 SYSTEM_COLUMNS = (
     "id", "tenant", "version", "created_at", "updated_at", "deleted_at", "deleted_seq",
-    "text_hash",
+    "text_hash", EXPIRES_COLUMN,
 )
+#: The SQL type of each system column.
+SYSTEM_TYPES = ("VARCHAR", "VARCHAR", "INTEGER", "TIMESTAMP", "TIMESTAMP", "TIMESTAMP", "BIGINT",
+                "VARCHAR", "TIMESTAMP")
 ENTITY_OPS = ("create", "update", "append", "delete", "restore", "erase")
 
 # Point lookups read `WHERE id = ?` through the index on id and check the tenant of the few
@@ -85,6 +93,8 @@ def create_fixed(con: duckdb.DuckDBPyConnection) -> None:
         _migrate_entity_index(con)
     for ddl in FIXED_DDL:
         con.execute(ddl)
+    if found < 3:
+        _add_expiry_columns(con)
     if row is None:
         con.execute("INSERT INTO meta VALUES ('store_format', ?)", [str(STORE_FORMAT)])
     elif found != STORE_FORMAT:
@@ -122,6 +132,17 @@ def _migrate_entity_index(con: duckdb.DuckDBPyConnection) -> None:
     log.info("store migrated to format 2: entity IDs are unique per tenant")
 
 
+def _add_expiry_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Format 2 -> 3: every entity table gains the (empty) expiry column."""
+    names = [r[0] for r in con.execute("SELECT DISTINCT name FROM schema_types ORDER BY name")
+             .fetchall()]
+    for name in names:
+        con.execute(f"ALTER TABLE {table_name(name)} ADD COLUMN IF NOT EXISTS "
+                    f"{EXPIRES_COLUMN} TIMESTAMP")
+    if names:
+        log.info("store migrated to format 3: entities may expire")
+
+
 def _column_ddl(name: str, spec: FieldSpec) -> str:
     return f"{q(name)} {sql_type(spec)}"
 
@@ -137,7 +158,7 @@ def create_type_table(con: duckdb.DuckDBPyConnection, etype: EntityType) -> None
         f"""CREATE TABLE IF NOT EXISTS {table_name(etype.name)} (
             id VARCHAR NOT NULL, tenant VARCHAR NOT NULL, version INTEGER NOT NULL,
             created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, deleted_at TIMESTAMP,
-            deleted_seq BIGINT, text_hash VARCHAR, {cols})"""
+            deleted_seq BIGINT, text_hash VARCHAR, {EXPIRES_COLUMN} TIMESTAMP, {cols})"""
     )
     con.execute(f"CREATE INDEX IF NOT EXISTS {q(f'ent_{etype.name}_id')} "
                 f"ON {table_name(etype.name)} (id)")

@@ -22,8 +22,9 @@ from ..errors import (
 )
 from ..models import Entity
 from ..schema import EntityType
+from .expiry import expired, live_sql
 from .registry import TypeRegistry
-from .rows import aware_datetimes
+from .rows import aware_datetimes, expired_error
 from .sql import (
     SQL_TYPES,
     bind_field,
@@ -33,6 +34,7 @@ from .sql import (
 from .tables import (
     ENTITY_OPS,
     EVENTS_ALL,
+    EXPIRES_COLUMN,
 )
 
 ENTITY_OPS_SQL = "('create', 'update', 'append', 'delete', 'restore', 'erase')"
@@ -56,10 +58,11 @@ def _field_expr(name: str, spec: Any, params: list[Any]) -> str:
 
 
 def as_of_table_sql(etype: EntityType, tenant: str, seq: int, params: list[Any]) -> str:
-    """A FROM-clause source with the same columns as the type's table, at ``seq``."""
+    """A FROM-clause source with the same columns as the type's table: its live rows at
+    ``seq`` (an entity whose expiry had come by the time of that event is not live)."""
     fields = ", ".join(_field_expr(n, s, params) for n, s in etype.fields.items())
     params.extend([tenant, etype.name, seq])
-    return f"""(SELECT
+    rows = f"""(SELECT
         json_extract_string(after, '$.id') AS id,
         json_extract_string(after, '$.tenant') AS tenant,
         CAST(json_extract(after, '$.version') AS INTEGER) AS version,
@@ -68,14 +71,15 @@ def as_of_table_sql(etype: EntityType, tenant: str, seq: int, params: list[Any])
         CAST(json_extract_string(after, '$.deleted_at') AS TIMESTAMP) AS deleted_at,
         CAST(NULL AS BIGINT) AS deleted_seq,
         json_extract_string(after, '$.text_hash') AS text_hash,
+        CAST(json_extract_string(after, '$.expires_at') AS TIMESTAMP) AS {EXPIRES_COLUMN},
         {fields}
       FROM (
         SELECT after, redacted FROM events_all
         WHERE tenant = ? AND type = ? AND seq <= ? AND op IN {ENTITY_OPS_SQL}
         QUALIFY row_number() OVER (PARTITION BY entity_id ORDER BY seq DESC) = 1
       ) AS latest
-      WHERE NOT redacted AND after IS NOT NULL
-        AND json_extract_string(after, '$.deleted_at') IS NULL) AS t"""
+      WHERE NOT redacted AND after IS NOT NULL) AS r"""
+    return f"(SELECT * FROM {rows} WHERE {live_sql(params, seq)}) AS t"
 
 
 class TimeTravel(TypeRegistry):
@@ -114,12 +118,15 @@ class TimeTravel(TypeRegistry):
     def _snapshot_entity(self, etype: EntityType, snap: dict[str, Any]) -> Entity:
         data = aware_datetimes(etype, {k: v for k, v in snap["data"].items()
                                         if k in etype.fields})
+        expires = snap.get("expires_at")
         return Entity(
             id=snap["id"], type=etype.name, tenant=snap["tenant"], version=snap["version"],
             data=etype.model.model_validate(data),
             created_at=to_aware_utc(dt.datetime.fromisoformat(snap["created_at"])),
             updated_at=to_aware_utc(dt.datetime.fromisoformat(snap["updated_at"])),
             deleted_at=None,
+            expires_at=None if expires is None else to_aware_utc(
+                dt.datetime.fromisoformat(expires)),
         )
 
     def _get_as_of(self, eid: Any, tenant: str, seq: int) -> Entity:
@@ -139,7 +146,12 @@ class TimeTravel(TypeRegistry):
         if snap.get("deleted_at") is not None:
             raise NotFound(f"entity {eid} was deleted at seq {at} (as of {seq})",
                            entity_id=eid, deleted_seq=at)
-        return self._snapshot_entity(self._types[type_name], snap)
+        entity = self._snapshot_entity(self._types[type_name], snap)
+        if entity.expires_at is not None:
+            when = self.db.fetchone(f"SELECT ts FROM {EVENTS_ALL} WHERE seq = ?", [seq])
+            if when is None or expired(entity.expires_at, when[0]):
+                raise expired_error(entity)
+        return entity
 
     def get(self, tenant: str, eid: Any, as_of: AsOf = None) -> Entity:
         """The entity now, or as it was at ``as_of``; NotFound if missing, deleted or erased."""

@@ -26,9 +26,11 @@ from ..errors import (
     ValidationError,
     VersionConflict,
 )
+from ..expiry import EXPIRY_ACTOR, check_expiry_args, expiry_of
 from ..ids import DEFAULT_TENANT, ID_HASH_HEX, entity_id, sha256_hex
 from ..models import Entity
 from ..schema import EntityType
+from .expiry import expired
 from .grounding import with_grounded_dates
 from .queries import Queries
 from .rows import jsonable
@@ -38,6 +40,7 @@ from .sql import (
 )
 from .tables import (
     ENTITY_OPS,
+    EXPIRES_COLUMN,
     table_name,
 )
 
@@ -73,9 +76,11 @@ class Writes(Queries):
     def _snapshot(self, etype: EntityType, eid: str, tenant: str, version: int,
                   data: Mapping[str, Any], created_at: dt.datetime, updated_at: dt.datetime,
                   deleted_at: dt.datetime | None, text_hash: str | None,
-                  plain: dict[str, Any] | None = None) -> dict[str, Any]:
-        """An entity's audit snapshot (``plain``: ``jsonable(data)`` when already at hand)."""
-        return {
+                  plain: dict[str, Any] | None = None,
+                  expires_at: dt.datetime | None = None) -> dict[str, Any]:
+        """An entity's audit snapshot (``plain``: ``jsonable(data)`` when already at hand);
+        ``expires_at`` is there only when the entity has an expiry."""
+        snap = {
             "id": eid, "type": etype.name, "tenant": tenant, "version": version,
             "data": jsonable(data) if plain is None else plain,
             "created_at": to_naive_utc(created_at).isoformat(),
@@ -83,6 +88,9 @@ class Writes(Queries):
             "deleted_at": None if deleted_at is None else to_naive_utc(deleted_at).isoformat(),
             "text_hash": text_hash,
         }
+        if expires_at is not None:
+            snap["expires_at"] = to_naive_utc(expires_at).isoformat()
+        return snap
 
     def prepare_create(self, etype: EntityType, data: Any, given_id: Any = None,
                        tenant: str = DEFAULT_TENANT) -> Prepared:
@@ -116,11 +124,23 @@ class Writes(Queries):
 
     def _update(self, tenant: str, eid: Any, op: str, expected_version: Any,
                 compute: Callable[[EntityType, Entity], dict[str, Any]],
-                actor: str | None, reason: str | None, trace_id: str | None) -> Entity:
+                actor: str | None, reason: str | None, trace_id: str | None,
+                ttl: Any = None, expires_at: Any = None, sweep: bool = False) -> Entity:
+        """One audited change of an entity. ``ttl`` / ``expires_at``: its new expiry (both
+        None: kept); ``sweep``: the expiry sweep deleting an entity whose expiry has come."""
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         check_expected_version(expected_version)
+        check_expiry_args(ttl, expires_at)
         with self.db.write() as con:
-            etype, current = self._current(con, eid, tenant, allow_deleted=op == "restore")
+            etype, current = self._current(con, eid, tenant, allow_deleted=op == "restore",
+                                           allow_expired=sweep)
+            now = utcnow()
+            if sweep and not expired(current.expires_at, now):
+                return current  # renewed since the sweep listed it
+            expiry = expiry_of(ttl, expires_at, now)
+            expires = current.expires_at if expiry.keep else expiry.at
+            if op == "restore" and expired(expires, now):
+                expires = None  # restored to be read: an expiry that has come is cleared
             if expected_version is not None and expected_version != current.version:
                 raise VersionConflict(
                     f"{eid} is at version {current.version}, not {expected_version}",
@@ -137,17 +157,17 @@ class Writes(Queries):
                 if current.deleted_at is None:
                     raise Conflict(f"entity {eid} is not deleted", entity_id=eid)
                 deleted_at = None
-            elif new_values == old_values:
+            elif new_values == old_values and expires == current.expires_at:
                 return current
-            now = utcnow()
             text = etype.embed_text(new_values)
             text_hash = None if text is None else sha256_hex(text)
             version = current.version + 1
             before = self._snapshot(etype, eid, tenant, current.version, old_values,
                                     current.created_at, current.updated_at, current.deleted_at,
-                                    self._text_hash(con, etype, eid, tenant))
+                                    self._text_hash(con, etype, eid, tenant),
+                                    expires_at=current.expires_at)
             after = self._snapshot(etype, eid, tenant, version, new_values, current.created_at,
-                                   now, deleted_at, text_hash)
+                                   now, deleted_at, text_hash, expires_at=expires)
             seq = self._next_event(
                 con, tenant=tenant, op=op, type_name=etype.name, entity_id=eid,
                 version_before=current.version, version_after=version, before=before,
@@ -158,9 +178,11 @@ class Writes(Queries):
             match, match_params = self._row_match(con, table_name(etype.name), eid, tenant)
             con.execute(
                 f"UPDATE {table_name(etype.name)} SET version = ?, updated_at = ?, "
-                f"deleted_at = ?, deleted_seq = ?, text_hash = ?, {sets} WHERE {match}",
+                f"deleted_at = ?, deleted_seq = ?, text_hash = ?, {EXPIRES_COLUMN} = ?, "
+                f"{sets} WHERE {match}",
                 [version, to_naive_utc(now), None if deleted_at is None else
                  to_naive_utc(deleted_at), seq if op == "delete" else None, text_hash,
+                 None if expires is None else to_naive_utc(expires),
                  *[bind_field(s, new_values[n]) for n, s in etype.fields.items()],
                  *match_params],
             )
@@ -171,7 +193,7 @@ class Writes(Queries):
             return Entity(
                 id=eid, type=etype.name, tenant=tenant, version=version,
                 data=etype.model.model_validate(new_values), created_at=current.created_at,
-                updated_at=now, deleted_at=deleted_at,
+                updated_at=now, deleted_at=deleted_at, expires_at=expires,
             )
 
     def _text_hash(self, con: duckdb.DuckDBPyConnection, etype: EntityType, eid: str,
@@ -181,9 +203,11 @@ class Writes(Queries):
 
     def update(self, tenant: str, eid: Any, changes: Any, *, expected_version: Any = None,
                actor: str | None = None, reason: str | None = None,
-               trace_id: str | None = None) -> Entity:
-        """Apply field changes; bumps the version (a no-op change returns the entity as is)."""
-        check_changes(changes)
+               trace_id: str | None = None, ttl: Any = None,
+               expires_at: Any = None) -> Entity:
+        """Apply field changes (and a new expiry, :mod:`dmf_hybrid.expiry`); bumps the
+        version (a no-op change returns the entity as is)."""
+        check_changes(changes, ttl is not None or expires_at is not None)
 
         def compute(etype: EntityType, current: Entity) -> dict[str, Any]:
             merged = {**current.fields(), **changes}
@@ -193,7 +217,7 @@ class Writes(Queries):
             return result
 
         return self._update(tenant, eid, "update", expected_version, compute, actor, reason,
-                            trace_id)
+                            trace_id, ttl, expires_at)
 
     def append(self, tenant: str, eid: Any, field: Any, values: Any, *,
                expected_version: Any = None, actor: str | None = None,
@@ -223,10 +247,15 @@ class Writes(Queries):
         return self._update(tenant, eid, "delete", expected_version,
                             lambda _t, cur: cur.fields(), actor, reason, trace_id)
 
+    def sweep_one(self, tenant: str, eid: str, reason: str) -> Entity:
+        """Soft-delete an entity whose expiry has come, as the sweep (:data:`EXPIRY_ACTOR`)."""
+        return self._update(tenant, eid, "delete", None, lambda _t, cur: cur.fields(),
+                            EXPIRY_ACTOR, reason, None, sweep=True)
+
     def restore(self, tenant: str, eid: Any, *, expected_version: Any = None,
                 actor: str | None = None, reason: str | None = None,
                 trace_id: str | None = None) -> Entity:
-        """Undo a soft delete."""
+        """Undo a soft delete (an expiry that has come is cleared with it)."""
         return self._update(tenant, eid, "restore", expected_version,
                             lambda _t, cur: cur.fields(), actor, reason, trace_id)
 

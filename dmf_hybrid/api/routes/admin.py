@@ -41,6 +41,12 @@ def reindex(memory: AdminMemory) -> CountsPublic:
     return CountsPublic(**memory.reindex())
 
 
+@router.post("/sweep")
+def sweep(memory: AdminMemory) -> CountsPublic:
+    """Soft-delete the tenant's entities whose expiry has come (audited); how many."""
+    return CountsPublic(swept=memory.sweep_expired())
+
+
 @router.post("/flush")
 def flush(memory: AdminMemory) -> CountsPublic:
     """Apply pending outbox rows now; returns how many were applied."""

@@ -45,7 +45,7 @@ def create_entity(type_name: str, body: EntityCreate, memory: WriterMemory, audi
                   response: Response) -> Entity:
     """Create an entity (201); the same identity again meets ``on_conflict`` (200)."""
     entity = memory.create(type_name, body.data, id=body.id, on_conflict=body.on_conflict,
-                           **audit.kwargs())
+                           ttl=body.ttl, expires_at=body.expires_at, **audit.kwargs())
     if not entity.created:
         response.status_code = status.HTTP_200_OK
     # built from the stored (validated) ID, quoted: a header must never fail after the commit
@@ -58,7 +58,7 @@ def create_entities(type_name: str, body: EntityBatchCreate, memory: WriterMemor
                     audit: Audit) -> list[Entity]:
     """Create many entities of one type (validated first, then written together)."""
     return memory.create_many(type_name, body.rows, on_conflict=body.on_conflict,
-                              **audit.kwargs())
+                              ttl=body.ttl, expires_at=body.expires_at, **audit.kwargs())
 
 
 @router.get("/entities/{entity_id}")
@@ -87,7 +87,7 @@ def update_entity(entity_id: str, body: EntityUpdate, memory: WriterMemory, audi
                   response: Response, if_match: IfMatch = None) -> Entity:
     """Change fields; with If-Match a stale version fails with 412."""
     entity = memory.update(entity_id, body.data, expected_version=parse_if_match(if_match),
-                           **audit.kwargs())
+                           ttl=body.ttl, expires_at=body.expires_at, **audit.kwargs())
     return _reply(entity, response)
 
 
