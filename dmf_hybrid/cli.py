@@ -38,6 +38,7 @@ from .cli_support import (
     target,
 )
 from .errors import DMFError, StoreLocked
+from .expiry import ttl_option
 
 # rich markup would swallow "[types.Name]" in help texts: plain text it is
 app = typer.Typer(help="dmf-hybrid: a deterministic memory for AI agents.",
@@ -48,6 +49,9 @@ OnConflictOpt = Annotated[str, typer.Option(
                           "the stored entity and say which fields differ; raise: an error; "
                           "update: change it to the given values).")]
 AuditReasonOpt = Annotated[str | None, typer.Option("--reason", help="Audit reason.")]
+TtlOpt = Annotated[str | None, typer.Option(
+    "--ttl", help='Expiry in seconds from now ("never": none); the entity then reads as deleted '
+                  "and the sweep soft-deletes it.")]
 VersionOpt = Annotated[int | None, typer.Option(
     "--expected-version", help="Fail unless the entity is at this version.")]
 
@@ -184,14 +188,14 @@ def create(
                                           help='The fields as JSON, e.g. \'{"name": "Bund"}\'.')],
     entity_id: Annotated[str | None, typer.Option(
         "--id", help="A chosen ID instead of the one derived from the identity.")] = None,
-    on_conflict: OnConflictOpt = "return", reason: AuditReasonOpt = None,
+    on_conflict: OnConflictOpt = "return", reason: AuditReasonOpt = None, ttl: TtlOpt = None,
     data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Create an entity; the same identity again meets --on-conflict (default: return)."""
     values = parse_json_option(fields, "DATA")
     with target(data, url, api_key, create=True) as mem:
         entity = mem.create(type_name, values, id=entity_id, on_conflict=on_conflict,
-                            reason=reason)
+                            reason=reason, ttl=ttl_option(ttl))
     note = "created" if entity.created else "exists" + (
         f"; differs: {', '.join(entity.differs)}" + (" (updated)" if on_conflict == "update"
                                                      else " (kept; --on-conflict update)")
@@ -204,14 +208,15 @@ def update(
     entity_id: Annotated[str, typer.Argument(metavar="ID", help="Entity ID.")],
     fields: Annotated[str, typer.Argument(metavar="DATA",
                                           help='Fields to change as JSON, e.g. \'{"cost": 5}\'.')],
-    expected_version: VersionOpt = None, reason: AuditReasonOpt = None,
+    expected_version: VersionOpt = None, reason: AuditReasonOpt = None, ttl: TtlOpt = None,
     data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
 ) -> None:
-    """Change fields of an entity (identity fields cannot change)."""
+    """Change fields of an entity (identity fields cannot change); DATA '{}' with --ttl
+    only renews its expiry."""
     values = parse_json_option(fields, "DATA")
     with target(data, url, api_key) as mem:
         entity = mem.update(entity_id, values, expected_version=expected_version,
-                            reason=reason)
+                            reason=reason, ttl=ttl_option(ttl))
     _show(entity, as_json)
 
 
@@ -422,6 +427,15 @@ def _counts(name: str, counts: Mapping[str, object], as_json: bool) -> None:
         print_json(counts)
     else:
         typer.echo(f"{name}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+@app.command()
+def sweep(data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None,
+          as_json: JsonOpt = False) -> None:
+    """Soft-delete the entities whose expiry has come (audited, actor system:expiry)."""
+    with target(data, url, api_key) as mem:
+        swept = mem.sweep_expired()
+    _counts("sweep", {"swept": swept}, as_json)
 
 
 @app.command()

@@ -125,6 +125,17 @@ def expiry_of(ttl: Any, expires_at: Any, now: dt.datetime,
     return Expiry(keep=False, at=now + span)
 
 
+def ttl_option(text: str | None) -> float | str | None:
+    """A ``--ttl`` option's text as ``ttl``: seconds, or :data:`NEVER`."""
+    if text is None or text.strip() == NEVER:
+        return None if text is None else NEVER
+    try:
+        return float(text)
+    except ValueError:
+        raise ValidationError(f'ttl must be a number of seconds or "{NEVER}", not {text!r}',
+                              field="ttl") from None
+
+
 def expiry_json(ttl: Any, expires_at: Any) -> dict[str, Any]:
     """``ttl`` and ``expires_at`` checked, as the JSON of a write request carries them (none
     of the two keys when neither is given)."""

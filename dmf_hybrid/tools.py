@@ -27,6 +27,7 @@ from .checks import ID_PATTERN, ON_CONFLICT, TOOL_NAME_RE, full_match
 from .conversations import CONVERSATION_FIELD, log_available
 from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
+from .expiry import MAX_TTL_SECONDS, NEVER, TTL_DOC
 from .filters import FILTER_DOC_BRIEF
 from .lifecycle.context import call_context_tool, context_tool_definition
 from .lifecycle.summaries import SUMMARY_TYPE
@@ -51,6 +52,10 @@ ID_SCHEMA: dict[str, Any] = {
     "type": "string", "pattern": ID_PATTERN,
     "description": "An entity ID, as returned by create/query/search.",
 }
+TTL_SCHEMA: dict[str, Any] = {
+    "anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_SECONDS},
+              {"const": NEVER}],
+    "description": TTL_DOC}
 VERSION_SCHEMA: dict[str, Any] = {
     "type": "integer", "minimum": 1,
     "description": "Fail with a version conflict unless the entity is at this version.",
@@ -275,7 +280,8 @@ def _create_options() -> dict[str, Any]:
         "on_conflict": {
             "type": "string", "enum": list(ON_CONFLICT), "default": "return",
             "description": "When the identity exists: return it (differs lists the given "
-                           "fields that differ), raise a conflict, or update it."}}
+                           "fields that differ), raise a conflict, or update it."},
+        "ttl": TTL_SCHEMA}
 
 
 def field_line(name: str, spec: Any, identity: tuple[str, ...]) -> str:
@@ -371,8 +377,8 @@ def _generic_tools(types: list[EntityType], compact: bool = False) -> list[dict[
         "type": "object", "required": ["op"],
         "properties": {"op": {"type": "string", "enum": list(OPS)}},
         "description": "One operation: {op, ...the arguments of the tool of that name}: "
-                       "create {type, data, id?, on_conflict?}; update {id, data, "
-                       "expected_version?}; "
+                       "create {type, data, id?, on_conflict?, ttl?}; update {id, data, "
+                       "expected_version?, ttl?}; "
                        "append {id, field, values}; delete/restore {id}; link/unlink "
                        "{from_id, relation, to_id}; get {id}; query {type, where?, order_by?, "
                        "limit?}; search {type, text, where?, k?, mode?, conversation?}; "
@@ -387,9 +393,10 @@ def _generic_tools(types: list[EntityType], compact: bool = False) -> list[dict[
         _op_tool("update", "update", "Change some fields of an entity (the fields of its type, see "
                  "create; identity fields cannot change: create the new entity and delete the "
                  f"old). {ENTITY_RESULT}",
-                 {**id_only, "data": {"type": "object", "minProperties": 1,
-                                      "description": "{field: new value}"},
-                  "expected_version": VERSION_SCHEMA}),
+                 {**id_only, "data": {"type": "object",
+                                      "description": "{field: new value} ({} with a ttl: "
+                                                     "only a new expiry)"},
+                  "expected_version": VERSION_SCHEMA, "ttl": TTL_SCHEMA}),
         _op_tool("append", "append",
                  f"Append values to a list field of an entity. {ENTITY_RESULT}",
                  {**id_only, "field": {"type": "string", "description": "A list field."},

@@ -56,14 +56,15 @@ class Operation:
 
 _ID = Arg("id", "id", True, "entity_id")
 _VERSION = Arg("expected_version", "int")
+_TTL = Arg("ttl", "ttl")
 #: Every plan operation, read by the executor, the tool definitions and the HTTP routes.
 OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("create", "create", (Arg("type", "type", True, "type_name"),
                                    Arg("data", "object", True), Arg("id", "id"),
                                    Arg("on_conflict", "on_conflict",
-                                       default=DEFAULT_ON_CONFLICT)), WRITER),
-    Operation("update", "update", (_ID, Arg("data", "object", True, "changes"), _VERSION),
-              WRITER),
+                                       default=DEFAULT_ON_CONFLICT), _TTL), WRITER),
+    Operation("update", "update", (_ID, Arg("data", "object", True, "changes"), _VERSION,
+                                   _TTL), WRITER),
     Operation("append", "append", (_ID, Arg("field", "str", True), Arg("values", "list", True),
                                    _VERSION), WRITER),
     Operation("delete", "delete", (_ID, _VERSION), WRITER),
@@ -113,6 +114,8 @@ def entity_json(entity: Entity, *, created: bool | None = None) -> dict[str, Any
             out["differs"] = list(entity.differs)
     if entity.deleted_at is not None:
         out["deleted"] = True
+    if entity.expires_at is not None:
+        out["expires_at"] = entity.expires_at.isoformat()
     return out
 
 

@@ -20,6 +20,7 @@ from ..checks import DIRECTIONS, ID_RE, ON_CONFLICT, SEARCH_MODES, full_match
 from ..conversations import MESSAGE_TYPE, check_log_type, message_rows, scope_to_conversation
 from ..embedded import EmbeddedMemory
 from ..errors import DMFError, NotFound, first_problem
+from ..expiry import NEVER
 from ..filters import parse_filter, parse_order
 from ..schema import EntityType
 from .ops import (
@@ -156,6 +157,8 @@ class Validator:
             "mode": value in SEARCH_MODES,
             "direction": value in DIRECTIONS,
             "on_conflict": value in ON_CONFLICT,
+            "ttl": value == NEVER or (isinstance(value, (int, float))
+                                      and not isinstance(value, bool)),
         }[kind]
         if ok:
             return
@@ -165,6 +168,7 @@ class Validator:
             "direction": f"one of {', '.join(DIRECTIONS)}",
             "on_conflict": f"one of {', '.join(ON_CONFLICT)}",
             "order": "a field name ('-name' for descending) or a list of them",
+            "ttl": f'seconds (a number), or "{NEVER}"',
         }
         expected = {"type": "a type name", "object": "an object", "int": "an integer",
                     "str": "a string", "list": "a list"}.get(kind, hints.get(kind, kind))

@@ -16,8 +16,10 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel
 
+from ..clock import utcnow
 from ..errors import DMFError
 from ..schema import EntityType
+from .expiry import live_sql
 from .rows import aware_datetimes
 from .sql import q
 from .tables import table_name
@@ -71,19 +73,21 @@ def _stored_texts(con: duckdb.DuckDBPyConnection, etype: EntityType, tenant: str
     table = table_name(etype.name)
     order = q(ctx.order)
     match = " AND ".join(f"{q(g)} IS NOT DISTINCT FROM ?" for g in ctx.group)
-    params = [tenant, *group, max(new)]
+    at: list[Any] = []
+    live = live_sql(at, utcnow())  # an expired row lends no text to its successors
+    params = [tenant, *at, *group, max(new)]
     # the orders first (cheap), then the rows of the ones any new row can need
     orders = [r[0] for r in con.execute(
-        f"SELECT DISTINCT {order} FROM {table} WHERE tenant = ? AND deleted_at IS NULL "
+        f"SELECT DISTINCT {order} FROM {table} WHERE tenant = ? AND {live} "
         f"AND {match} AND {order} < ? ORDER BY {order} DESC", params).fetchall()]
     if not orders:
         return {}
     wanted = sorted({o for n in new for o in [o for o in orders if o < n][:ctx.turns]})
     cols = ", ".join(q(f) for f in etype.fields)
     rows = con.execute(
-        f"SELECT {cols} FROM {table} WHERE tenant = ? AND deleted_at IS NULL AND {match} "
+        f"SELECT {cols} FROM {table} WHERE tenant = ? AND {live} AND {match} "
         f"AND {order} IN (SELECT unnest(CAST(? AS BIGINT[]))) ORDER BY {order}, id",
-        [tenant, *group, wanted]).fetchall()
+        [tenant, *at, *group, wanted]).fetchall()
     texts: dict[int, str] = {}
     for row in rows:
         data = aware_datetimes(etype, dict(zip(etype.fields, row, strict=True)))
