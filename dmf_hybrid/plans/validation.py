@@ -329,7 +329,7 @@ class Validator:
         eid, known = self._target(i, "id", step["id"], refs)
         etype = known_type(self.mem, known.type if known else None)
         if etype is not None:
-            if not step["data"]:
+            if not step["data"] and step.get("ttl") is None:
                 self.problems.add(i, "data", "data must name at least one field",
                                   close_matches(None, list(etype.fields), "fields"))
             self._fields(i, etype, step["data"], "data", list(refs), partial=True)

@@ -154,7 +154,7 @@ class Writes(Queries):
             if op == "delete":
                 deleted_at = utcnow()
             elif op == "restore":
-                if current.deleted_at is None:
+                if current.deleted_at is None and not expired(current.expires_at, now):
                     raise Conflict(f"entity {eid} is not deleted", entity_id=eid)
                 deleted_at = None
             elif new_values == old_values and expires == current.expires_at:
