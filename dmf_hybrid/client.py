@@ -5,11 +5,10 @@
         trip.data.destination            # the type's model, built from its definition
         mem.update(trip.id, {"budget": 3000}, expected_version=trip.version)  # If-Match
 
-Differences from Memory: the API key decides the tenant (no ``for_tenant``); ``snapshot``
-and ``archive_events`` take a name (the server puts the files under its data directory);
-``load_definitions`` sends one type or rule at a time; ``summarize`` takes no ``summariser``
-(plug-ins run in the server process); there is no ``transaction`` (see the plans API), and
-``open``, ``restore_snapshot`` and ``engine`` exist only in-process.
+Differences from Memory: the API key decides the tenant (no ``for_tenant``); ``snapshot`` and
+``archive_events`` take a name (the server puts the files under its data directory);
+``summarize`` takes no ``summariser`` (plug-ins run in the server process); no ``transaction``
+(see the plans API); ``open``, ``restore_snapshot`` and ``engine`` exist only in-process.
 """
 
 from __future__ import annotations
@@ -371,11 +370,10 @@ class MemoryClient(MemoryAPI):
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
-        headers = self._audit(actor, reason, trace_id, expected_version)
         expiry = expiry_json(ttl, expires_at)
         body = {"data": check_changes(jsonable(changes, "changes"), bool(expiry)), **expiry}
         return self._get(Entity, "PATCH", f"/entities/{id_segment(entity_id)}", json=body,
-                         headers=headers)
+                         headers=self._audit(actor, reason, trace_id, expected_version))
 
     def append(self, entity_id: str, field: str, values: list[Any], *,
                expected_version: int | None = None, actor: str | None = None,

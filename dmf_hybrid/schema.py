@@ -509,43 +509,6 @@ def fits_int64(value: Any) -> bool:
         INT64_MIN <= value <= INT64_MAX)
 
 
-def check_compatible(old: TypeDef, new: TypeDef) -> list[str]:
-    """Fields that ``new`` adds to ``old``; SchemaError if the change is incompatible."""
-    reasons = []
-    for name, spec in old.fields.items():
-        if name not in new.fields:
-            reasons.append(f"field {name!r} was removed")
-            continue
-        nspec = new.fields[name]
-        if (nspec.type, nspec.item) != (spec.type, spec.item):
-            reasons.append(f"field {name!r} changed type {spec.type} -> {nspec.type}")
-        if spec.values and nspec.values and not set(spec.values) <= set(nspec.values):
-            reasons.append(f"enum {name!r} dropped values")
-        if nspec.required and not spec.required:
-            reasons.append(f"field {name!r} became required")
-        if spec.nullable and not nspec.nullable:
-            reasons.append(f"field {name!r} became non-nullable")
-    added = [n for n in new.fields if n not in old.fields]
-    for name in added:
-        if new.fields[name].required:
-            reasons.append(f"new field {name!r} is required and has no default")
-    if old.identity != new.identity:
-        reasons.append("identity fields changed (IDs would change)")
-    for name, rel in old.relations.items():
-        if name in new.relations and new.relations[name] != rel:
-            if (new.relations[name].target, new.relations[name].cardinality) != (
-                    rel.target, rel.cardinality):
-                reasons.append(f"relation {name!r} changed target or cardinality")
-        elif name not in new.relations:
-            reasons.append(f"relation {name!r} was removed")
-    if reasons:
-        raise SchemaError(
-            f"incompatible change to {old.name}: " + "; ".join(reasons), field="fields",
-            reasons=reasons,
-        )
-    return added
-
-
 def read_toml(path: str | Path) -> dict[str, Any]:
     """A definition file's TOML; SchemaError if it is missing or not valid TOML."""
     try:

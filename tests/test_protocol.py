@@ -11,7 +11,8 @@ import pytest
 from dmf_hybrid import Memory, MemoryAPI, MemoryClient
 
 #: Memory members that cannot cross HTTP (the protocol's docstring names them).
-EMBEDDED_ONLY = {"open", "for_tenant", "transaction", "restore_snapshot", "engine", "reads"}
+EMBEDDED_ONLY = {"open", "for_tenant", "transaction", "restore_snapshot", "engine", "reads",
+                 "sweep_every_tenant"}
 #: The client's own additions: the service's health checks.
 CLIENT_ONLY = {"health", "readiness"}
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from dmf_hybrid import Conflict, DMFError, HashEmbedder, Memory, StoreLocked, ValidationError
+from dmf_hybrid.store.tables import STORE_FORMAT
 from tests.conftest import define_travel
 from tests.store import audit_seqs, dump_rows, open_memory
 from tests.store.test_schema import PoiV2
@@ -260,7 +261,7 @@ def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
 
     again = Memory.open(path, embedder=HashEmbedder())
     try:
-        assert _format_of(again) == ("2", ["PRIMARY KEY(tenant, id)"])
+        assert _format_of(again) == (str(STORE_FORMAT), ["PRIMARY KEY(tenant, id)"])
         assert not again._store.reconcile_pending  # the open reconciled the vector IDs
         assert again.last_seq == seq
         report = again.verify_audit()
@@ -286,7 +287,7 @@ def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
         again.close()
     again = Memory.open(path, embedder=HashEmbedder())  # format 2 opens as it is
     try:
-        assert _format_of(again) == ("2", ["PRIMARY KEY(tenant, id)"])
+        assert _format_of(again) == (str(STORE_FORMAT), ["PRIMARY KEY(tenant, id)"])
         assert again.for_tenant("beta").get(given).data.name == "Other"
     finally:
         again.close()
