@@ -444,7 +444,7 @@ def reconcile(data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None,
     """Compare the vector index with DuckDB and repair drift (missing, stale, orphan)."""
     with target(data, url, api_key) as mem:
         counts = mem.reconcile()
-    _counts("reconcile", counts, as_json)
+    _counts("reconcile", counts.model_dump(), as_json)
 
 
 @app.command()
@@ -453,7 +453,7 @@ def reindex(data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None,
     """Rebuild the vector index from DuckDB and the embedding cache."""
     with target(data, url, api_key) as mem:
         counts = mem.reindex()
-    _counts("reindex", counts, as_json)
+    _counts("reindex", counts.model_dump(), as_json)
 
 
 @app.command()
@@ -465,9 +465,9 @@ def snapshot(
     with target(data, url, api_key) as mem:
         manifest = mem.snapshot(dest if not url else str(dest))
     if as_json:
-        print_json(manifest)
+        print_json(manifest.model_dump(exclude_none=True))
     else:
-        typer.echo(f"snapshot written to {dest}: last seq {manifest.get('last_seq')}")
+        typer.echo(f"snapshot written to {dest}: last seq {manifest.last_seq}")
 
 
 @app.command(name="restore-snapshot")

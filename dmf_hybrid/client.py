@@ -251,7 +251,6 @@ class MemoryClient(MemoryAPI):
 
     # ---------------------------------------------------------------- schema
 
-    @property
     def last_seq(self) -> int:
         return self._get(HeadPublic, "GET", "/audit/head").last_seq
 
@@ -304,13 +303,11 @@ class MemoryClient(MemoryAPI):
             body = jsonable(dict(rule), "rule")
         else:
             raise SchemaError("a rule must be an object", field="rule")
-        info: RuleInfo = self._call("POST", "/rules", json=body,
-                                    headers=self._audit(actor=actor, reason=reason))
-        return info
+        return self._get(RuleInfo, "POST", "/rules", json=body,
+                         headers=self._audit(actor=actor, reason=reason))
 
     def rules(self) -> list[RuleInfo]:
-        infos: list[RuleInfo] = self._call("GET", "/rules")
-        return infos
+        return self._list(RuleInfo, "GET", "/rules")
 
     def types(self) -> list[EntityType]:
         return [self._type_from(t) for t in self._list(TypePublic, "GET", "/types")]
@@ -450,12 +447,10 @@ class MemoryClient(MemoryAPI):
         return self._get(SearchResult, "POST", "/search", json=body)
 
     def reconcile(self) -> ReconcileCounts:
-        counts: ReconcileCounts = self._call("POST", "/admin/reconcile")
-        return counts
+        return self._get(ReconcileCounts, "POST", "/admin/reconcile")
 
     def reindex(self) -> ReindexCounts:
-        counts: ReindexCounts = self._call("POST", "/admin/reindex")
-        return counts
+        return self._get(ReindexCounts, "POST", "/admin/reindex")
 
     def sweep_expired(self) -> int:
         return int(self._call("POST", "/admin/sweep")["swept"])
@@ -464,9 +459,7 @@ class MemoryClient(MemoryAPI):
         return int(self._call("POST", "/admin/flush")["applied"])
 
     def snapshot(self, dest: str | Path) -> SnapshotManifest:
-        manifest: SnapshotManifest = self._call("POST", "/admin/snapshot",
-                                                json={"name": str(dest)})
-        return manifest
+        return self._get(SnapshotManifest, "POST", "/admin/snapshot", json={"name": str(dest)})
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -525,10 +518,9 @@ class MemoryClient(MemoryAPI):
     def execute_plan(self, ops: Sequence[Mapping[str, Any]], dry_run: bool = False, *,
                      actor: str | None = None, reason: str | None = None,
                      trace_id: str | None = None) -> PlanOutcome:
-        outcome: PlanOutcome = self._call(
-            "POST", "/plans/execute", json={"ops": jsonable(ops, "ops"), "dry_run": dry_run},
-            headers=self._audit(actor, reason, trace_id))
-        return outcome
+        return self._get(PlanOutcome, "POST", "/plans/execute",
+                         json={"ops": jsonable(ops, "ops"), "dry_run": dry_run},
+                         headers=self._audit(actor, reason, trace_id))
 
     # ---------------------------------------------------------------- the service's own
 

@@ -486,8 +486,7 @@ class Indexer:
         """Compare the vector index with DuckDB; repair missing, stale and orphan vectors."""
         with self._claims.exclusive(), self.store.db.no_writes(), self._lock:
             self.drain()
-            counts: ReconcileCounts = {"checked": 0, "missing": 0, "stale": 0, "orphan": 0,
-                                       "unreachable_by_id": 0}
+            counts = ReconcileCounts()
             for etype in self.store.types():
                 if etype.typedef.embed is None:
                     continue
@@ -495,19 +494,19 @@ class Indexer:
                 self.vectors.ensure_collection(name, self.embedder.dim)
                 stored = self.vectors.records(name)
                 live = {vector_id(r[1], r[0]): r for r in self._live_rows(etype)}
-                counts["checked"] += len(live)
+                counts.checked += len(live)
                 repair: list[Key] = []
                 for vid, (eid, tenant, version, text_hash, _data, _key) in live.items():
                     meta = stored.get(vid)
                     if meta is None:
-                        counts["missing"] += 1
+                        counts.missing += 1
                         repair.append((tenant, eid))
                     elif (meta.get("version") != version or meta.get("text_hash") != text_hash
                           or meta.get("tenant") != tenant):
-                        counts["stale"] += 1
+                        counts.stale += 1
                         repair.append((tenant, eid))
                 orphans = sorted(set(stored) - set(live))
-                counts["orphan"] += len(orphans)
+                counts.orphan += len(orphans)
                 if orphans:
                     self.vectors.delete(name, orphans)
                 if repair:
@@ -519,15 +518,15 @@ class Indexer:
         """Rebuild every collection from DuckDB and the embedding cache."""
         with self._claims.exclusive(), self.store.db.no_writes(), self._lock:
             self.drain()
-            counts: ReindexCounts = {"types": 0, "entities": 0}
+            counts = ReindexCounts()
             for etype in self.store.types():
                 if etype.typedef.embed is None:
                     continue
                 self.vectors.drop(self.collection(etype.name))
                 live = self._live_rows(etype)
                 self._apply_type(etype, [(r[1], r[0]) for r in live])
-                counts["types"] += 1
-                counts["entities"] += len(live)
+                counts.types += 1
+                counts.entities += len(live)
             self.forget_local()
             return counts
 

@@ -152,7 +152,6 @@ class Memory(MemoryAPI):
         """The read-only view of this tenant's part of the store (for lifecycle and plans)."""
         return self._reads
 
-    @property
     def last_seq(self) -> int:
         return self._store.committed_seq
 
@@ -371,11 +370,11 @@ class Memory(MemoryAPI):
         with self._store.db.write() as con:
             with archive.exporting(self._store, con, directory):
                 con.execute(f"EXPORT DATABASE '{_sql_path(directory)}' (FORMAT parquet)")
-            manifest: SnapshotManifest = {"format": 1, "last_seq": self._store.last_seq,
-                                          "last_hash": self._store.verify_audit().last_hash}
+            manifest = SnapshotManifest(format=1, last_seq=self._store.last_seq,
+                                        last_hash=self._store.verify_audit().last_hash)
         # written last and atomically: a snapshot with a manifest is a complete snapshot
         partial = directory / f"{SNAPSHOT_MANIFEST}.partial"
-        partial.write_text(json.dumps(manifest, indent=2))
+        partial.write_text(json.dumps(manifest.model_dump(exclude_none=True), indent=2))
         os.replace(partial, directory / SNAPSHOT_MANIFEST)
         return manifest
 
@@ -438,7 +437,7 @@ class Memory(MemoryAPI):
         if lost:
             rebuild_id_indexes(self._store.db, sorted(lost))
         counts = self._engine.reconcile()
-        counts["unreachable_by_id"] = unreachable_count(lost)
+        counts.unreachable_by_id = unreachable_count(lost)
         return counts
 
     def reindex(self) -> ReindexCounts:

@@ -12,7 +12,7 @@ JSON ``data`` back into its type's model (see :class:`EntityDecoder`). Imports o
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Literal, Protocol, TypedDict
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -329,50 +329,52 @@ class ArchiveResult(BaseModel):
 # ---------------------------------------------------------------- JSON-shaped answers
 
 
-class RuleInfo(TypedDict):
-    """A rule as JSON: its definition (``RuleDef`` fields), version and dependencies."""
+class RuleInfo(BaseModel):
+    """A rule: its definition (``RuleDef`` fields), version and dependencies."""
 
     name: str
-    description: str | None
+    description: str | None = None
     trigger: JSONObject
     condition: str
     action: JSONObject
     version: int
-    dependencies: list[list[str]]
+    dependencies: list[list[str]] = Field(
+        default_factory=list, description="The (type, relation) pairs whose changes re-check it.")
 
 
-class PlanOutcome(TypedDict):
+class PlanOutcome(BaseModel):
     """What ``execute_plan`` did: per-step results, the diff, commit flag and seq range."""
 
     results: list[JSONValue]
     diff: list[JSONObject]
     committed: bool
-    seq_range: list[int] | None
+    seq_range: list[int] | None = None
 
 
-class SnapshotManifest(TypedDict, total=False):
+class SnapshotManifest(BaseModel):
     """A snapshot's manifest (the HTTP API adds the snapshot's ``name`` and ``path``)."""
 
     format: int
     last_seq: int
-    last_hash: str | None
-    name: str
-    path: str
+    last_hash: str | None = None
+    name: str | None = None
+    path: str | None = None
 
 
-class ReconcileCounts(TypedDict):
+class ReconcileCounts(BaseModel):
     """What ``reconcile`` found and repaired."""
 
-    checked: int
-    missing: int
-    stale: int
-    orphan: int
-    #: entities reachable by filter but not by ID (their ID indexes were rebuilt)
-    unreachable_by_id: int
+    checked: int = 0
+    missing: int = 0
+    stale: int = 0
+    orphan: int = 0
+    unreachable_by_id: int = Field(
+        0, description="Entities a filter finds but a lookup by ID did not (their ID indexes "
+                       "were rebuilt).")
 
 
-class ReindexCounts(TypedDict):
+class ReindexCounts(BaseModel):
     """What ``reindex`` rebuilt."""
 
-    types: int
-    entities: int
+    types: int = 0
+    entities: int = 0

@@ -243,7 +243,6 @@ class MemoryAPI(Protocol):
         by its ID (``unreachable_by_id``)."""
         ...
 
-    @property
     def last_seq(self) -> int:
         """The audit seq of the newest committed event (in a write transaction: its newest).
 

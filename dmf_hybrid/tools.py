@@ -476,7 +476,7 @@ def call_tool(mem: EmbeddedMemory, name: Any, arguments: Any = None, *, actor: s
         problems = Problems([dict(p) for p in exc.details.get("problems", [])])
         raise problems.error(f"{name} call is invalid and changed nothing", steps=False
                              ) from None
-    return outcome["results"][0]
+    return outcome.results[0]
 
 
 def _search_all(mem: EmbeddedMemory, step: dict[str, Any], actor: str | None,
@@ -503,7 +503,7 @@ def _search_all(mem: EmbeddedMemory, step: dict[str, Any], actor: str | None,
         problems = Problems([{**p, "step": 0} for p in exc.details.get("problems", [])][:1])
         raise problems.error("search call is invalid and changed nothing", steps=False
                              ) from None
-    results: list[Any] = list(outcome["results"])
+    results: list[Any] = list(outcome.results)
     hits: list[dict[str, Any]] = [h for result in results for h in result["hits"]]
     hits.sort(key=lambda h: (-h["score"], h["entity"]["id"]))
     return {"hits": hits[:k] if isinstance(k, int) else hits, "types": names}

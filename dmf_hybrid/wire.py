@@ -345,15 +345,6 @@ class PlanValidation(BaseModel):
     problems: list[PlanProblem]
 
 
-class PlanResult(BaseModel):
-    """Per-step results, the diff (audit events without times), commit flag and seq range."""
-
-    results: list[Any]
-    diff: list[dict[str, Any]]
-    committed: bool
-    seq_range: list[int] | None = None
-
-
 class WhoAmIPublic(BaseModel):
     """The caller's tenant, role and key label; ``open`` when the service has no keys."""
 

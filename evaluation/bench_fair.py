@@ -109,7 +109,7 @@ def as_of_phase(url: str, *, history: int, updates: int, clients: int, samples: 
     with MemoryClient(url, api_key="key-a", timeout=600) as a, \
             MemoryClient(url, api_key="key-b", timeout=60) as b:
         first = a.create_many(TYPE_NAME, make_rows(history, seed=9))
-        far_back = a.last_seq  # before every update below
+        far_back = a.last_seq()  # before every update below
         for round_ in range(updates):
             for e in first:
                 a.update(e.id, {"year": 1990 + round_})

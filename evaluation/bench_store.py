@@ -124,7 +124,7 @@ def bench_size(size: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
             batch_times.append(time.perf_counter() - began)
             load_total += batch_times[-1]
         results["create_many"] = summarise(batch_times, load_total, rows=size)
-        mid_seq = mem.last_seq  # the as_of reads look at the store as it was after the load
+        mid_seq = mem.last_seq()  # the as_of reads look at the store as it was after the load
         samples = args.samples
 
         # single creates on top of the loaded store

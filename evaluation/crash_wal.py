@@ -70,7 +70,7 @@ def commit_after_replay(mem: Any) -> dict[str, Any]:
     mem.define_type(RESTART_TYPEDEF)
     n = mem.count("Restart")
     mem.create("Restart", {"n": n})
-    return {"ev": "restart", "n": n, "seq": mem.last_seq}
+    return {"ev": "restart", "n": n, "seq": mem.last_seq()}
 
 
 def hold_checkpoints(mem: Any) -> None:

@@ -222,7 +222,7 @@ class Workload:
         emit({"ev": "begin", "step": self.step, "op": op, "post": posts, "links": link_rows})
         run()
         emit({"ev": "ack", "step": self.step, "op": op, "post": posts, "links": link_rows,
-              "seq": self.mem.last_seq})
+              "seq": self.mem.last_seq()})
         for eid, state in post:
             self.view[eid] = state
         for link, present in links:
@@ -353,7 +353,7 @@ class Workload:
               "name": name})
         self.mem.snapshot(dest)
         emit({"ev": "ack", "step": self.step, "op": "snapshot", "post": [], "links": [],
-              "name": name, "seq": self.mem.last_seq})
+              "name": name, "seq": self.mem.last_seq()})
 
     def run(self, max_steps: int) -> None:
         ops = list(self.weights)

@@ -65,7 +65,7 @@ def probe_service(workdir: Path, figures: HardeningFigures) -> None:
     with service(workdir, keys, seed=seed_travel) as (base, mem):
         mem.for_tenant("other").define_type(POI_TYPE)
         with _http(base, "hw-acme") as c:
-            seq = mem.last_seq
+            seq = mem.last_seq()
             try:
                 response = c.post("/entities/Poi", json={"id": "nl\n", "data": {
                     "name": "nl", "city": "c"}})
@@ -73,7 +73,7 @@ def probe_service(workdir: Path, figures: HardeningFigures) -> None:
             except httpx.HTTPError:  # a dropped connection: the old failure
                 answered = False
             figures.check("newline id refused with an answer", answered)
-            figures.check("newline id not committed", mem.last_seq == seq)
+            figures.check("newline id not committed", mem.last_seq() == seq)
             for actor in (_label("hw-acme-2"), "admin", "h-admin"):
                 created = c.post("/entities/Poi", json={"data": {"name": f"by {actor}",
                                                                  "city": "c"}},
@@ -94,14 +94,14 @@ def probe_service(workdir: Path, figures: HardeningFigures) -> None:
                           report.get("ok") is True and report.get("events_checked") == len(own))
             full = admin.get("/audit/verify").json()
             figures.check("admin verify is store-wide", full.get("scope") == "store"
-                          and full.get("last_seq") == mem.last_seq)
+                          and full.get("last_seq") == mem.last_seq())
             with mem._store.db.write() as con:  # noqa: SLF001 - break another tenant's event
-                con.execute("UPDATE events SET reason = 'x' WHERE seq = ?", [mem.last_seq])
+                con.execute("UPDATE events SET reason = 'x' WHERE seq = ?", [mem.last_seq()])
             broken = reader.get("/audit/verify").json()
             figures.check("reader verify still sees a break elsewhere",
                           broken.get("ok") is False and broken.get("first_bad_seq") is None)
             with mem._store.db.write() as con:  # noqa: SLF001 - and mend it
-                con.execute("UPDATE events SET reason = NULL WHERE seq = ?", [mem.last_seq])
+                con.execute("UPDATE events SET reason = NULL WHERE seq = ?", [mem.last_seq()])
 
 
 def probe_cursors(workdir: Path, figures: HardeningFigures) -> None:

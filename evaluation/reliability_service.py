@@ -148,7 +148,7 @@ def quick_state(mem: Any, root: Path) -> tuple[Any, ...]:
         "ORDER BY table_name")]
     counts = [db.fetchone(f'SELECT count(*) FROM "{t}"') for t in tables]
     vectors = mem.engine.vectors
-    return (mem.last_seq, tuple(zip(tables, counts, strict=True)),
+    return (mem.last_seq(), tuple(zip(tables, counts, strict=True)),
             tuple((n, vectors.count(n)) for n in sorted(vectors.collections())),
             tuple(sorted(str(p.relative_to(root)) for p in root.rglob("*"))))
 

@@ -70,3 +70,20 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+def test_every_result_is_a_validated_model() -> None:
+    """No TypedDict in the package: a result crosses both doors as a pydantic model, which the
+    client validates; a TypedDict would be an unchecked dict on the HTTP side."""
+    import ast
+
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.ImportFrom) else
+                     [node.id] if isinstance(node, ast.Name) else
+                     [node.attr] if isinstance(node, ast.Attribute) else [])
+            if "TypedDict" in names:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, f"TypedDict used at {found}"

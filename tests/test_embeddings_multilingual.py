@@ -72,7 +72,7 @@ def test_switching_to_a_multilingual_model_is_an_audited_reembed(tmp_path: Path)
                          "identity": ["name"], "embed": "{name}"})
         for text in DOCS:
             mem.create("Place", {"name": text})
-        seq = mem.last_seq
+        seq = mem.last_seq()
     with Memory.open(path, settings=Settings(embedder="e5-small", torch_threads=1),
                      vector_index=ExactIndex()) as mem:
         event = mem.events(since_seq=seq)[0]

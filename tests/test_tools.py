@@ -134,7 +134,7 @@ def test_call_tool_round_trip(mem: Memory) -> None:
 
 
 def test_bad_calls_say_what_to_fix(mem: Memory) -> None:
-    before = mem.last_seq
+    before = mem.last_seq()
     with pytest.raises(PlanError) as exc:
         mem.call_tool("create_Pio", {"data": {"name": "x"}})
     problem = exc.value.details["problems"][0]
@@ -158,7 +158,7 @@ def test_bad_calls_say_what_to_fix(mem: Memory) -> None:
         mem.call_tool("execute_plan", {"ops": [], "dry_run": "yes"})
     with pytest.raises(ValidationError):
         mem.tools("xml")
-    assert mem.last_seq == before
+    assert mem.last_seq() == before
 
 
 # ---------------------------------------------------------------- HTTP

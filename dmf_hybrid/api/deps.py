@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Annotated, Any, TypedDict, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Header, Request, Response, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -231,14 +231,6 @@ WriterMemory = Annotated[Memory, Depends(_memory_for(Role.WRITER))]
 AdminMemory = Annotated[Memory, Depends(_memory_for(Role.ADMIN))]
 
 
-class AuditKwargs(TypedDict):
-    """The audit keyword arguments every Memory write takes."""
-
-    actor: str | None
-    reason: str | None
-    trace_id: str | None
-
-
 @dataclass(frozen=True)
 class AuditContext:
     """Who does a write and why, recorded in its audit event."""
@@ -247,7 +239,7 @@ class AuditContext:
     reason: str | None
     trace_id: str | None
 
-    def kwargs(self) -> AuditKwargs:
+    def kwargs(self) -> dict[str, Any]:
         """``actor``, ``reason`` and ``trace_id`` as keyword arguments of a Memory write."""
         return {"actor": self.actor, "reason": self.reason, "trace_id": self.trace_id}
 

@@ -261,7 +261,7 @@ def build_context(mem: EmbeddedMemory, focus_ids: Any = None, query: Any = None,
     last = check_turns(turns, conversation)
     focus = _check_args(focus_ids, query, budget_tokens, k)
     resolved = mem.reads.resolve_as_of(as_of)
-    seq = mem.last_seq if resolved is None else resolved
+    seq = mem.last_seq() if resolved is None else resolved
     count, counter_name = token_counter(mem)
     b = _Builder(count, budget_tokens)
     b.add(f"# Memory context at seq {seq}")

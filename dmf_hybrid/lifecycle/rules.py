@@ -363,10 +363,9 @@ class RuleEngine:
 
 def rule_json(rule: CompiledRule) -> RuleInfo:
     """A rule as JSON: its definition, version and dependencies."""
-    info: RuleInfo = json.loads(canonical_json({
+    return RuleInfo.model_validate(json.loads(canonical_json({
         **rule.definition.model_dump(mode="json"), "version": rule.version,
-        "dependencies": [list(d) for d in rule.dependencies]}))
-    return info
+        "dependencies": [list(d) for d in rule.dependencies]})))
 
 
 def define_rules(engine: RuleEngine, rules: Sequence[RuleDef], *, tenant: str,

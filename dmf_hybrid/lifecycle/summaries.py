@@ -193,7 +193,7 @@ def check_window_size(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq
 def _window(mem: EmbeddedMemory, since_seq: Any, until_seq: Any) -> tuple[int, int]:
     check_seq_bounds(since_seq=since_seq, until_seq=until_seq)
     since = since_seq or 0
-    until = mem.last_seq if until_seq is None else min(until_seq, mem.last_seq)
+    until = mem.last_seq() if until_seq is None else min(until_seq, mem.last_seq())
     if until < since:
         raise ValidationError("until_seq must not be before since_seq", field="until_seq")
     return since, until

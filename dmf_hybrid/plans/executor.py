@@ -67,10 +67,10 @@ def execute_plan(mem: EmbeddedMemory, ops: Any, *, dry_run: bool = False,
             mem.engine.ensure_loaded(mem.get_type(step["type"]))
     outcome: PlanOutcome | None = None
     failure = Problems()
-    seq0 = mem.last_seq
+    seq0 = mem.last_seq()
     try:
         with mem.transaction():
-            seq0 = mem.last_seq
+            seq0 = mem.last_seq()
             results: list[Any] = []
             for i, step in enumerate(ops):
                 try:
@@ -78,18 +78,18 @@ def execute_plan(mem: EmbeddedMemory, ops: Any, *, dry_run: bool = False,
                 except (DMFError, RefError) as exc:
                     failure.add(*_runtime_problem(mem, i, step, exc))
                     raise _DryRun from None
-            last = mem.last_seq
+            last = mem.last_seq()
             events = mem.events(since_seq=seq0, until_seq=last, limit=max(last - seq0, 1))
-            outcome = {"results": results, "diff": [diff_entry(e) for e in events],
-                       "committed": not dry_run,
-                       "seq_range": [seq0 + 1, last] if last > seq0 else None}
+            outcome = PlanOutcome(results=results, diff=[diff_entry(e) for e in events],
+                                  committed=not dry_run,
+                                  seq_range=[seq0 + 1, last] if last > seq0 else None)
             if dry_run:
                 raise _DryRun
     except _DryRun:
         if failure:
             raise failure.error() from None
-        if mem.last_seq != seq0:  # the rollback hooks must have restored the counter
-            log.error("dry run left the audit seq at %s (was %s)", mem.last_seq, seq0)
+        if mem.last_seq() != seq0:  # the rollback hooks must have restored the counter
+            log.error("dry run left the audit seq at %s (was %s)", mem.last_seq(), seq0)
     assert outcome is not None  # every way out without an outcome raises
     return outcome
 

@@ -36,8 +36,8 @@ def test_call_tool_and_plan(api: Front) -> None:
 
 
 def test_bad_tool_call_raises_plan_error(api: Front) -> None:
-    before = api.mem.last_seq
+    before = api.mem.last_seq()
     with pytest.raises(PlanError) as info:
         api.mem.call_tool("create_Poi", {"data": {"name": 5}})
     assert info.value.details["problems"]
-    assert api.mem.last_seq == before
+    assert api.mem.last_seq() == before

@@ -106,7 +106,7 @@ def test_append(api: Front) -> None:
 
 def test_delete_restore_and_as_of(api: Front) -> None:
     bund = api.mem.create("Poi", POIS[0])
-    seq_alive = api.mem.last_seq
+    seq_alive = api.mem.last_seq()
     deleted = api.mem.delete(bund.id, expected_version=1)
     assert deleted.deleted_at is not None
     with pytest.raises(NotFound):
@@ -154,7 +154,7 @@ def test_link_unlink_related(api: Front) -> None:
 
 
 def test_history_events_verify(api: Front) -> None:
-    start = api.mem.last_seq
+    start = api.mem.last_seq()
     bund = api.mem.create("Poi", POIS[0], actor="ann", reason="réservé 上海", trace_id="t-1")
     api.mem.update(bund.id, {"cost": 5}, actor="bob")
     history = api.mem.history(bund.id)
@@ -168,7 +168,7 @@ def test_history_events_verify(api: Front) -> None:
     assert [e.seq for e in api.mem.events(since_seq=start, until_seq=start + 1)] == [start + 1]
     assert len(api.mem.events(since_seq=start, limit=1)) == 1
     report = api.mem.verify_audit()
-    assert report.ok and report.last_seq == api.mem.last_seq
+    assert report.ok and report.last_seq == api.mem.last_seq()
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword"])

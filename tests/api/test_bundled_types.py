@@ -60,7 +60,7 @@ def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Door]:
 
 
 def test_nothing_is_defined_before_the_first_use(fresh: Door) -> None:
-    assert fresh.mem.types() == [] and fresh.memory.last_seq == 0
+    assert fresh.mem.types() == [] and fresh.memory.last_seq() == 0
 
 
 def test_the_conversation_log_works_on_a_fresh_memory(fresh: Door) -> None:
@@ -131,7 +131,7 @@ def test_a_log_type_of_ones_own_is_kept_and_has_a_context(fresh: Door) -> None:
 
 
 def test_an_unknown_type_says_how_to_define_one(fresh: Door) -> None:
-    before = fresh.memory.last_seq
+    before = fresh.memory.last_seq()
     for call in (lambda: fresh.mem.create("Order", {"item": "blue shirt"}),
                  lambda: fresh.mem.query("Order"),
                  lambda: fresh.mem.add_messages("c1", CHAT, type_name="Chat")):
@@ -139,7 +139,7 @@ def test_an_unknown_type_says_how_to_define_one(fresh: Door) -> None:
             call()
         assert "define it first" in info.value.message and "POST /types" in info.value.message
         assert info.value.details["field"] == "type"
-    assert fresh.memory.last_seq == before
+    assert fresh.memory.last_seq() == before
 
 
 def test_example_domains_declare_the_bundled_types_as_bundled() -> None:

@@ -122,7 +122,7 @@ def test_fast_path_answers_searches_as_the_route_does(
         doors: tuple[Memory, str, str, Any]) -> None:
     mem, fast_url, plain_url, fast = doors
     state = fast.state.dmf
-    before = mem.last_seq
+    before = mem.last_seq()
     for headers, body in GOOD:
         served = state.fast_searches
         got = _same(fast_url, plain_url, headers, body)
@@ -134,20 +134,20 @@ def test_fast_path_answers_searches_as_the_route_does(
                      {"type": "Poi", "text": "museum", "mode": "vector", "k": 5,
                       "where": {"city": "Shanghai"}}).json()["hits"]
     assert {h["entity"]["data"]["city"] for h in shanghai} == {"Shanghai"}
-    assert mem.last_seq == before  # searching changes nothing
+    assert mem.last_seq() == before  # searching changes nothing
 
 
 @pytest.mark.parametrize(("headers", "body"), OTHER + FAILING)
 def test_bad_requests_and_failing_searches_get_the_routes_answer(
         doors: tuple[Memory, str, str, Any], headers: dict[str, str], body: Any) -> None:
     mem, fast_url, plain_url, fast = doors
-    before, served = mem.last_seq, fast.state.dmf.fast_searches
+    before, served = mem.last_seq(), fast.state.dmf.fast_searches
     got = _same(fast_url, plain_url, headers, body)
     assert got.status_code in (401, 404, 413, 422), got.text
     assert got.json()["error"] in ("unauthorized", "not_found", "limit_exceeded", "filter_error",
                                    "validation_error")
     assert fast.state.dmf.fast_searches == served
-    assert mem.last_seq == before
+    assert mem.last_seq() == before
 
 
 def test_other_routes_and_methods_are_untouched(doors: tuple[Memory, str, str, Any]) -> None:

@@ -55,13 +55,13 @@ def http(url: str, key: str) -> httpx.Client:
 def test_a_create_with_an_id_ending_in_a_newline_is_refused_not_committed(
         served: tuple[str, Memory]) -> None:
     url, memory = served
-    before = memory.last_seq
+    before = memory.last_seq()
     with http(url, "w-acme") as c:
         response = c.post("/entities/Poi", json={"id": "abc\n", "data": {"name": "a",
                                                                          "city": "b"}})
         assert response.status_code == 422
         assert response.json()["details"]["field"] == "id"
-    assert memory.last_seq == before
+    assert memory.last_seq() == before
 
 
 # ---------------------------------------------------------------- 2. the audit principal
@@ -94,7 +94,7 @@ def test_the_principal_is_covered_by_the_hash_chain(served: tuple[str, Memory]) 
     url, memory = served
     with http(url, "w-acme") as c:
         c.post("/entities/Poi", json={"data": {"name": "a", "city": "b"}})
-    seq = memory.last_seq
+    seq = memory.last_seq()
     _tamper(memory, seq)
     report = memory.verify_audit()
     assert not report.ok and report.first_bad_seq == seq
@@ -235,7 +235,7 @@ def test_head_and_verify_are_per_tenant_for_keys_below_admin(
             other.post("/entities/Poi", json={"data": {"name": f"o{i}", "city": "x"}})
     with http(url, "w-acme") as c:
         c.post("/entities/Poi", json={"data": {"name": "mine", "city": "x"}})
-    acme_seq = memory.last_seq
+    acme_seq = memory.last_seq()
     with http(url, "w-other") as other:
         other.post("/entities/Poi", json={"data": {"name": "later", "city": "x"}})
     acme_events = len(memory.for_tenant("acme").events())
@@ -246,16 +246,16 @@ def test_head_and_verify_are_per_tenant_for_keys_below_admin(
         assert report["ok"] and report["scope"] == "tenant"
         assert report["events_checked"] == acme_events and report["last_seq"] == acme_seq
         full = admin.get("/audit/verify").json()
-        assert full["scope"] == "store" and full["last_seq"] == memory.last_seq > acme_seq
+        assert full["scope"] == "store" and full["last_seq"] == memory.last_seq() > acme_seq
         assert full["events_checked"] > acme_events
-        assert admin.get("/audit/head").json()["last_seq"] == memory.last_seq
+        assert admin.get("/audit/head").json()["last_seq"] == memory.last_seq()
         assert admin.get("/whoami").json()["scope"] == "store"
         assert reader.get("/whoami").json()["scope"] == "tenant"
     with MemoryClient(url, api_key="r-acme") as client:
-        assert client.last_seq == acme_seq
-        entity = client.query("Poi", where={"name": "mine"}, as_of=client.last_seq).items
+        assert client.last_seq() == acme_seq
+        entity = client.query("Poi", where={"name": "mine"}, as_of=client.last_seq()).items
         assert len(entity) == 1
-    _tamper(memory, memory.last_seq)  # the other tenant's newest event
+    _tamper(memory, memory.last_seq())  # the other tenant's newest event
     with http(url, "r-acme") as reader:
         report = reader.get("/audit/verify").json()
         assert not report["ok"] and report["first_bad_seq"] is None

@@ -54,7 +54,7 @@ def test_unreadable_header_text_is_refused_and_says_how(http_api: Front, header:
                                                         field: str, value: object) -> None:
     eid = _poi(http_api)
     assert http_api.embedded is not None
-    before = http_api.embedded.last_seq
+    before = http_api.embedded.last_seq()
     with http_api.raw() as raw:
         answer = raw.patch(f"/entities/{eid}", json={"data": {"cost": 40}},
                            headers={header: value})  # type: ignore[dict-item]
@@ -62,7 +62,7 @@ def test_unreadable_header_text_is_refused_and_says_how(http_api: Front, header:
     body = answer.json()
     assert body["details"]["field"] == field and header in body["message"]
     assert "percent-encoded" in body["message"] and "UTF-8''" in body["message"]
-    assert http_api.embedded.last_seq == before
+    assert http_api.embedded.last_seq() == before
 
 
 @pytest.mark.parametrize(("value", "text"), [

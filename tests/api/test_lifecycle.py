@@ -73,7 +73,7 @@ def state(mem: Memory) -> tuple[int, list[dict[str, Any]], int]:
         summaries = mem.count("MemorySummary")
     except NotFound:
         summaries = 0
-    return mem.last_seq, mem.rules(), summaries
+    return mem.last_seq(), mem.rules(), summaries
 
 
 def test_rules_round_trip(api: Front) -> None:
@@ -95,7 +95,7 @@ def test_rules_round_trip(api: Front) -> None:
 def test_context_summary_and_queue_match_the_embedded_memory(api: Front) -> None:
     with_rules(api.mem)
     trip = over_budget_trip(api.mem)
-    mid = api.mem.last_seq
+    mid = api.mem.last_seq()
     api.mem.update(trip.id, {"budget": 60}, actor="ann")
     ref = embedded(api)
 
@@ -131,9 +131,9 @@ def test_context_summary_and_queue_match_the_embedded_memory(api: Front) -> None
     assert not again.summary.created
     assert again.model_dump(exclude={"summary"}) == summary.model_dump(exclude={"summary"})
     assert ref.history(summary.summary.id)[0].actor == "planner"
-    empty = api.mem.summarize(since_seq=api.mem.last_seq)
+    empty = api.mem.summarize(since_seq=api.mem.last_seq())
     assert empty.empty and empty.summary is None
-    assert empty == ref.summarize(since_seq=ref.last_seq)
+    assert empty == ref.summarize(since_seq=ref.last_seq())
 
 
 def test_archive_events_matches_the_embedded_memory(api: Front, tmp_path: Path) -> None:
@@ -141,13 +141,13 @@ def test_archive_events_matches_the_embedded_memory(api: Front, tmp_path: Path) 
     trip = over_budget_trip(api.mem)
     ref = embedded(api)
     history, events = ref.history(trip.id), ref.events(limit=10_000)
-    cut = api.mem.last_seq
+    cut = api.mem.last_seq()
     data_dir = tmp_path / "data"  # the data directory of the test server (tests/api/conftest)
     dest: str | Path = "cold" if api.http else data_dir / "archives" / "cold"
 
     result = api.mem.archive_events(cut, dest, actor="ops", reason="retention")
     assert isinstance(result, ArchiveResult) and result.moved == cut - 1
-    assert result.file is not None and result.seq == api.mem.last_seq == cut + 1
+    assert result.file is not None and result.seq == api.mem.last_seq() == cut + 1
     name = Path(result.file.file).name
     assert name == f"events-{1:012d}-{cut - 1:012d}.parquet"
     if api.http:  # the server's own paths stay private

@@ -81,7 +81,7 @@ def test_max_marginal_relevance_prefers_a_different_document(store: DMFVectorSto
 
 
 def test_documents_are_audited_entities(store: DMFVectorStore) -> None:
-    seq = store.memory.last_seq
+    seq = store.memory.last_seq()
     store.add_texts(["West Lake in rain"], [{"city": "杭州"}], ids=["a"])
     store.delete(["a"])
     assert [e.op for e in store.memory.history("a")] == ["create", "update", "delete"]

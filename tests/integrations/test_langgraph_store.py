@@ -45,7 +45,7 @@ def test_put_get_update_is_audited(store: DMFStore) -> None:
     first = store.get(ns, "pref")
     assert first is not None and first.value == {"text": "likes green tea", "n": 1}
     assert (first.namespace, first.key) == (ns, "pref")
-    seq = store.memory.last_seq
+    seq = store.memory.last_seq()
     store.put(ns, "pref", {"text": "likes black tea", "n": 2})
     second = store.get(ns, "pref")
     assert second is not None and second.value["n"] == 2

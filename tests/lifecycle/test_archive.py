@@ -67,7 +67,7 @@ def test_archive_round_trip(tmp_path: Path) -> None:
     mem = open_travel(tmp_path / "mem")
     try:
         ids = build(mem)
-        last = mem.last_seq
+        last = mem.last_seq()
         middle = mem.events(0, last)[last // 2].ts
         before = answers(mem, ids, last, step=2)  # every other seq and the last: fast enough
         report = mem.verify_audit()
@@ -103,14 +103,14 @@ def test_archive_everything_keeps_the_head(tmp_path: Path) -> None:
     mem = open_travel(tmp_path / "mem")
     try:
         ids = build(mem)
-        last = mem.last_seq
+        last = mem.last_seq()
         before = answers(mem, ids, last, step=5)
         result = mem.archive_events(10**9, tmp_path / "archive")
         assert result.moved == last and result.seq == last + 1
         assert mem._store.db.fetchall("SELECT seq FROM events") == [(last + 1,)]
         assert answers(mem, ids, last, step=5) == before
         hits = mem.search("PointOfInterest", "tower", k=2)
-        assert hits.receipt.resolved_at_seq == mem.last_seq
+        assert hits.receipt.resolved_at_seq == mem.last_seq()
         assert mem.archive_events(10**9, tmp_path / "archive").moved == 1  # the archive event
         assert mem.verify_audit().ok
     finally:
@@ -121,7 +121,7 @@ def test_snapshot_carries_the_archive(tmp_path: Path) -> None:
     mem = open_travel(tmp_path / "mem")
     try:
         ids = build(mem)
-        last = mem.last_seq
+        last = mem.last_seq()
         before = answers(mem, ids, last, step=5)
         mem.archive_events(last - 2, tmp_path / "archive")
         mem.snapshot(tmp_path / "snap")
@@ -147,7 +147,7 @@ def test_a_copied_data_directory_reads_and_verifies_its_own_archives(tmp_path: P
     mem = open_travel(tmp_path / "mem")
     try:
         ids = build(mem)
-        last = mem.last_seq
+        last = mem.last_seq()
         before = answers(mem, ids, last, step=5)
         mem.archive_events(last // 2, tmp_path / "mem" / "archives" / "cold")
         mem.archive_events(last - 2, tmp_path / "mem" / "archives" / "cold")
@@ -192,7 +192,7 @@ def test_erase_reaches_the_archive(tmp_path: Path) -> None:
     try:
         secret = poi(mem, "Secret Hideout", 5, description="the password is swordfish")
         mem.update(secret.id, {"estimated_cost": 6})
-        seq = mem.last_seq
+        seq = mem.last_seq()
         archived = mem.archive_events(seq + 1, tmp_path / "archive")
         assert archived.file is not None
         old_file = Path(archived.file.file)
@@ -252,7 +252,7 @@ def test_archive_bad_input_changes_nothing(tmp_path: Path) -> None:
     mem = open_travel(tmp_path / "mem")
     try:
         build(mem)
-        seq = mem.last_seq
+        seq = mem.last_seq()
         for bad in (0, -1, "5", True, 2.5):
             with pytest.raises(ValidationError) as info:
                 mem.archive_events(bad, tmp_path / "archive")  # type: ignore[arg-type]
@@ -263,14 +263,14 @@ def test_archive_bad_input_changes_nothing(tmp_path: Path) -> None:
         with pytest.raises(ValidationError):
             mem.archive_events(5, tmp_path / "it's")
         assert mem.archive_events(1, tmp_path / "archive").moved == 0
-        assert mem.last_seq == seq and mem.verify_audit().ok
+        assert mem.last_seq() == seq and mem.verify_audit().ok
         assert not (tmp_path / "archive").exists() or not any((tmp_path / "archive").iterdir())
         with pytest.raises(DMFError):
             with mem.transaction():
                 mem.archive_events(5, tmp_path / "archive")
                 raise DMFError("roll it back")
         assert not any((tmp_path / "archive").glob("*.parquet"))
-        assert mem.last_seq == seq and mem._store.db.fetchone(
+        assert mem.last_seq() == seq and mem._store.db.fetchone(
             "SELECT min(seq) FROM events") == (1,)
     finally:
         mem.close()

@@ -38,7 +38,7 @@ def test_context_shows_focus_relations_constraints_changes(travel: Memory) -> No
     ctx = travel.context([ids["trip"]], query="tower with a view")
     assert isinstance(ctx, MemoryContext)
     text = ctx.text
-    assert text.startswith(f"# Memory context at seq {travel.last_seq}\n")
+    assert text.startswith(f"# Memory context at seq {travel.last_seq()}\n")
     for section in ("## Focus", "## Open constraints", "## Relations", "## Search",
                     "## Recent changes", "## Entities"):
         assert section in text
@@ -49,7 +49,7 @@ def test_context_shows_focus_relations_constraints_changes(travel: Memory) -> No
     assert ctx.hits[0].id == ids["tower"]
     assert [f.id for f in ctx.focus] == [ids["trip"]]
     assert {c.fields["rule"] for c in ctx.constraints} == {"trip_over_budget"}
-    assert ctx.changes[0].seq == travel.last_seq  # newest first
+    assert ctx.changes[0].seq == travel.last_seq()  # newest first
     assert not ctx.truncated and ctx.tokens <= ctx.budget_tokens
 
 
@@ -102,7 +102,7 @@ def test_context_respects_the_budget(travel: Memory) -> None:
 
 def test_context_as_of_describes_the_past(travel: Memory) -> None:
     ids = build(travel)
-    seq = travel.last_seq
+    seq = travel.last_seq()
     then = travel.context([ids["trip"]])
     travel.update(ids["trip"], {"budget": 500})
     travel.unlink(ids["trip"], "includes", ids["museum"])

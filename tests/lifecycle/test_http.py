@@ -38,7 +38,7 @@ def test_context_over_http_equals_the_sdk(served: tuple[Memory, TestClient]) -> 
     assert response.status_code == 200, response.text
     data = response.json()
     assert data["text"] == mem.context([t.id], "tower", 400).text
-    assert t.id in data["ids"] and data["as_of_seq"] == mem.last_seq
+    assert t.id in data["ids"] and data["as_of_seq"] == mem.last_seq()
     bad = client.post("/context", json={"budget_tokens": 1}, headers=auth("key-reader"))
     assert bad.status_code == 422
     missing = client.post("/context", json={"focus_ids": ["Trip_00000000000000000000"]},
@@ -64,7 +64,7 @@ def test_summaries_and_constraints_over_http(served: tuple[Memory, TestClient]) 
     summary = response.json()
     assert not summary["empty"] and summary["summary"]["type"] == "MemorySummary"
     assert mem.history(summary["summary"]["id"])[0].actor == "planner"
-    empty = client.post("/summaries", json={"since_seq": mem.last_seq},
+    empty = client.post("/summaries", json={"since_seq": mem.last_seq()},
                         headers=auth("key-writer")).json()
     assert empty["empty"] and empty["summary"] is None
 

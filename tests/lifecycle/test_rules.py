@@ -85,15 +85,15 @@ def test_trigger_filter_and_deletion_resolve(travel: Memory) -> None:
 def test_reevaluation_is_idempotent(travel: Memory) -> None:
     t = trip(travel, budget=10)
     travel.link(t.id, "includes", poi(travel, "Tower", 60).id)
-    seq = travel.last_seq
+    seq = travel.last_seq()
     travel.update(t.id, {"notes": "window seat"})  # the condition still holds, same values
-    assert travel.last_seq == seq + 1  # only the update itself: no rule event, no write
+    assert travel.last_seq() == seq + 1  # only the update itself: no rule event, no write
     assert len(travel.query("Constraint").items) == 1
 
 
 def test_rule_firing_is_audited_with_name_and_version(travel: Memory) -> None:
     t = trip(travel, budget=10)
-    seq0 = travel.last_seq
+    seq0 = travel.last_seq()
     p = poi(travel, "Tower", 60)
     travel.link(t.id, "includes", p.id)
     events = travel.events(seq0)
@@ -112,7 +112,7 @@ def test_rule_firing_is_audited_with_name_and_version(travel: Memory) -> None:
 def test_rule_effects_commit_or_roll_back_with_the_write(travel: Memory) -> None:
     t = trip(travel, budget=10)
     p = poi(travel, "Tower", 60)
-    seq = travel.last_seq
+    seq = travel.last_seq()
 
     class Boom(Exception):
         pass
@@ -122,14 +122,14 @@ def test_rule_effects_commit_or_roll_back_with_the_write(travel: Memory) -> None
             travel.link(t.id, "includes", p.id)
             assert constraints(travel, t.id)[BUDGET]["status"] == "open"  # seen inside
             raise Boom
-    assert travel.last_seq == seq
+    assert travel.last_seq() == seq
     assert constraints(travel, t.id) == {} and rule_events(travel) == []
     assert travel.verify_audit().ok
     # a dry-run plan shows the rule's effects in its diff and keeps none of them
     plan = [{"op": "link", "from_id": t.id, "relation": "includes", "to_id": p.id}]
     dry = travel.execute_plan(plan, dry_run=True)
     assert [d["op"] for d in dry["diff"]] == ["link", "rule", "create", "link"]
-    assert travel.last_seq == seq and constraints(travel, t.id) == {}
+    assert travel.last_seq() == seq and constraints(travel, t.id) == {}
     real = travel.execute_plan(plan)
     assert real["diff"] == dry["diff"]
     assert constraints(travel, t.id)[BUDGET]["status"] == "open"
@@ -158,9 +158,9 @@ def test_rules_persist_and_version(tmp_path: Path) -> None:
     mem = open_travel(tmp_path / "m")
     try:
         assert [(r["name"], r["version"]) for r in mem.rules()] == [(BUDGET, 1), (TIME, 1)]
-        seq = mem.last_seq
+        seq = mem.last_seq()
         mem.load_definitions(TRAVEL)
-        assert mem.last_seq == seq  # the same definitions again change nothing
+        assert mem.last_seq() == seq  # the same definitions again change nothing
         changed = {**mem.rules()[0], "condition": "sum(PointOfInterest.estimated_cost via "
                    "includes) > budget * 1.1"}
         del changed["version"], changed["dependencies"]
@@ -218,11 +218,11 @@ def _rule(condition: str, **over: Any) -> dict[str, Any]:
 ])
 def test_bad_rules_are_refused_at_definition(travel: Memory, rule: dict[str, Any],
                                              words: str) -> None:
-    seq = travel.last_seq
+    seq = travel.last_seq()
     with pytest.raises(SchemaError) as info:
         travel.define_rule(rule)
     assert words.lower() in info.value.message.lower()
-    assert travel.last_seq == seq and "bad" not in [r["name"] for r in travel.rules()]
+    assert travel.last_seq() == seq and "bad" not in [r["name"] for r in travel.rules()]
 
 
 def test_a_rule_defines_the_bundled_constraint_type_on_first_use(tmp_path: Path) -> None:
@@ -231,11 +231,11 @@ def test_a_rule_defines_the_bundled_constraint_type_on_first_use(tmp_path: Path)
     mem = Memory.open(tmp_path / "m", embedder=HashEmbedder(), vector_index=ExactIndex())
     try:
         define_travel(mem)
-        seq = mem.last_seq
+        seq = mem.last_seq()
         with pytest.raises(SchemaError, match="Nope"):  # refused: no Constraint type either
             mem.define_rule({"name": "r", "trigger": {"type": "Trip"},
                              "condition": "sum(Nope.cost via includes) > budget"})
-        assert mem.last_seq == seq and "Constraint" not in [t.name for t in mem.types()]
+        assert mem.last_seq() == seq and "Constraint" not in [t.name for t in mem.types()]
         mem.define_rule({"name": "r", "trigger": {"type": "Trip"},
                          "condition": "sum(Poi.cost via includes) > budget"})
         assert mem.get_type("Constraint").version == 1
@@ -315,9 +315,9 @@ def test_a_new_rule_back_fills_existing_entities(travel: Memory) -> None:
     travel.define_rule(stricter)  # written before the rule existed: both trips are flagged
     assert constraints(travel, over.id)["trip_tight_budget"]["status"] == "open"
     assert constraints(travel, fine.id)["trip_tight_budget"]["status"] == "open"
-    seq = travel.last_seq
+    seq = travel.last_seq()
     travel.define_rule(stricter)  # the same definition again: nothing happens
-    assert travel.last_seq == seq
+    assert travel.last_seq() == seq
     # a new version that no longer flags the cheaper trip resolves its constraint
     travel.define_rule({**stricter,
                         "condition": "sum(PointOfInterest.estimated_cost via includes) > budget"})

@@ -32,7 +32,7 @@ def travel(tmp_path: Path) -> Iterator[Memory]:
 
 
 def test_summary_of_a_trip(travel: Memory) -> None:
-    seq0 = travel.last_seq
+    seq0 = travel.last_seq()
     t = trip(travel, budget=5000)
     a, b = poi(travel, "Tower", 100), poi(travel, "Museum", 50)
     travel.link(t.id, "includes", a.id)
@@ -60,11 +60,11 @@ def test_summary_of_a_trip(travel: Memory) -> None:
 def test_same_events_same_summary(travel: Memory) -> None:
     trip(travel)
     first = travel.summarize()
-    seq = travel.last_seq
+    seq = travel.last_seq()
     again = travel.summarize()  # the summary's own events are left out: same window content
     assert first.summary is not None and again.summary is not None
     assert again.summary.id == first.summary.id and not again.summary.created
-    assert travel.last_seq == seq
+    assert travel.last_seq() == seq
 
 
 def test_whole_log_and_type_scopes(travel: Memory) -> None:
@@ -82,11 +82,11 @@ def test_whole_log_and_type_scopes(travel: Memory) -> None:
 
 def test_empty_window_is_an_explicit_empty_result(travel: Memory) -> None:
     trip(travel)
-    seq = travel.last_seq
+    seq = travel.last_seq()
     result = travel.summarize(since_seq=seq)
     assert result.empty and result.summary is None and result.event_count == 0
     assert result.text == f"no events in scope * with {seq} < seq <= {seq}"
-    assert travel.last_seq == seq
+    assert travel.last_seq() == seq
     assert travel.summarize("PointOfInterest").empty
 
 
@@ -132,8 +132,8 @@ def test_summary_type_is_defined_on_demand_and_matches_travel_toml(tmp_path: Pat
         mem.create("Note", {"text": "pack an umbrella"})
         result = mem.summarize()
         assert result.summary is not None and mem.get_type("MemorySummary").version == 1
-        seq = mem.last_seq
+        seq = mem.last_seq()
         mem.load_definitions(TRAVEL)  # the same definition: no new version of it
-        assert mem.get_type("MemorySummary").version == 1 and mem.last_seq > seq
+        assert mem.get_type("MemorySummary").version == 1 and mem.last_seq() > seq
     finally:
         mem.close()

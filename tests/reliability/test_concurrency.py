@@ -28,7 +28,7 @@ def test_last_seq_never_names_an_uncommitted_event() -> None:
     mem = Memory.open(None, embedder=HashEmbedder(), vector_index=ExactIndex())
     try:
         mem.define_type(COUNTER_TYPE)
-        before = mem.last_seq
+        before = mem.last_seq()
         opened, release = threading.Event(), threading.Event()
 
         def writer(fail: bool) -> None:
@@ -51,7 +51,7 @@ def test_last_seq_never_names_an_uncommitted_event() -> None:
             seen: list[int] = []
 
             def read(seen: list[int] = seen) -> None:
-                seen.append(mem.last_seq)
+                seen.append(mem.last_seq())
 
             reader = threading.Thread(target=read)
             reader.start()
@@ -60,7 +60,7 @@ def test_last_seq_never_names_an_uncommitted_event() -> None:
             assert seen == [before], "last_seq answered with the open transaction's seq"
             release.set()
             thread.join(10)
-            assert mem.last_seq == committed
+            assert mem.last_seq() == committed
             before = committed
     finally:
         mem.close()

@@ -294,11 +294,11 @@ def test_an_invalid_plan_raises_and_changes_nothing(
     mem, _, root = items
     ids, deleted = _plan_inputs(mem)
     plan = data.draw(invalid_plans(ids, deleted))
-    before, seq = dump_state(mem, root), mem.last_seq
+    before, seq = dump_state(mem, root), mem.last_seq()
     with pytest.raises(DMFError) as info:
         mem.execute_plan(plan)
     assert 400 <= info.value.status_code < 500
-    assert mem.last_seq == seq
+    assert mem.last_seq() == seq
     assert dump_state(mem, root) == before
 
 
@@ -309,14 +309,14 @@ def test_a_dry_run_changes_nothing(items: tuple[Memory, dict[str, Any], Path],
     mem, _, root = items
     ids, deleted = _plan_inputs(mem)
     plan = data.draw(st.lists(valid_steps(ids, deleted), min_size=1, max_size=4))
-    before, seq = dump_state(mem, root), mem.last_seq
+    before, seq = dump_state(mem, root), mem.last_seq()
     try:
         result = mem.execute_plan(plan, dry_run=True)
     except DMFError as exc:
         assert 400 <= exc.status_code < 500
     else:
         assert result["committed"] is False
-    assert mem.last_seq == seq
+    assert mem.last_seq() == seq
     assert dump_state(mem, root) == before
 
 

@@ -53,7 +53,7 @@ def test_changing_the_analyzer_is_a_new_audited_version_that_reanalyses(
     theirs = other.create("Note", {"title": "Club", "body": "running on Sundays"})
     assert keyword_ids(memory, "Note", "runs") == [mine.id]  # stemmed: runs ~ running
     assert keyword_ids(other, "Note", "runs") == [theirs.id]
-    seq = memory.last_seq
+    seq = memory.last_seq()
 
     changed = memory.define(Note, identity=["title"], embed="{title} {body}",
                             analyzer="simple", actor="ops", reason="no stemming")
@@ -119,13 +119,13 @@ def test_bad_analyzers_are_refused_and_change_nothing(memory: Memory, definition
                                                       field: str) -> None:
     body = {"name": "Place", "fields": {"name": {"type": "str"}}, "embed": "{name}",
             **definition}
-    seq = memory.last_seq
+    seq = memory.last_seq()
     with pytest.raises(SchemaError) as info:
         memory.define_type(body)
     assert info.value.field == field
     if definition.get("analyzer") == "klingon":
         assert "english" in info.value.message and "simple" in info.value.message
-    assert memory.last_seq == seq and [t.name for t in memory.types()] == []
+    assert memory.last_seq() == seq and [t.name for t in memory.types()] == []
 
 
 def test_unknown_embedder_names_the_choices(tmp_path: Path) -> None:

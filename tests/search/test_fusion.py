@@ -109,7 +109,7 @@ def test_the_exact_leg_lifts_documents_the_query_names() -> None:
         assert set(hybrid[0].legs) == {"exact", "keyword", "vector"}
         assert all("exact" not in h.legs for h in hybrid[1:])
         # replayed at its seq, the same answer
-        seq = mem.last_seq
+        seq = mem.last_seq()
         assert [h.entity.id for h in mem.search("Restaurant", text, k=4, as_of=seq).hits] == [
             h.entity.id for h in hybrid]
         kw = mem.engine.indexer.keyword_index("Restaurant", mem.tenant)

@@ -16,7 +16,7 @@ def history(mem: Memory) -> int:
     for i in range(30):
         mem.create("Poi", {"name": f"Museum {i}", "city": "Shanghai" if i % 2 else "Beijing",
                            "cost": i}, id=f"poi-{i}")
-    seq = mem.last_seq
+    seq = mem.last_seq()
     for i in range(0, 30, 3):
         mem.update(f"poi-{i}", {"name": f"Teahouse {i}", "cost": 100 + i})
     mem.delete("poi-1")

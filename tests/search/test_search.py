@@ -314,7 +314,7 @@ def test_receipt_replays_with_as_of_after_later_writes(any_mem: Memory, mode: st
     where = {"city": {"$in": ["Paris", "Rome"]}}
     before = mem.search("Poi", "art museum", where=where, k=4, mode=mode)
     seq = before.receipt.resolved_at_seq
-    assert seq == mem.last_seq
+    assert seq == mem.last_seq()
     mem.update(before.hits[0].entity.id, {"name": "closed"})
     mem.delete(before.hits[1].entity.id)
     mem.create("Poi", {"name": "art museum", "city": "Rome"})
@@ -499,11 +499,11 @@ def test_a_write_between_two_reads_of_a_search_is_never_half_seen(
     define_travel(mem)
     chosen_ids(mem, [{"name": f"lab {i}", "city": "Oslo"} for i in range(30)])
     mem.search("Poi", "lab", where=where, mode="vector")  # warm: counts cached, mirror loaded
-    before = mem.last_seq
+    before = mem.last_seq()
     index.mem = mem
     res = mem.search("Poi", "lab 3", where=where, k=30, mode="vector")
-    assert mem.last_seq == before + 2
-    assert res.receipt.resolved_at_seq == mem.last_seq  # redone after the write
+    assert mem.last_seq() == before + 2
+    assert res.receipt.resolved_at_seq == mem.last_seq()  # redone after the write
     assert res.receipt.candidates == 31
     assert "retry_ms" in res.receipt.timings_ms
     assert_current(mem, res)
@@ -534,15 +534,15 @@ def test_cached_candidate_lists_follow_every_committed_change(mem: Memory, mode:
     assert found() == {p.id for p in pois[2:]}
     # a search inside a transaction sees its own writes, and what it read is not kept: the
     # rolled-back seq is taken again by a different write, whose state must be searched
-    before = mem.last_seq
+    before = mem.last_seq()
     with pytest.raises(RuntimeError):
         with mem.transaction():
             mem.update(pois[3].id, {"city": "Bergen"})
             assert found() == {p.id for p in pois[2:]} - {pois[3].id}
             raise RuntimeError("roll back")
-    assert mem.last_seq == before
+    assert mem.last_seq() == before
     mem.update(pois[2].id, {"city": "Bergen"})  # now holds the rolled-back seq
-    assert mem.last_seq == before + 1
+    assert mem.last_seq() == before + 1
     assert found() == {p.id for p in pois[3:]}
     mem.engine.forget_candidates()
     assert found() == {p.id for p in pois[3:]}

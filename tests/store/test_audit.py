@@ -20,9 +20,9 @@ from tests.store import audit_seqs, dump_rows, open_memory
 
 
 def _one_event(mem: Memory, op: str, call: Callable[[], Any]) -> AuditEvent:
-    seq = mem.last_seq
+    seq = mem.last_seq()
     call()
-    assert mem.last_seq == seq + 1, f"{op} wrote {mem.last_seq - seq} events"
+    assert mem.last_seq() == seq + 1, f"{op} wrote {mem.last_seq() - seq} events"
     (event,) = mem.events(since_seq=seq)
     assert event.op == op and event.seq == seq + 1
     return event
@@ -55,13 +55,13 @@ def test_one_event_per_mutation(mem: Memory) -> None:
     _one_event(mem, "restore", lambda: mem.restore(tid))
     erase = _one_event(mem, "erase", lambda: mem.erase(tid, reason="GDPR request"))
     assert (erase.before, erase.after, erase.reason) == (None, None, "GDPR request")
-    assert audit_seqs(mem) == list(range(1, mem.last_seq + 1))
+    assert audit_seqs(mem) == list(range(1, mem.last_seq() + 1))
     # timestamps are UTC and never go backwards
     events = mem.events()
     assert all(e.ts.tzinfo is not None and e.ts.utcoffset() == dt.timedelta(0) for e in events)
     assert [e.ts for e in events] == sorted(e.ts for e in events)
     report = mem.verify_audit()
-    assert report.ok and report.events_checked == mem.last_seq
+    assert report.ok and report.events_checked == mem.last_seq()
     assert report.last_hash == events[-1].hash
 
 
@@ -87,14 +87,14 @@ def test_the_chain_is_what_the_docs_say(mem: Memory) -> None:
 
 def test_failed_operations_write_no_event(mem: Memory) -> None:
     trip = mem.create("Trip", {"destination": "Paris"})
-    seq = mem.last_seq
+    seq = mem.last_seq()
     for call in (lambda: mem.update(trip.id, {"budget": "x"}),
                  lambda: mem.update(trip.id, {"budget": 1}, expected_version=7),
                  lambda: mem.restore(trip.id),
                  lambda: mem.link(trip.id, "includes", trip.id)):
         with pytest.raises(Exception):  # noqa: B017 - any of the typed errors
             call()
-    assert mem.last_seq == seq and audit_seqs(mem) == list(range(1, seq + 1))
+    assert mem.last_seq() == seq and audit_seqs(mem) == list(range(1, seq + 1))
 
 
 def test_history_and_events(mem: Memory) -> None:
@@ -106,7 +106,7 @@ def test_history_and_events(mem: Memory) -> None:
     assert [e.op for e in mem.history(poi)] == ["create", "link"]
     with pytest.raises(NotFound):
         mem.history("Trip_00000000000000000000")
-    last = mem.last_seq
+    last = mem.last_seq()
     assert [e.seq for e in mem.events(since_seq=last - 2)] == [last - 1, last]
     assert [e.seq for e in mem.events(since_seq=0, until_seq=2)] == [1, 2]
     assert len(mem.events(limit=1)) == 1
@@ -128,7 +128,7 @@ def _write_log(mem: Memory) -> Memory:
         mem.update(trip, {"budget": float(i)})
     poi = mem.create("Poi", {"name": "Louvre", "city": "Paris"}).id
     mem.link(trip, "includes", poi)
-    assert mem.last_seq == 12 and mem.verify_audit().ok
+    assert mem.last_seq() == 12 and mem.verify_audit().ok
     return mem
 
 
@@ -235,13 +235,13 @@ def test_erasure_removes_content_everywhere_and_keeps_the_chain(mem: Memory) -> 
     mem.link(trip, "includes", poi)
     mem.delete(trip)
     mem.restore(trip)
-    before_erase = mem.last_seq
+    before_erase = mem.last_seq()
     assert SECRET in repr(dump_rows(mem))
     seq = mem.erase(trip, actor="dpo", reason="right to be forgotten")
-    assert seq == mem.last_seq
+    assert seq == mem.last_seq()
     assert SECRET not in repr(dump_rows(mem)), "erased content is still stored"
     report = mem.verify_audit()
-    assert report.ok and report.events_checked == mem.last_seq
+    assert report.ok and report.events_checked == mem.last_seq()
     with pytest.raises(NotFound, match=f"erased at seq {seq}"):
         mem.get(trip)
     for at in range(0, before_erase + 1):

@@ -117,7 +117,7 @@ CASES: list[tuple[str, Case, type[DMFError], str | None]] = [
     ("get float as_of", lambda m, i: m.get(i["trip"], as_of=2.0), ValidationError, "as_of"),  # type: ignore[arg-type]
     ("get bool as_of", lambda m, i: m.get(i["trip"], as_of=True), ValidationError, "as_of"),
     # past the head, a read is not pinned: it would change as the log grows
-    ("get as_of past the head", lambda m, i: m.get(i["trip"], as_of=m.last_seq + 1),
+    ("get as_of past the head", lambda m, i: m.get(i["trip"], as_of=m.last_seq() + 1),
      ValidationError, "past the newest event"),
     ("query as_of in the future", lambda m, i: m.query(
         "Trip", as_of=dt.datetime(2999, 1, 1, tzinfo=dt.UTC)), ValidationError, "future"),
@@ -224,5 +224,5 @@ def test_huge_and_odd_strings_are_stored_faithfully(mem: Memory) -> None:
             continue  # not in an identity field (Poi.name)
         poi = mem.create("Poi", {"name": text, "city": "c"})
         assert mem.get(poi.id).data.name == text
-        assert mem.get(poi.id, as_of=mem.last_seq).data.name == text
+        assert mem.get(poi.id, as_of=mem.last_seq()).data.name == text
     assert mem.verify_audit().ok

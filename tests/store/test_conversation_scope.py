@@ -98,7 +98,7 @@ def test_context_shows_the_last_turns_oldest_first(log: MemoryAPI) -> None:
     unknown = log.context(conversation="nobody")
     assert unknown.turns == [] and "## Conversation" not in unknown.text
     assert log.context().turns == [] and "## Conversation" not in log.context().text
-    at = log.last_seq
+    at = log.last_seq()
     later = log.add_messages("chat-1", [{"role": "user", "content": "and one more"}])
     assert log.context(conversation="chat-1", turns=1).turns[0].id == later[0].id
     assert log.context(conversation="chat-1", as_of=at).turns == ctx.turns

@@ -148,7 +148,7 @@ def test_lists_of_datetimes_and_json_fields_read_back_typed(mem: Memory) -> None
                               "seen": [dt.datetime(2025, 1, 1, 10, tzinfo=cet),
                                        dt.datetime(2025, 7, 1, 12, tzinfo=dt.UTC)],
                               "extra": {"n": 2, "tags": ["a", "b"]}})
-    reads = [mem.get(made.id), mem.get(made.id, as_of=mem.last_seq),
+    reads = [mem.get(made.id), mem.get(made.id, as_of=mem.last_seq()),
              mem.query("Log").items[0]]
     reads += [h.entity for m in ("vector", "keyword", "hybrid")
               for h in mem.search("Log", "visits lobby", k=1, mode=m).hits]
@@ -173,9 +173,9 @@ def test_datetimes_round_trip_as_utc(mem: Memory) -> None:
     got = mem.get(m.id).data.at
     assert got == dt.datetime(2025, 1, 1, 9, tzinfo=dt.UTC)
     assert got.tzinfo is not None
-    assert mem.get(m.id, as_of=mem.last_seq).data.at == got
-    assert mem.get(m.id, as_of=mem.last_seq).data.at.tzinfo is not None
-    (queried,) = mem.query("Meeting", as_of=mem.last_seq).items
+    assert mem.get(m.id, as_of=mem.last_seq()).data.at == got
+    assert mem.get(m.id, as_of=mem.last_seq()).data.at.tzinfo is not None
+    (queried,) = mem.query("Meeting", as_of=mem.last_seq()).items
     assert queried.data.at == got
 
 
@@ -187,9 +187,9 @@ def test_update_bumps_the_version_and_keeps_other_fields(mem: Memory) -> None:
     assert updated.updated_at > trip.updated_at
     assert updated.created_at == trip.created_at
     assert mem.get(trip.id) == updated.model_copy(update={"created": False})
-    seq = mem.last_seq
+    seq = mem.last_seq()
     same = mem.update(trip.id, {"budget": 950})  # no change: no new version, no event
-    assert same.version == 2 and mem.last_seq == seq
+    assert same.version == 2 and mem.last_seq() == seq
     cleared = mem.update(trip.id, {"start": None, "tags": []})  # start was None already
     assert (cleared.version, cleared.data.tags, cleared.data.start) == (3, [], None)
 
@@ -206,7 +206,7 @@ def test_append_is_atomic_and_versioned(mem: Memory) -> None:
     appended = mem.append(trip.id, "tags", ["food", "art"])
     assert appended.data.tags == ["art", "food", "art"]
     assert appended.version == 2
-    (event,) = mem.events(since_seq=mem.last_seq - 1)
+    (event,) = mem.events(since_seq=mem.last_seq() - 1)
     assert event.op == "append"
     assert event.before is not None and event.after is not None
     assert event.before["data"]["tags"] == ["art"]
@@ -222,19 +222,19 @@ def test_append_is_atomic_and_versioned(mem: Memory) -> None:
 
 def test_create_many_matches_single_creates(mem: Memory) -> None:
     rows = [{"name": f"p{i % 7}", "city": "Paris", "cost": i} for i in range(20)]
-    seq = mem.last_seq
+    seq = mem.last_seq()
     created = mem.create_many("Poi", rows)
     assert [e.created for e in created] == [True] * 7 + [False] * 13
     assert [e.id for e in created] == [entity_id("Poi", {"name": r["name"], "city": "Paris"})
                                        for r in rows]
-    assert mem.last_seq == seq + 7
+    assert mem.last_seq() == seq + 7
     assert audit_seqs(mem) == list(range(1, seq + 8))
     assert mem.count("Poi") == 7
     # duplicates within a batch resolve to the first occurrence's data
     assert created[7].data.cost == 0
     again = mem.create_many("Poi", rows[:3])
     assert [e.created for e in again] == [False, False, False]
-    assert mem.last_seq == seq + 7
+    assert mem.last_seq() == seq + 7
     bad: list[dict[str, Any]] = [*rows, {"name": "x", "city": "y", "cost": "lots"}]
     info = assert_unchanged(mem, lambda: mem.create_many("Poi", bad), ValidationError)
     assert info.value.details["row"] == 20  # type: ignore[attr-defined]
@@ -249,9 +249,9 @@ def test_create_many_in_chunks_is_gap_free(memory: Memory) -> None:
     entities = mem._store.create_many(mem.tenant, "Poi", rows, chunk=50, progress=seen.append)
     assert seen == [50, 50, 30]  # three write transactions
     assert len({e.id for e in entities}) == 130
-    assert audit_seqs(mem) == list(range(1, mem.last_seq + 1))
+    assert audit_seqs(mem) == list(range(1, mem.last_seq() + 1))
     assert mem.count("Poi") == 130
-    assert mem.verify_audit().events_checked == mem.last_seq
+    assert mem.verify_audit().events_checked == mem.last_seq()
 
 
 def test_entities_serialise_to_json(mem: Memory) -> None:

@@ -12,10 +12,10 @@ def test_deleted_entities_disappear_from_reads(mem: Memory) -> None:
     trip = mem.create("Trip", {"destination": "Paris", "budget": 10}).id
     poi = mem.create("Poi", {"name": "Louvre", "city": "Paris"}).id
     mem.link(trip, "includes", poi)
-    alive = mem.last_seq
+    alive = mem.last_seq()
     deleted = mem.delete(poi, actor="ana")
     assert deleted.deleted_at is not None and deleted.version == 2
-    deleted_seq = mem.last_seq
+    deleted_seq = mem.last_seq()
     with pytest.raises(NotFound, match=f"deleted at seq {deleted_seq}") as info:
         mem.get(poi)
     assert info.value.details["deleted_seq"] == deleted_seq  # type: ignore[attr-defined]

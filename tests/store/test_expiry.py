@@ -72,7 +72,7 @@ def test_expired_entity_is_absent_before_and_after_the_sweep(mem: MemoryAPI,
     kept = mem.create("Poi", {"name": "Yu Garden Bazaar", "city": "Shanghai"})
     assert gone.expires_at == START + dt.timedelta(seconds=60)
     assert kept.expires_at is None
-    seq_before = mem.last_seq
+    seq_before = mem.last_seq()
     assert all(everywhere(mem, gone.id).values())
 
     clock.advance(61)  # expired, not yet swept
@@ -100,7 +100,7 @@ def test_as_of_after_the_expiry_does_not_see_it(mem: MemoryAPI, clock: Clock) ->
     gone = mem.create("Poi", {"name": "Bund", "city": "Shanghai"}, ttl=10)
     clock.advance(20)
     other = mem.create("Poi", {"name": "Jade Temple", "city": "Shanghai"})
-    later = mem.last_seq  # an event written after the expiry
+    later = mem.last_seq()  # an event written after the expiry
     with pytest.raises(NotFound):
         mem.get(gone.id, as_of=later)
     assert [e.id for e in mem.query("Poi", as_of=later).items] == [other.id]

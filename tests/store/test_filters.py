@@ -73,7 +73,7 @@ def _run(mem: Memory, ids: dict[str, str], where: dict[str, Any]) -> list[str]:
     assert [e.id for e in page.items] == sorted(e.id for e in page.items)  # ID order
     assert mem.count("Item", where) == len(names)
     # time travel compiles the same filter against rows rebuilt from the log
-    assert [by_id[e.id] for e in mem.query("Item", where, limit=100, as_of=mem.last_seq).items
+    assert [by_id[e.id] for e in mem.query("Item", where, limit=100, as_of=mem.last_seq()).items
             ] == [by_id[e.id] for e in page.items]
     full = {k: Item(key=k, **v).model_dump() for k, v in ROWS.items()}
     assert names == sorted(k for k, row in full.items() if evaluate(where, row))
@@ -288,5 +288,5 @@ def test_sql_filter_equals_python_evaluation(prop_mem: Memory, rows: list[dict[s
     live = [e.id for e in mem.query("Item", where, limit=100).items]
     assert live == expected, where
     assert mem.count("Item", where) == len(expected)
-    past = [e.id for e in mem.query("Item", where, limit=100, as_of=mem.last_seq).items]
+    past = [e.id for e in mem.query("Item", where, limit=100, as_of=mem.last_seq()).items]
     assert past == expected, where

@@ -39,7 +39,7 @@ def test_json_values_round_trip_and_time_travel(mem: MemoryAPI) -> None:
              "ok": True, "f": 0.5}
     e = mem.create("Note", {"text": "hello", "meta": first})
     assert mem.get(e.id).data.meta == first
-    seq = mem.last_seq
+    seq = mem.last_seq()
     second = [1, "two", {"three": 3}]
     mem.update(e.id, {"meta": second})
     assert mem.get(e.id).data.meta == second

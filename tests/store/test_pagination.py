@@ -163,7 +163,7 @@ def test_paging_while_another_thread_inserts(mem: Memory) -> None:
 
 def test_as_of_pages_are_stable_while_writing(mem: Memory) -> None:
     mem.create_many("Poi", poi_rows(30))
-    seq = mem.last_seq
+    seq = mem.last_seq()
     frozen = [e.id for e in mem.query("Poi", order_by="rating", limit=1000).items]
     seen: list[str] = []
     cursor = None
@@ -190,7 +190,7 @@ def test_a_cursor_only_works_for_its_own_query(pois: Memory) -> None:
         {"where": {"city": "Paris"}, "order_by": "-rating"},
         {"where": {"city": "Paris"}, "order_by": ["rating", "name"]},
         {"where": {"city": "Paris"}},
-        {"where": {"city": "Paris"}, "order_by": "rating", "as_of": pois.last_seq},
+        {"where": {"city": "Paris"}, "order_by": "rating", "as_of": pois.last_seq()},
     ]
     for other in others:
         assert_unchanged(pois, partial(pois.query, "Poi", cursor=cursor, **other),

@@ -55,19 +55,19 @@ def test_everything_is_there_after_reopening(tmp_path: Path) -> None:
     mem = open_memory(tmp_path / "m")
     ids = _fill(mem)
     state, tables = _readable_state(mem), dump_rows(mem)
-    seq = mem.last_seq
+    seq = mem.last_seq()
     mem.close()
 
     again = open_memory(tmp_path / "m")
     try:
         assert _readable_state(again) == state
         assert dump_rows(again) == tables
-        assert again.last_seq == seq
+        assert again.last_seq() == seq
         report = again.verify_audit()
         assert report.ok and report.events_checked == seq
         # seq continues gap-free and the chain links to the old tail
         again.update(ids["trip"], {"status": "booked"})
-        assert again.last_seq == seq + 1
+        assert again.last_seq() == seq + 1
         assert audit_seqs(again) == list(range(1, seq + 2))
         assert again.events(since_seq=seq)[0].prev_hash == report.last_hash
         assert again.verify_audit().ok
@@ -87,7 +87,7 @@ def test_snapshot_restores_into_a_new_directory(tmp_path: Path) -> None:
     try:
         _fill(mem)
         manifest = mem.snapshot(tmp_path / "snap")
-        assert manifest["last_seq"] == mem.last_seq
+        assert manifest["last_seq"] == mem.last_seq()
         assert manifest["last_hash"] == mem.verify_audit().last_hash
         state, tables = _readable_state(mem), dump_rows(mem)
         with pytest.raises(Conflict):
@@ -98,11 +98,11 @@ def test_snapshot_restores_into_a_new_directory(tmp_path: Path) -> None:
             assert _readable_state(restored) == state
             assert dump_rows(restored) == tables
             assert restored.verify_audit().ok
-            assert restored.last_seq == mem.last_seq
+            assert restored.last_seq() == mem.last_seq()
             # both continue independently with the same next seq
             trip = restored.query("Trip", {"destination": "Paris"}).items[0].id
             restored.update(trip, {"budget": 1})
-            assert restored.last_seq == manifest["last_seq"] + 1
+            assert restored.last_seq() == manifest["last_seq"] + 1
             assert restored.verify_audit().ok
         finally:
             restored.close()
@@ -255,7 +255,7 @@ def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
     alpha.erase(gone)
     states = {"default": _readable_state(mem),
               "alpha": [r.model_dump() for r in alpha.related(plan)]}
-    seq = mem.last_seq
+    seq = mem.last_seq()
     mem.close()
     _to_format_1(path)
 
@@ -263,7 +263,7 @@ def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
     try:
         assert _format_of(again) == (str(STORE_FORMAT), ["PRIMARY KEY(tenant, id)"])
         assert not again._store.reconcile_pending  # the open reconciled the vector IDs
-        assert again.last_seq == seq
+        assert again.last_seq() == seq
         report = again.verify_audit()
         assert report.ok and report.events_checked == seq
         assert _readable_state(again) == states["default"]

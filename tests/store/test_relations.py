@@ -50,7 +50,7 @@ def _view(related: list[Any], names: dict[str, str]) -> list[tuple[int, str, str
 
 
 def test_link_is_audited_and_idempotent(mem: Memory, graph: dict[str, str]) -> None:
-    seq = mem.last_seq
+    seq = mem.last_seq()
     (event,) = mem.events(since_seq=seq - 1)
     assert (event.op, event.entity_id, event.type) == ("link", graph["paris"], "Trip")
     assert event.meta == {"from": graph["paris"], "relation": "next", "to": graph["rome"]}
@@ -97,7 +97,7 @@ def test_link_refusals_change_nothing(mem: Memory, graph: dict[str, str]) -> Non
 def test_one_relation_can_be_relinked_after_unlink(mem: Memory, graph: dict[str, str]) -> None:
     other = mem.create("Trip", {"destination": "Oslo"}).id
     seq = mem.unlink(graph["paris"], "next", graph["rome"])
-    assert seq == mem.last_seq
+    assert seq == mem.last_seq()
     (event,) = mem.events(since_seq=seq - 1)
     assert (event.op, event.before, event.after) == (
         "unlink", {"from": graph["paris"], "relation": "next", "to": graph["rome"]}, None)
@@ -149,7 +149,7 @@ def test_deleted_and_erased_ends_disappear_from_related(mem: Memory,
 
 
 def test_related_as_of(mem: Memory, graph: dict[str, str]) -> None:
-    linked = mem.last_seq
+    linked = mem.last_seq()
     mem.unlink(graph["paris"], "includes", graph["louvre"])
     mem.update(graph["orsay"], {"cost": 16})
     mem.delete(graph["rome"])

@@ -132,13 +132,13 @@ def test_both_example_domains_load_and_define_type_takes_data(tmp_path: Path) ->
 
 
 def test_defining_the_same_type_again_is_a_no_op(mem: Memory) -> None:
-    before_seq = mem.last_seq
+    before_seq = mem.last_seq()
     etype = mem.get_type("Poi")
     from tests.conftest import Poi
 
     again = mem.define(Poi, identity=["name", "city"], embed="{name} in {city}")
     assert again.version == etype.version == 1
-    assert mem.last_seq == before_seq
+    assert mem.last_seq() == before_seq
 
 
 class PoiV2(BaseModel):
@@ -157,10 +157,10 @@ def test_adding_fields_is_an_online_migration(mem: Memory) -> None:
     old = mem.create("Poi", {"name": "Louvre", "city": "Paris", "cost": 17})
     deleted = mem.create("Poi", {"name": "Gone", "city": "Paris"})
     mem.delete(deleted.id)
-    seq_before = mem.last_seq
+    seq_before = mem.last_seq()
     v2 = mem.define(PoiV2, name="Poi", identity=["name", "city"], embed="{name} in {city}")
     assert v2.version == 2
-    assert mem.last_seq == seq_before + 1
+    assert mem.last_seq() == seq_before + 1
     (event,) = mem.events(since_seq=seq_before)
     assert (event.op, event.type, event.version_before, event.version_after) == (
         "define", "Poi", 1, 2)

@@ -44,7 +44,7 @@ def _run_random_operations(mem: Memory, rng: random.Random, steps: int
     """Apply random operations, keeping the model state after every audit seq."""
     state: State = {}
     erased: set[str] = set()
-    states: dict[int, State] = {mem.last_seq: {}}
+    states: dict[int, State] = {mem.last_seq(): {}}
     links: set[tuple[str, str]] = set()
     defaults = {"Trip": mem.get_type("Trip").model, "Poi": mem.get_type("Poi").model}
 
@@ -55,7 +55,7 @@ def _run_random_operations(mem: Memory, rng: random.Random, steps: int
     for _ in range(steps):
         op = rng.choice(["create", "create", "update", "update", "append", "delete", "restore",
                          "link", "unlink", "erase"] if state else ["create"])
-        before = mem.last_seq
+        before = mem.last_seq()
         if op == "create":
             type_name = rng.choice(["Trip", "Poi"])
             data = _trip_data(rng) if type_name == "Trip" else _poi_data(rng)
@@ -115,8 +115,8 @@ def _run_random_operations(mem: Memory, rng: random.Random, steps: int
             erased.add(eid)
             del state[eid]
             links = {(a, b) for a, b in links if eid not in (a, b)}
-        assert mem.last_seq - before in (0, 1)
-        states[mem.last_seq] = copy.deepcopy(state)
+        assert mem.last_seq() - before in (0, 1)
+        states[mem.last_seq()] = copy.deepcopy(state)
     return states, erased
 
 
@@ -129,13 +129,13 @@ def _visible(state: State, erased: set[str], type_name: str
 @pytest.mark.parametrize("seed", [2, 4])  # seeds whose runs include every operation
 def test_as_of_equals_the_state_at_every_seq(mem: Memory, seed: int) -> None:
     rng = random.Random(seed)
-    start = mem.last_seq
+    start = mem.last_seq()
     with ticking_clock():
         states, erased = _run_random_operations(mem, rng, steps=36)
     ever = sorted(set().union(*states.values()) | erased)
     ts = {e.seq: e.ts for e in mem.events()}
     state: State = {}
-    for seq in range(start, mem.last_seq + 1):
+    for seq in range(start, mem.last_seq() + 1):
         state = states.get(seq, state)
         for type_name in ("Trip", "Poi"):
             expected = _visible(state, erased, type_name)
@@ -155,7 +155,7 @@ def test_as_of_equals_the_state_at_every_seq(mem: Memory, seed: int) -> None:
                 assert got_ids == sorted(i for i, (_, d) in expected.items()
                                          if evaluate(where, d)), (seq, where)
                 assert mem.count(type_name, where, as_of=seq) == len(got_ids)
-        if seq % 5 == 0 or seq == mem.last_seq:
+        if seq % 5 == 0 or seq == mem.last_seq():
             for eid in ever:
                 visible = {**_visible(state, erased, "Trip"), **_visible(state, erased, "Poi")}
                 if eid in visible:
@@ -165,7 +165,7 @@ def test_as_of_equals_the_state_at_every_seq(mem: Memory, seed: int) -> None:
                     with pytest.raises(NotFound):
                         mem.get(eid, as_of=seq)
     # the live view is the last state, and a datetime between two events means the earlier
-    final = states[mem.last_seq]
+    final = states[mem.last_seq()]
     assert {e.id: (e.version, e.fields()) for e in mem.query("Trip", limit=1000).items} == \
         _visible(final, erased, "Trip")
     mid = ts[start + 1] + (ts[start + 2] - ts[start + 1]) / 2
@@ -175,7 +175,7 @@ def test_as_of_equals_the_state_at_every_seq(mem: Memory, seed: int) -> None:
 
 def test_as_of_bounds(mem: Memory) -> None:
     trip = mem.create("Trip", {"destination": "Paris"}).id
-    assert mem.get(trip, as_of=mem.last_seq).id == trip
+    assert mem.get(trip, as_of=mem.last_seq()).id == trip
     assert mem.query("Trip", as_of=0).items == []
     with pytest.raises(NotFound):
         mem.get(trip, as_of=0)
@@ -185,7 +185,7 @@ def test_as_of_bounds(mem: Memory) -> None:
     assert mem.get(trip, as_of=now).id == trip
     assert mem.get(trip, as_of=now.replace(tzinfo=None)).id == trip  # naive: read as UTC
     # past the head: a pinned read there could change later
-    bads: list[Any] = [-1, "3", 1.5, True, dt.date(2025, 1, 1), [3], mem.last_seq + 1, 10**9,
+    bads: list[Any] = [-1, "3", 1.5, True, dt.date(2025, 1, 1), [3], mem.last_seq() + 1, 10**9,
                        dt.datetime(2999, 1, 1, tzinfo=dt.UTC), dt.datetime(2999, 1, 1)]
     for bad in bads:
         assert_unchanged(mem, partial(mem.get, trip, as_of=bad), ValidationError, match="as_of")

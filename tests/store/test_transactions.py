@@ -47,7 +47,7 @@ def test_an_exception_inside_commits_nothing(mem: Memory) -> None:
     # the next write gets the next gap-free seq and the chain still verifies
     seq = before["seq"]
     mem.update(trip, {"budget": 1})
-    assert mem.last_seq == seq + 1
+    assert mem.last_seq() == seq + 1
     assert audit_seqs(mem) == list(range(1, seq + 2))
     assert mem.verify_audit().ok
 
@@ -55,13 +55,13 @@ def test_an_exception_inside_commits_nothing(mem: Memory) -> None:
 def test_a_committed_transaction_writes_everything(mem: Memory) -> None:
     trip = mem.create("Trip", {"destination": "Paris"}).id
     poi = mem.create("Poi", {"name": "Louvre", "city": "Paris"}).id
-    seq = mem.last_seq
+    seq = mem.last_seq()
     with mem.transaction():
         _busy_transaction(mem, trip, poi)
     assert mem.get(trip).data.tags == ["x"]
     assert mem.count("Poi") == 12
-    assert mem.last_seq == seq + 1 + 1 + 1 + 12 + 1 + 1 + 1 + 1
-    assert audit_seqs(mem) == list(range(1, mem.last_seq + 1))
+    assert mem.last_seq() == seq + 1 + 1 + 1 + 12 + 1 + 1 + 1 + 1
+    assert audit_seqs(mem) == list(range(1, mem.last_seq() + 1))
     assert mem.verify_audit().ok
     assert mem._store.db.fetchone("SELECT count(*) FROM outbox WHERE NOT done") == (0,)
 
@@ -176,7 +176,7 @@ def test_the_commit_seqlock_tells_readers_whether_a_commit_got_in(mem: Memory) -
     db = mem._store.db  # noqa: SLF001 - the seqlock is the store's
     trip = mem.create("Trip", {"destination": "Oslo"}).id
     stamp = db.stable()
-    assert stamp is not None and stamp[1] == mem.last_seq
+    assert stamp is not None and stamp[1] == mem.last_seq()
     generation = stamp[0]
     assert db.unchanged(generation)
     inside = threading.Event()
@@ -194,20 +194,20 @@ def test_the_commit_seqlock_tells_readers_whether_a_commit_got_in(mem: Memory) -
     assert inside.wait(10)
     # another thread's open transaction is invisible: same generation, same committed seq,
     # and reading last_seq does not wait for it
-    seen["last_seq"] = mem.last_seq
+    seen["last_seq"] = mem.last_seq()
     assert db.unchanged(generation) and seen["last_seq"] == stamp[1]
     assert mem.get(trip).version == 1
     release.set()
     thread.join(10)
     assert not db.unchanged(generation)
     after = db.stable()
-    assert after is not None and after[1] == stamp[1] + 1 == mem.last_seq
+    assert after is not None and after[1] == stamp[1] + 1 == mem.last_seq()
     # a rolled-back transaction is no commit: the committed seq stays
     with pytest.raises(Boom):
         with mem.transaction():
             mem.update(trip, {"budget": 2})
             raise Boom
-    assert db.stable() is not None and mem.last_seq == after[1]
+    assert db.stable() is not None and mem.last_seq() == after[1]
 
 
 # ---------------------------------------------------------------- through both front doors
@@ -227,13 +227,13 @@ def test_a_plan_whose_last_step_fails_commits_nothing(door: MemoryAPI) -> None:
 
 
 def test_a_plan_commits_every_step_in_one_seq_range(door: MemoryAPI) -> None:
-    before = door.last_seq
+    before = door.last_seq()
     plan = [{"op": "create", "type": "Trip", "data": {"destination": "Nice"}},
             {"op": "create", "type": "Poi", "data": {"name": "Port", "city": "Nice"}},
             {"op": "link", "from_id": "$0.id", "relation": "includes", "to_id": "$1.id"}]
     done = door.execute_plan(plan)
     assert done["committed"] and done["seq_range"] == [before + 1, before + 3]
-    assert door.last_seq == before + 3 and audit_seqs(door) == list(range(1, before + 4))
+    assert door.last_seq() == before + 3 and audit_seqs(door) == list(range(1, before + 4))
     trip_id = done["results"][0]["id"]  # type: ignore[index, call-overload]
     assert [r.entity.id for r in door.related(trip_id, "includes")] == [
         done["results"][1]["id"]]  # type: ignore[index, call-overload]

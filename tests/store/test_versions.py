@@ -70,7 +70,7 @@ def test_eight_threads_one_success_per_version(mem: Memory) -> None:
     """Each thread tries every version; exactly one wins each, no update is lost."""
     trip = mem.create("Trip", {"destination": "Paris"})
     rounds, threads = 12, 8
-    start_seq = mem.last_seq
+    start_seq = mem.last_seq()
     barrier = threading.Barrier(threads)
     wins: list[tuple[int, int]] = []  # (expected_version, thread)
     conflicts: Counter[int] = Counter()
@@ -110,10 +110,10 @@ def test_eight_threads_one_success_per_version(mem: Memory) -> None:
     # no lost update: every successful append is in the list, in version order
     assert final.data.tags == [f"t{tid}v{v}" for v, tid in sorted(wins)]
     assert sum(conflicts.values()) + len(wins) == rounds * threads
-    assert audit_seqs(mem) == list(range(1, mem.last_seq + 1))
-    assert mem.last_seq == start_seq + len(wins)
+    assert audit_seqs(mem) == list(range(1, mem.last_seq() + 1))
+    assert mem.last_seq() == start_seq + len(wins)
     report = mem.verify_audit()
-    assert report.ok and report.events_checked == mem.last_seq
+    assert report.ok and report.events_checked == mem.last_seq()
     actors = [e.actor for e in mem.history(trip.id)[1:]]
     assert actors == [f"thread-{tid}" for _, tid in sorted(wins)]
 
@@ -137,5 +137,5 @@ def test_concurrent_writers_on_different_entities_keep_the_chain(mem: Memory) ->
         t.join(timeout=60)
     assert not errors, errors
     assert all(mem.get(eid).version == 6 for eid in ids)
-    assert audit_seqs(mem) == list(range(1, mem.last_seq + 1))
+    assert audit_seqs(mem) == list(range(1, mem.last_seq() + 1))
     assert mem.verify_audit().ok

@@ -104,7 +104,7 @@ def write_story(mem: Memory) -> Story:
     mem.create("Suggestion", {"constraint": raised[0].id, "text": "去掉最贵的一站 (drop the "
                               "priciest stop)", "source": planner}, actor=planner)
     return Story(yu_garden=yu.id, nanxiang=nanxiang.id, trip=trip.id,
-                 budget_constraint=raised[0].id, head=mem.last_seq)
+                 budget_constraint=raised[0].id, head=mem.last_seq())
 
 
 STORY_OWN_FILES = ("travel-zh.jsonl",)  # example files that already hold the story's places

@@ -50,7 +50,7 @@ def test_a_stale_edit_is_refused_and_shows_the_current_version(
     browser.wait("#save-edit", 'If-Match: "1"')
     # someone else changes the entity after the page loaded it
     server.memory.update(place, {"estimated_cost": 90.0}, actor="someone-else")
-    head = server.memory.last_seq
+    head = server.memory.last_seq()
     browser.fill("#edit-estimated_cost", "95")
     browser.click("#save-edit")
     conflict = browser.wait("#conflict")
@@ -59,7 +59,7 @@ def test_a_stale_edit_is_refused_and_shows_the_current_version(
     assert ["estimated_cost", "95", "90"] == conflict.find_element(
         "css selector", "tbody tr").text.split()
     assert server.memory.get(place).data.estimated_cost == 90.0
-    assert server.memory.last_seq == head  # the refused edit wrote nothing
+    assert server.memory.last_seq() == head  # the refused edit wrote nothing
 
     browser.click("#reload-current")
     browser.wait("#save-edit", 'If-Match: "2"')

@@ -40,7 +40,7 @@ def test_search_shows_legs_and_receipt_and_replays_identically(server: Server,
     browser.click("#replay")
     verdict = browser.wait("#replay-status .notice")
     assert "Identical" in verdict.text and "5 hits in the same order" in verdict.text
-    assert f"head seq {mem.last_seq}" in verdict.text
+    assert f"head seq {mem.last_seq()}" in verdict.text
     assert new.id not in _hit_ids(browser)
 
     browser.click("#run-search")  # the same search now, live

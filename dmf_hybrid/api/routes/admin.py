@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from fastapi import APIRouter, status
 
 from ...checks import SNAPSHOT_NAME_RE, full_match
 from ...errors import ValidationError
+from ...models import ReconcileCounts, ReindexCounts, SnapshotManifest
 from ...wire import CountsPublic, SnapshotRequest
 from ..deps import AdminMemory, State
 
@@ -30,15 +30,15 @@ def snapshot_dir(base: Path, name: str) -> Path:
 
 
 @router.post("/reconcile")
-def reconcile(memory: AdminMemory) -> CountsPublic:
+def reconcile(memory: AdminMemory) -> ReconcileCounts:
     """Compare the vector index with DuckDB and repair drift; returns counts."""
-    return CountsPublic(**memory.reconcile())
+    return memory.reconcile()
 
 
 @router.post("/reindex")
-def reindex(memory: AdminMemory) -> CountsPublic:
+def reindex(memory: AdminMemory) -> ReindexCounts:
     """Rebuild the vector index from DuckDB and the embedding cache."""
-    return CountsPublic(**memory.reindex())
+    return memory.reindex()
 
 
 @router.post("/sweep")
@@ -54,9 +54,9 @@ def flush(memory: AdminMemory) -> CountsPublic:
 
 
 @router.post("/snapshot", status_code=status.HTTP_201_CREATED)
-def snapshot(body: SnapshotRequest, memory: AdminMemory, state: State) -> dict[str, Any]:
+def snapshot(body: SnapshotRequest, memory: AdminMemory, state: State) -> SnapshotManifest:
     """Export the database to data_dir/snapshots/<name> (409 if it exists); the manifest."""
     dest = snapshot_dir(Path(state.settings.data_dir), body.name)
     dest.parent.mkdir(parents=True, exist_ok=True)
     manifest = memory.snapshot(dest)
-    return {**manifest, "name": body.name, "path": f"snapshots/{body.name}"}
+    return manifest.model_copy(update={"name": body.name, "path": f"snapshots/{body.name}"})

@@ -48,5 +48,5 @@ def verify(memory: ReaderMemory, caller: Caller) -> AuditReport:
 def head(memory: ReaderMemory, caller: Caller) -> HeadPublic:
     """The seq to pin reads with as_of (keys below admin: their tenant's newest event)."""
     if caller.role >= Role.ADMIN:
-        return HeadPublic(last_seq=memory.last_seq)
+        return HeadPublic(last_seq=memory.last_seq())
     return HeadPublic(last_seq=memory.reads.tenant_head(), scope="tenant")

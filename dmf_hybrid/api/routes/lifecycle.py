@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Query, Response, status
 
 from ...checks import SNAPSHOT_NAME_RE, full_match
 from ...errors import ValidationError
-from ...models import ArchiveResult, MemoryContext, Page, SummaryResult
+from ...models import ArchiveResult, MemoryContext, Page, RuleInfo, SummaryResult
 from ...wire import AS_OF_DOC, ArchiveRequest, ConstraintQuery, ContextRequest, SummaryRequest
 from ..deps import AdminMemory, Audit, ReaderMemory, State, WriterMemory, parse_as_of
 
@@ -85,9 +85,9 @@ def query_constraints(body: ConstraintQuery, memory: ReaderMemory) -> Page:
 
 
 @router.get("/rules")
-def list_rules(memory: ReaderMemory) -> list[dict[str, Any]]:
+def list_rules(memory: ReaderMemory) -> list[RuleInfo]:
     """Every active rule: definition, version and the relations it depends on."""
-    return [dict(r) for r in memory.rules()]
+    return memory.rules()
 
 
 @router.post("/rules", status_code=status.HTTP_201_CREATED, responses={
@@ -97,13 +97,13 @@ def define_rule(
                                                      "as JSON, with its name).",
                                          examples=[RULE_EXAMPLE])],
     memory: AdminMemory, audit: Audit, response: Response,
-) -> dict[str, Any]:
+) -> RuleInfo:
     """Define a rule or a new version of it (201 new version, 200 unchanged)."""
-    before = {r["name"]: r["version"] for r in memory.rules()}
+    before = {r.name: r.version for r in memory.rules()}
     defined = memory.define_rule(rule, actor=audit.actor, reason=audit.reason)
-    if before.get(defined["name"]) == defined["version"]:
+    if before.get(defined.name) == defined.version:
         response.status_code = status.HTTP_200_OK
-    return dict(defined)
+    return defined
 
 
 @router.post("/admin/archive")

@@ -8,8 +8,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from ...memory import Memory
+from ...models import PlanOutcome
 from ...plans import OPERATIONS, validate_plan
-from ...wire import PlanProblem, PlanRequest, PlanResult, PlanSteps, PlanValidation
+from ...wire import PlanProblem, PlanRequest, PlanSteps, PlanValidation
 from ..auth import Role
 from ..deps import Audit, Caller, State, tenant_memory
 
@@ -38,16 +39,14 @@ def validate(body: PlanSteps, state: State, caller: Caller) -> PlanValidation:
 
 
 @router.post("/dry-run")
-def dry_run(body: PlanSteps, state: State, caller: Caller, audit: Audit) -> PlanResult:
+def dry_run(body: PlanSteps, state: State, caller: Caller, audit: Audit) -> PlanOutcome:
     """Run a plan and roll it back: the results and the diff it would make (422 if invalid)."""
     memory = _memory(state, caller, plan_role(body.ops))
-    return PlanResult.model_validate(memory.execute_plan(body.ops, dry_run=True,
-                                                         **audit.kwargs()))
+    return memory.execute_plan(body.ops, dry_run=True, **audit.kwargs())
 
 
 @router.post("/execute")
-def execute(body: PlanRequest, state: State, caller: Caller, audit: Audit) -> PlanResult:
+def execute(body: PlanRequest, state: State, caller: Caller, audit: Audit) -> PlanOutcome:
     """Validate a plan, then commit all of it in one transaction (422 plan_error if invalid)."""
     memory = _memory(state, caller, plan_role(body.ops))
-    return PlanResult.model_validate(memory.execute_plan(body.ops, dry_run=body.dry_run,
-                                                         **audit.kwargs()))
+    return memory.execute_plan(body.ops, dry_run=body.dry_run, **audit.kwargs())
