@@ -79,7 +79,7 @@ LUCENE_STOPWORDS_EN: frozenset[str] = frozenset(
 )
 
 #: Words whose stems are remembered (stemming is about half the cost of indexing a text).
-STEM_CACHE_SIZE = 500_000
+STEM_CACHE_SIZE = 100_000
 #: Texts of up to this many characters (field values: categories, cities, names) keep their
 #: terms; building the BM25 index of 100,000 entities analysed each value again.
 SHORT_TEXT = 64
