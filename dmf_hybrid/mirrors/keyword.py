@@ -168,7 +168,10 @@ class KeywordIndex:
             entity_id, text = _check_item(item)
             terms = self.analyzer.document_terms(text)
             counts = _bounded_counts(terms)
-            values: _Values = value_terms(text) if value_terms is not None else ()
+            # a value with a term the postings leave out (longer than MAX_TERM_CHARS) could
+            # never be named by a query that finds its document: not kept
+            values: _Values = () if value_terms is None else tuple(
+                v for v in value_terms(text) if all(len(t) <= MAX_TERM_CHARS for t in v))
             analysed.append((entity_id, counts, len(terms), None if keys is None else keys[i],
                              values))
         with self._lock:

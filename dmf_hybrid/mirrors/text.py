@@ -182,7 +182,9 @@ class Analyzer:
             return None
         fn: Callable[[list[str]], list[str]] | None = getattr(self._local, "stem_words", None)
         if fn is None:
-            fn = self._stemmer_module.Stemmer(self.stemmer_name).stemWords
+            # no cache of its own (10,000 words by default, per thread, however long: it
+            # kept runs of letters of kilobytes); _words keeps a bounded one for all threads
+            fn = self._stemmer_module.Stemmer(self.stemmer_name, 0).stemWords
             self._local.stem_words = fn
         return fn
 
