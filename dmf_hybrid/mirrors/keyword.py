@@ -24,7 +24,10 @@ costs a few dictionary operations, scores always equal a from-scratch BM25 of th
 documents (bit for bit), quality equals bm25s (same formula, same analyzer), and a candidate
 filter is exact (every matching document is scored, then restricted; nothing is over-fetched).
 Costs: about 100 bytes of memory per (document, distinct term) posting (77 MiB for the 830k
-postings of the 100k synthetic documents); a filter costs O(len(candidates)) dictionary look-ups
+postings of the 100k synthetic documents), and about 240 bytes per distinct term of the index
+(its string, its entry; the posting of a term of one document is one packed int, not a dict):
+high-entropy text, where every word is new, costs ~240 bytes per word up to MAX_DOC_TERMS
+distinct terms per document (docs/benchmarks.md, "Memory against text entropy"); a filter costs O(len(candidates)) dictionary look-ups
 (~0.5 us each, so a 50k-ID filter is dominated by them).
 
 Scoring is Lucene's BM25 (as in Lucene >= 8 and bm25s ``method="lucene"``)::
@@ -134,7 +137,9 @@ class KeywordIndex:
         self._doc_len: _FloatArray = np.zeros(64, dtype=np.float64)
         self._free_slots: list[int] = []
         self._total_len = 0
-        self._postings: dict[str, dict[int, int]] = {}
+        # a term of one document keeps its posting packed in one int (slot << 32 | tf): most
+        # terms of high-entropy text occur once, and a dict per term cost ~230 bytes more
+        self._postings: dict[str, int | dict[int, int]] = {}
         # numpy copies of postings, made on first use by a query, dropped when the term changes
         self._posting_arrays: dict[str, tuple[_IntArray, _FloatArray]] = {}
         # per slot: the caller's 64-bit key of the document (see upsert), and how many live
@@ -163,7 +168,10 @@ class KeywordIndex:
             entity_id, text = _check_item(item)
             terms = self.analyzer.document_terms(text)
             counts = _bounded_counts(terms)
-            values: _Values = value_terms(text) if value_terms is not None else ()
+            # a value with a term the postings leave out (longer than MAX_TERM_CHARS) could
+            # never be named by a query that finds its document: not kept
+            values: _Values = () if value_terms is None else tuple(
+                v for v in value_terms(text) if all(len(t) <= MAX_TERM_CHARS for t in v))
             analysed.append((entity_id, counts, len(terms), None if keys is None else keys[i],
                              values))
         with self._lock:
@@ -217,7 +225,9 @@ class KeywordIndex:
         for term, tf in zip(*counts, strict=True):
             posting = postings.get(term)
             if posting is None:
-                postings[term] = {slot: tf}
+                postings[term] = _pack(slot, tf)
+            elif isinstance(posting, int):
+                postings[term] = {**_unpacked(posting), slot: tf}
             else:
                 posting[slot] = tf
         arrays = self._posting_arrays
@@ -231,9 +241,12 @@ class KeywordIndex:
         postings, arrays = self._postings, self._posting_arrays
         for term in self._terms_of_slot[slot][0]:
             posting = postings[term]
-            del posting[slot]
-            if not posting:
+            if isinstance(posting, int):
                 del postings[term]
+            else:
+                del posting[slot]
+                if len(posting) == 1:
+                    postings[term] = _pack(*next(iter(posting.items())))
             arrays.pop(term, None)
         self._total_len -= int(self._doc_len[slot])
         self._doc_len[slot] = 0.0
@@ -372,14 +385,18 @@ class KeywordIndex:
             if scores is None:
                 scores = np.zeros(len(self._id_of_slot), dtype=np.float64)
             slots, tfs = self._arrays_for(term, posting)
-            df = len(posting)
+            df = len(slots)
             idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
             norm = k1 * (1.0 - b + b * self._doc_len[slots] / avg_len)
             # slots in one posting are distinct, so fancy-index += adds once per document
             scores[slots] += (qtf * idf) * (tfs / (tfs + norm))
         return scores
 
-    def _arrays_for(self, term: str, posting: dict[int, int]) -> tuple[_IntArray, _FloatArray]:
+    def _arrays_for(self, term: str, posting: int | dict[int, int]
+                    ) -> tuple[_IntArray, _FloatArray]:
+        if isinstance(posting, int):
+            slot, tf = divmod(posting, _TF_SPAN)
+            return np.array([slot], dtype=np.int64), np.array([tf], dtype=np.float64)
         cached = self._posting_arrays.get(term)
         if cached is None:
             n = len(posting)
@@ -410,6 +427,19 @@ class KeywordIndex:
         ]
         hits.sort(key=lambda hit: (-hit[1], hit[0]))
         return hits[:k]
+
+
+#: A packed posting is ``slot * _TF_SPAN + tf`` (a term frequency is below 2^32).
+_TF_SPAN = 1 << 32
+
+
+def _pack(slot: int, tf: int) -> int:
+    return slot * _TF_SPAN + tf
+
+
+def _unpacked(posting: int) -> dict[int, int]:
+    slot, tf = divmod(posting, _TF_SPAN)
+    return {slot: tf}
 
 
 def _bounded_counts(terms: Sequence[str]) -> _DocTerms:

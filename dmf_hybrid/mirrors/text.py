@@ -79,7 +79,7 @@ LUCENE_STOPWORDS_EN: frozenset[str] = frozenset(
 )
 
 #: Words whose stems are remembered (stemming is about half the cost of indexing a text).
-STEM_CACHE_SIZE = 500_000
+STEM_CACHE_SIZE = 100_000
 #: Texts of up to this many characters (field values: categories, cities, names) keep their
 #: terms; building the BM25 index of 100,000 entities analysed each value again.
 SHORT_TEXT = 64
@@ -182,7 +182,9 @@ class Analyzer:
             return None
         fn: Callable[[list[str]], list[str]] | None = getattr(self._local, "stem_words", None)
         if fn is None:
-            fn = self._stemmer_module.Stemmer(self.stemmer_name).stemWords
+            # no cache of its own (10,000 words by default, per thread, however long: it
+            # kept runs of letters of kilobytes); _words keeps a bounded one for all threads
+            fn = self._stemmer_module.Stemmer(self.stemmer_name, 0).stemWords
             self._local.stem_words = fn
         return fn
 
