@@ -27,8 +27,9 @@ Costs: about 100 bytes of memory per (document, distinct term) posting (77 MiB f
 postings of the 100k synthetic documents), and about 240 bytes per distinct term of the index
 (its string, its entry; the posting of a term of one document is one packed int, not a dict):
 high-entropy text, where every word is new, costs ~240 bytes per word up to MAX_DOC_TERMS
-distinct terms per document (docs/benchmarks.md, "Memory against text entropy"); a filter costs O(len(candidates)) dictionary look-ups
-(~0.5 us each, so a 50k-ID filter is dominated by them).
+distinct terms per document (docs/benchmarks.md, "Memory against text entropy"); a filter
+costs O(len(candidates)) dictionary look-ups (~0.5 us each, so a 50k-ID filter is dominated by
+them).
 
 Scoring is Lucene's BM25 (as in Lucene >= 8 and bm25s ``method="lucene"``)::
 
