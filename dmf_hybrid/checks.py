@@ -175,26 +175,31 @@ def parse_as_of(value: Any) -> int | dt.datetime | None:
     return value
 
 
-def check_reference_time(value: Any) -> dt.datetime | None:
-    """``reference_time`` of a search: a datetime, a date (its midnight) or an ISO-8601
-    string, as an aware UTC datetime (naive means UTC); None stays None (the search reads it
-    as now). Anything else is a ValidationError naming ``reference_time``."""
+def check_time(value: Any, field: str, *, dates: bool = False) -> dt.datetime | None:
+    """A time argument: a datetime or an ISO-8601 string (with ``dates``, also a date: its
+    midnight), as an aware UTC datetime (naive means UTC); None stays None. Anything else is
+    a ValidationError naming ``field``."""
     if value is None:
         return None
+    what = "an ISO-8601 date or time" if dates else "an ISO-8601 time"
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value.strip())
         except ValueError:
-            raise ValidationError("reference_time must be an ISO-8601 date or time",
-                                  field="reference_time") from None
-    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+            raise ValidationError(f"{field} must be {what}", field=field) from None
+    elif dates and isinstance(value, dt.date) and not isinstance(value, dt.datetime):
         value = dt.datetime.combine(value, dt.time())
     if not isinstance(value, dt.datetime):
-        raise ValidationError("reference_time must be an ISO-8601 date or time, or a datetime",
-                              field="reference_time")
+        raise ValidationError(f"{field} must be {what}, or a datetime", field=field)
     if value.tzinfo is None:
         return value.replace(tzinfo=dt.UTC)
     return value.astimezone(dt.UTC)
+
+
+def check_reference_time(value: Any) -> dt.datetime | None:
+    """``reference_time`` of a search (see :func:`check_time`; a date is its midnight); None
+    stays None (the search reads it as now)."""
+    return check_time(value, "reference_time", dates=True)
 
 
 #: Largest stored value of one field, in UTF-8 bytes. DuckDB 1.4 slows every later update of a

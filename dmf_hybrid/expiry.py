@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .checks import check_time
 from .errors import ValidationError
 
 #: ``ttl=NEVER``: no expiry (clears one on update; overrides the type's default on create).
@@ -75,22 +76,8 @@ def check_ttl(value: Any, field: str = "ttl") -> dt.timedelta | str | None:
 
 
 def check_expires_at(value: Any) -> dt.datetime | None:
-    """``expires_at``: None, or a datetime / ISO-8601 string as an aware UTC datetime (naive
-    means UTC); anything else is a ValidationError naming ``expires_at``."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise ValidationError("expires_at must be an ISO-8601 time",
-                                  field="expires_at") from None
-    if not isinstance(value, dt.datetime):
-        raise ValidationError("expires_at must be a datetime or an ISO-8601 time",
-                              field="expires_at")
-    if value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    return value.astimezone(dt.UTC)
+    """``expires_at``: None, or a datetime / ISO-8601 string (:func:`~.checks.check_time`)."""
+    return check_time(value, "expires_at")
 
 
 def check_expiry_args(ttl: Any, expires_at: Any) -> tuple[dt.timedelta | str | None,

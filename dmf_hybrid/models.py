@@ -334,9 +334,9 @@ class RuleInfo(BaseModel):
 
     name: str
     description: str | None = None
-    trigger: JSONObject
+    trigger: dict[str, Any]
     condition: str
-    action: JSONObject
+    action: dict[str, Any]
     version: int
     dependencies: list[list[str]] = Field(
         default_factory=list, description="The (type, relation) pairs whose changes re-check it.")
@@ -345,8 +345,8 @@ class RuleInfo(BaseModel):
 class PlanOutcome(BaseModel):
     """What ``execute_plan`` did: per-step results, the diff, commit flag and seq range."""
 
-    results: list[JSONValue]
-    diff: list[JSONObject]
+    results: list[Any]
+    diff: list[dict[str, Any]]
     committed: bool
     seq_range: list[int] | None = None
 

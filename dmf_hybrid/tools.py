@@ -27,7 +27,7 @@ from .checks import ID_PATTERN, ON_CONFLICT, TOOL_NAME_RE, full_match
 from .conversations import CONVERSATION_FIELD, log_available
 from .embedded import EmbeddedMemory
 from .errors import PlanError, ValidationError
-from .expiry import MAX_TTL_SECONDS, NEVER, TTL_DOC
+from .expiry import MAX_TTL_SECONDS, NEVER
 from .filters import FILTER_DOC_BRIEF
 from .lifecycle.context import call_context_tool, context_tool_definition
 from .lifecycle.summaries import SUMMARY_TYPE
@@ -55,7 +55,7 @@ ID_SCHEMA: dict[str, Any] = {
 TTL_SCHEMA: dict[str, Any] = {
     "anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_SECONDS},
               {"const": NEVER}],
-    "description": TTL_DOC}
+    "description": 'Expiry: seconds from now, or "never".'}
 VERSION_SCHEMA: dict[str, Any] = {
     "type": "integer", "minimum": 1,
     "description": "Fail with a version conflict unless the entity is at this version.",
@@ -466,7 +466,7 @@ def call_tool(mem: EmbeddedMemory, name: Any, arguments: Any = None, *, actor: s
                          else "dry_run", "execute_plan takes ops (a list) and dry_run (a bool)")
             raise problems.error()
         return execute_plan(mem, args["ops"], dry_run=dry_run, actor=actor, reason=reason,
-                            trace_id=trace_id)
+                            trace_id=trace_id).model_dump(mode="json")
     op = _as_step(mem, name, args)
     if op["op"] == "search" and "type" not in op:
         return _search_all(mem, op, actor, reason, trace_id)

@@ -162,13 +162,13 @@ def check_state(mem: Any, expect: dict[str, Any], snapshot_root: Path,
     # the vector index converges: a second reconcile finds nothing
     first = mem.reconcile()
     second = mem.reconcile()
-    report["reconcile_first"] = first
-    report["reconcile_second"] = second
-    drift = sum(second[k] for k in ("missing", "stale", "orphan", "unreachable_by_id"))
+    report["reconcile_first"] = first.model_dump()
+    report["reconcile_second"] = second.model_dump()
+    drift = sum(getattr(second, k) for k in ("missing", "stale", "orphan", "unreachable_by_id"))
     if drift:
         problems.append(f"reconcile still finds drift on the second call: {second}")
-    if first["unreachable_by_id"]:
-        problems.append(f"{first['unreachable_by_id']} entities were reachable by filter but "
+    if first.unreachable_by_id:
+        problems.append(f"{first.unreachable_by_id} entities were reachable by filter but "
                         "not by ID")
     records = mem.engine.vectors.records(mem.engine.indexer.collection(TYPE_NAME))
     live = {eid: v for eid, (v, deleted) in rows.items() if not deleted}

@@ -185,11 +185,11 @@ def converse(mem: Memory, turns: list[str] = TURNS) -> list[str]:
                 show("repaired plan", plan)
         else:
             raise SystemExit("the planner could not produce a valid plan")
-        if preview["diff"]:
-            show("dry-run diff", preview["diff"])
+        if preview.diff:
+            show("dry-run diff", preview.diff)
         outcome = mem.execute_plan(plan, reason=message)
-        print(f"  committed={outcome['committed']} seq_range={outcome['seq_range']}")
-        reply = answer(message, mem, state, outcome["results"])
+        print(f"  committed={outcome.committed} seq_range={outcome.seq_range}")
+        reply = answer(message, mem, state, outcome.results)
         print("AGENT: " + reply.replace("\n", "\n       "))
         answers.append(reply)
     report = mem.verify_audit()

@@ -71,20 +71,20 @@ def test_plan_steps_use_earlier_results(mem: Memory, seeded: dict[str, str]) -> 
          "expected_version": "$0.version"},
         {"op": "related", "id": "$0.id", "relation": "includes"},
     ])
-    assert out["committed"] is True
-    trip_id = out["results"][0]["id"]
-    assert out["results"][0]["created"] is True
-    assert out["results"][1]["hits"][0]["entity"]["id"] == seeded["museum"]
-    assert out["results"][2] == {"linked": True, "from_id": trip_id, "relation": "includes",
+    assert out.committed is True
+    trip_id = out.results[0]["id"]
+    assert out.results[0]["created"] is True
+    assert out.results[1]["hits"][0]["entity"]["id"] == seeded["museum"]
+    assert out.results[2] == {"linked": True, "from_id": trip_id, "relation": "includes",
                                  "to_id": seeded["museum"]}
-    assert out["results"][4]["to_id"] == seeded["tower"]
-    assert out["results"][5]["data"]["tags"] == ["Oriental Pearl Tower"]
-    assert out["results"][5]["version"] == 2
-    assert sorted(r["entity"]["id"] for r in out["results"][6]) == sorted(
+    assert out.results[4]["to_id"] == seeded["tower"]
+    assert out.results[5]["data"]["tags"] == ["Oriental Pearl Tower"]
+    assert out.results[5]["version"] == 2
+    assert sorted(r["entity"]["id"] for r in out.results[6]) == sorted(
         [seeded["museum"], seeded["tower"]])
-    assert [d["op"] for d in out["diff"]] == ["create", "link", "link", "update"]
-    first, last = out["seq_range"]
-    assert [d["seq"] for d in out["diff"]] == list(range(first, last + 1))
+    assert [d["op"] for d in out.diff] == ["create", "link", "link", "update"]
+    first, last = out.seq_range
+    assert [d["seq"] for d in out.diff] == list(range(first, last + 1))
     assert mem.get(trip_id).fields()["tags"] == ["Oriental Pearl Tower"]
 
 
@@ -94,11 +94,11 @@ def test_results_are_json(mem: Memory, seeded: dict[str, str]) -> None:
     out = mem.execute_plan([{"op": "get", "id": seeded["museum"]},
                             {"op": "history", "id": seeded["museum"]},
                             {"op": "search", "type": "Poi", "text": "tower"}])
-    json.dumps(out)
-    assert out["results"][0] == {"id": seeded["museum"], "type": "Poi", "version": 1,
+    json.dumps(out.model_dump(mode="json"))
+    assert out.results[0] == {"id": seeded["museum"], "type": "Poi", "version": 1,
                                  "data": {"name": "Shanghai Museum", "city": "Shanghai",
                                           "cost": 0.0, "rating": None}}
-    assert out["diff"] == [] and out["seq_range"] is None
+    assert out.diff == [] and out.seq_range is None
 
 
 # ---------------------------------------------------------------- invalid plans
@@ -170,7 +170,7 @@ def test_ids_must_exist_in_this_tenant_or_be_created_earlier(
         {"op": "restore", "id": trip, "expected_version": 3},
         {"op": "append", "id": trip, "field": "tags", "values": ["x"], "expected_version": 4},
     ])
-    assert out["results"][-1]["version"] == 5
+    assert out.results[-1]["version"] == 5
     with pytest.raises(PlanError) as exc:
         mem.execute_plan([{"op": "delete", "id": trip}, {"op": "get", "id": trip},
                           {"op": "restore", "id": seeded["museum"]}])
@@ -261,21 +261,21 @@ def test_dry_run_diff_equals_the_real_diff_and_leaves_no_trace(
     before = dump(mem)
     seq = mem.last_seq()
     dry = mem.execute_plan(_trip_plan(seeded["museum"]), dry_run=True)
-    assert dry["committed"] is False
+    assert dry.committed is False
     assert dump(mem) == before
     assert mem.last_seq() == seq
     assert mem.verify_audit().ok
     assert mem.search("Trip", "Shanghai").hits == []  # nothing reached the vector index
     real = mem.execute_plan(_trip_plan(seeded["museum"]))
-    assert real["committed"] is True
-    assert real["diff"] == dry["diff"]
-    assert real["seq_range"] == dry["seq_range"] == [seq + 1, seq + 6]
-    assert [d["op"] for d in real["diff"]] == ["create", "link", "append", "update", "delete",
+    assert real.committed is True
+    assert real.diff == dry.diff
+    assert real.seq_range == dry.seq_range == [seq + 1, seq + 6]
+    assert [d["op"] for d in real.diff] == ["create", "link", "append", "update", "delete",
                                                "restore"]
-    assert real["diff"][3]["changes"] == {"rating": [None, 5]}
-    assert real["diff"][3]["version"] == [1, 2]
+    assert real.diff[3]["changes"] == {"rating": [None, 5]}
+    assert real.diff[3]["version"] == [1, 2]
     assert mem.verify_audit().ok
-    trip = mem.get(real["results"][0]["id"])
+    trip = mem.get(real.results[0]["id"])
     assert trip.fields()["tags"] == ["museums", "food"]
     assert mem.get(seeded["museum"]).version == 4
     assert mem.search("Trip", "Shanghai", mode="keyword").hits[0].entity.id == trip.id
@@ -284,8 +284,8 @@ def test_dry_run_diff_equals_the_real_diff_and_leaves_no_trace(
 def test_a_plan_commits_as_one_transaction(mem: Memory, seeded: dict[str, str]) -> None:
     out = mem.execute_plan(_trip_plan(seeded["museum"]), actor="agent", reason="plan",
                            trace_id="t-1")
-    events = mem.events(since_seq=out["seq_range"][0] - 1)
-    assert [e.seq for e in events] == list(range(out["seq_range"][0], out["seq_range"][1] + 1))
+    events = mem.events(since_seq=out.seq_range[0] - 1)
+    assert [e.seq for e in events] == list(range(out.seq_range[0], out.seq_range[1] + 1))
     assert {(e.actor, e.reason, e.trace_id) for e in events} == {("agent", "plan", "t-1")}
     # the same plan again: the create is a no-op, the stale expected_version is reported
     with pytest.raises(PlanError) as exc:

@@ -27,12 +27,12 @@ def test_call_tool_and_plan(api: Front) -> None:
         {"op": "link", "from_id": "$0.id", "relation": "includes", "to_id": poi_id},
     ]
     dry = api.mem.execute_plan(plan, dry_run=True)
-    assert dry["committed"] is False
+    assert dry.committed is False
     with pytest.raises(Exception):  # noqa: B017 - nothing was written by the dry run
-        api.mem.get(dry["results"][0]["id"])
+        api.mem.get(dry.results[0]["id"])
     done = api.mem.execute_plan(plan)
-    assert done["committed"] is True
-    assert [r.entity.id for r in api.mem.related(done["results"][0]["id"])] == [poi_id]
+    assert done.committed is True
+    assert [r.entity.id for r in api.mem.related(done.results[0]["id"])] == [poi_id]
 
 
 def test_bad_tool_call_raises_plan_error(api: Front) -> None:

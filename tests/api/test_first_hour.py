@@ -71,4 +71,4 @@ def test_the_plan_example_is_a_valid_plan_for_the_travel_domain() -> None:
     with Memory.open(None, embedder=HashEmbedder()) as mem:
         mem.load_definitions(INDEXES / "travel.toml")
         out = mem.execute_plan(PLAN_EXAMPLES["examples"][0]["ops"], dry_run=True)
-    assert [d["op"] for d in out["diff"]] == ["create", "create", "link", "update"]
+    assert [d["op"] for d in out.diff] == ["create", "create", "link", "update"]

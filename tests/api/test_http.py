@@ -57,8 +57,8 @@ def test_roles_are_403(http_api: Front) -> None:
         with pytest.raises(Forbidden):
             forbidden()
     assert writer.update(bund.id, {"cost": 1}).version == 2
-    assert http_api.mem.reconcile()["checked"] >= 1
-    assert http_api.mem.reindex()["entities"] >= 1
+    assert http_api.mem.reconcile().checked >= 1
+    assert http_api.mem.reindex().entities >= 1
     assert http_api.mem.flush() == 0
 
 
@@ -141,7 +141,7 @@ def test_snapshot_names(http_api: Front, tmp_path: Path) -> None:
             http_api.mem.snapshot(bad)
         assert err.value.details["field"] == "name"
     manifest = http_api.mem.snapshot("first.v1")
-    assert manifest["name"] == "first.v1" and manifest["last_seq"] >= 1
+    assert manifest.name == "first.v1" and manifest.last_seq >= 1
     assert (tmp_path / "data" / "snapshots" / "first.v1" / "dmf-snapshot.json").is_file()
     assert not (tmp_path / "escape").exists()
     with pytest.raises(Conflict):

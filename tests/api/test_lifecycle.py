@@ -80,14 +80,14 @@ def test_rules_round_trip(api: Front) -> None:
     with_rules(api.mem)
     rule = api.mem.rules()
     assert isinstance(rule, list) and rule == embedded(api).rules()
-    assert [(r["name"], r["version"], r["dependencies"]) for r in rule] == [
+    assert [(r.name, r.version, r.dependencies) for r in rule] == [
         ("trip_over_budget", 1, [["Poi", "includes"]])]
-    assert rule[0]["condition"] == BUDGET_RULE["condition"]
+    assert rule[0].condition == BUDGET_RULE["condition"]
     same = api.mem.define_rule(RuleDef.model_validate(BUDGET_RULE))
     assert same == rule[0]
     v2 = api.mem.define_rule({**BUDGET_RULE, "condition": "sum(Poi.cost via includes) >= budget"},
                              actor="planner", reason="tighter")
-    assert v2["version"] == 2 and api.mem.rules() == embedded(api).rules() == [v2]
+    assert v2.version == 2 and api.mem.rules() == embedded(api).rules() == [v2]
     event = [e for e in embedded(api).events() if e.op == "define_rule"][-1]
     assert (event.actor, event.reason, event.version_after) == ("planner", "tighter", 2)
 
@@ -263,7 +263,7 @@ def test_lifecycle_roles(http_api: Front) -> None:
         spec = raw.get("/openapi.json").json()["paths"]
     assert {("/rules", "get"), ("/rules", "post"), ("/constraints/query", "post"),
             ("/admin/archive", "post")} <= {(p, m) for p, ops in spec.items() for m in ops}
-    assert [r["name"] for r in reader.rules()] == ["trip_over_budget"]
+    assert [r.name for r in reader.rules()] == ["trip_over_budget"]
     writer.update(trip.id, {"budget": 60})  # the rule runs on writes after its definition
     assert [c.data.subject for c in reader.open_constraints().items] == [trip.id]
     assert reader.context([trip.id]).constraints[0].fields["subject"] == trip.id
@@ -279,7 +279,7 @@ def test_load_definitions_sends_the_rules(settings_for: Callable[..., Any],
             types = front.mem.load_definitions(TRAVEL)
             assert sorted(t.name for t in types) == [t.name for t in reference.types()]
             assert front.mem.rules() == reference.rules()
-            assert [r["name"] for r in served.rules()] == ["trip_over_budget",
+            assert [r.name for r in served.rules()] == ["trip_over_budget",
                                                            "trip_time_conflict"]
     finally:
         served.close()

@@ -13,6 +13,6 @@ def test_tool_calls_and_plans_carry_the_audit_context(api: Front) -> None:
     done = api.mem.execute_plan(plan, actor="planner", reason="step 2", trace_id="t-8")
     assert api.embedded is not None
     for entity_id, expected in ((created["id"], ("agent", "the user asked", "t-7")),
-                                (done["results"][0]["id"], ("planner", "step 2", "t-8"))):
+                                (done.results[0]["id"], ("planner", "step 2", "t-8"))):
         event = api.embedded.history(entity_id)[0]
         assert (event.actor, event.reason, event.trace_id) == expected

@@ -128,10 +128,10 @@ def test_rule_effects_commit_or_roll_back_with_the_write(travel: Memory) -> None
     # a dry-run plan shows the rule's effects in its diff and keeps none of them
     plan = [{"op": "link", "from_id": t.id, "relation": "includes", "to_id": p.id}]
     dry = travel.execute_plan(plan, dry_run=True)
-    assert [d["op"] for d in dry["diff"]] == ["link", "rule", "create", "link"]
+    assert [d["op"] for d in dry.diff] == ["link", "rule", "create", "link"]
     assert travel.last_seq() == seq and constraints(travel, t.id) == {}
     real = travel.execute_plan(plan)
-    assert real["diff"] == dry["diff"]
+    assert real.diff == dry.diff
     assert constraints(travel, t.id)[BUDGET]["status"] == "open"
 
 
@@ -157,25 +157,25 @@ def test_time_conflict_rule(travel: Memory) -> None:
 def test_rules_persist_and_version(tmp_path: Path) -> None:
     mem = open_travel(tmp_path / "m")
     try:
-        assert [(r["name"], r["version"]) for r in mem.rules()] == [(BUDGET, 1), (TIME, 1)]
+        assert [(r.name, r.version) for r in mem.rules()] == [(BUDGET, 1), (TIME, 1)]
         seq = mem.last_seq()
         mem.load_definitions(TRAVEL)
         assert mem.last_seq() == seq  # the same definitions again change nothing
-        changed = {**mem.rules()[0], "condition": "sum(PointOfInterest.estimated_cost via "
-                   "includes) > budget * 1.1"}
+        changed = {**mem.rules()[0].model_dump(),
+                   "condition": "sum(PointOfInterest.estimated_cost via includes) > budget * 1.1"}
         del changed["version"], changed["dependencies"]
-        assert mem.define_rule(changed)["version"] == 2
+        assert mem.define_rule(changed).version == 2
         assert mem.events(seq)[-1].op == "define_rule"
     finally:
         mem.close()
     mem = Memory.open(tmp_path / "m", embedder=HashEmbedder(), vector_index=ExactIndex())
     try:
-        assert [(r["name"], r["version"]) for r in mem.rules()] == [(BUDGET, 2), (TIME, 1)]
+        assert [(r.name, r.version) for r in mem.rules()] == [(BUDGET, 2), (TIME, 1)]
         t = trip(mem, budget=100)
         mem.link(t.id, "includes", poi(mem, "Tower", 105).id)  # 105 <= 110: fine now
         assert constraints(mem, t.id) == {}
         mem.load_definitions(TRAVEL)  # the file's definition again: a third version
-        assert [(r["name"], r["version"]) for r in mem.rules()] == [(BUDGET, 3), (TIME, 1)]
+        assert [(r.name, r.version) for r in mem.rules()] == [(BUDGET, 3), (TIME, 1)]
     finally:
         mem.close()
 
@@ -222,7 +222,7 @@ def test_bad_rules_are_refused_at_definition(travel: Memory, rule: dict[str, Any
     with pytest.raises(SchemaError) as info:
         travel.define_rule(rule)
     assert words.lower() in info.value.message.lower()
-    assert travel.last_seq() == seq and "bad" not in [r["name"] for r in travel.rules()]
+    assert travel.last_seq() == seq and "bad" not in [r.name for r in travel.rules()]
 
 
 def test_a_rule_defines_the_bundled_constraint_type_on_first_use(tmp_path: Path) -> None:
@@ -307,8 +307,8 @@ def test_a_new_rule_back_fills_existing_entities(travel: Memory) -> None:
     fine = trip(travel, budget=500, destination="Oslo")
     for t in (over, fine):
         travel.link(t.id, "includes", poi(travel, f"Tower {t.data.destination}", 150).id)
-    budget_rule = next(r for r in travel.rules() if r["name"] == BUDGET)
-    stricter = {k: v for k, v in budget_rule.items() if k not in ("version", "dependencies")}
+    budget_rule = next(r for r in travel.rules() if r.name == BUDGET)
+    stricter = budget_rule.model_dump(exclude={"version", "dependencies"})
     stricter["name"] = "trip_tight_budget"
     stricter["condition"] = "sum(PointOfInterest.estimated_cost via includes) > budget * 0.2"
     assert constraints(travel, over.id).get("trip_tight_budget") is None

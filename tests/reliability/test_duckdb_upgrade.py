@@ -79,7 +79,7 @@ def test_a_store_written_by_duckdb_1_4_4_opens_whole(old_store: tuple[Path, dict
                 hits = mem.search("Poi", f"{phase} garden {word}", k=3, mode="vector")
                 assert hits.hits[0].entity.data.name.startswith(f"{phase} garden {word}")
         assert mem.verify_audit().ok
-        assert mem.reconcile()["missing"] == 0
+        assert mem.reconcile().missing == 0
         again = mem.create("Poi", {"name": "after the upgrade", "city": "cleanville"})
         assert mem.get(again.id).version == 1
     finally:

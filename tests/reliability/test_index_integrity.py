@@ -180,10 +180,10 @@ def test_verify_and_reconcile_find_entities_unreachable_by_id(
     mine = verify_other()  # the tenant's own entities are all reachable
     assert (mine.ok, mine.unreachable_by_id, mine.scope) == (True, 0, "tenant")
     counts = admin.reconcile()
-    assert counts["unreachable_by_id"] == NOTES
+    assert counts.unreachable_by_id == NOTES
     assert admin.get(ids[0]).id == ids[0]
     assert admin.verify_audit().ok
-    assert admin.reconcile()["unreachable_by_id"] == 0
+    assert admin.reconcile().unreachable_by_id == 0
     assert unreachable_by_id(embedded._store.db) == {}  # noqa: SLF001
 
 

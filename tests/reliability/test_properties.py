@@ -315,7 +315,7 @@ def test_a_dry_run_changes_nothing(items: tuple[Memory, dict[str, Any], Path],
     except DMFError as exc:
         assert 400 <= exc.status_code < 500
     else:
-        assert result["committed"] is False
+        assert result.committed is False
     assert mem.last_seq() == seq
     assert dump_state(mem, root) == before
 

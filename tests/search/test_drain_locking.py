@@ -102,7 +102,7 @@ def test_another_tenants_writes_go_on_while_a_batch_is_embedding(
     wanted = tenant_a.query("Poi", {"name": "Tea house 7"}).items[0].id
     assert wanted in _ids(tenant_a, "Tea house 7 in Hangzhou")
     counts = mem.reconcile()
-    assert (counts["missing"], counts["stale"], counts["orphan"]) == (0, 0, 0)
+    assert (counts.missing, counts.stale, counts.orphan) == (0, 0, 0)
     assert mem.verify_audit().ok
 
 
@@ -130,7 +130,7 @@ def test_an_entity_changed_while_it_is_embedded_ends_with_its_newest_vector(
     mem.flush()
     assert _ids(mem, "Lingyin Temple in Suzhou")[0] == "lake"
     counts = mem.reconcile()
-    assert (counts["missing"], counts["stale"], counts["orphan"]) == (0, 0, 0)
+    assert (counts.missing, counts.stale, counts.orphan) == (0, 0, 0)
 
 
 def test_a_drain_inside_a_transaction_never_waits_for_one_that_needs_the_lock(
@@ -157,4 +157,4 @@ def test_a_drain_inside_a_transaction_never_waits_for_one_that_needs_the_lock(
     mem.flush()
     assert mem.engine.indexer.pending() == 0
     counts = mem.reconcile()
-    assert (counts["missing"], counts["stale"], counts["orphan"]) == (0, 0, 0)
+    assert (counts.missing, counts.stale, counts.orphan) == (0, 0, 0)

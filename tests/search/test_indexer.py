@@ -17,6 +17,7 @@ import pytest
 from dmf_hybrid import HashEmbedder, Memory
 from dmf_hybrid.config import Settings
 from dmf_hybrid.mirrors.vectors import LocalVectors
+from dmf_hybrid.models import ReconcileCounts
 from dmf_hybrid.search.ranking import ranked
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.conftest import define_travel
@@ -48,8 +49,8 @@ class CountingEmbedder:
         return np.asarray(self.inner.embed(texts))
 
 
-def drift(counts: dict[str, int]) -> dict[str, int]:
-    return {key: counts[key] for key in NO_DRIFT}
+def drift(counts: ReconcileCounts) -> dict[str, int]:
+    return {key: getattr(counts, key) for key in NO_DRIFT}
 
 
 def ids_of(mem: Memory, text: str, mode: str = "vector", **kw: Any) -> list[str]:
@@ -148,8 +149,8 @@ def test_reconcile_counts_and_repairs_each_kind_of_drift(chroma_mem: Memory) -> 
     chroma.upsert(name, [pois[2].id], vec[None, :],                     # stale version
                   [{**good[pois[2].id], "version": 7}])
     counts = mem.reconcile()
-    assert counts == {"checked": 20, "missing": 1, "stale": 2, "orphan": 1,
-                      "unreachable_by_id": 0}
+    assert counts.model_dump() == {"checked": 20, "missing": 1, "stale": 2, "orphan": 1,
+                                   "unreachable_by_id": 0}
     assert chroma.records(name) == good
     assert drift(mem.reconcile()) == NO_DRIFT
     # the repaired vectors are the right ones: each is the embedding of its entity's text
@@ -168,7 +169,7 @@ def test_reindex_rebuilds_the_index_from_the_cache(chroma_mem: Memory) -> None:
     before = mem.engine.vectors.records(name)
     first = [h.entity.id for h in mem.search("Poi", "place 3", k=5).hits]
     mem.engine.vectors.drop(name)
-    assert mem.reindex() == {"types": 2, "entities": 13}
+    assert mem.reindex().model_dump() == {"types": 2, "entities": 13}
     assert mem.engine.vectors.records(name) == before
     assert [h.entity.id for h in mem.search("Poi", "place 3", k=5).hits] == first
     assert drift(mem.reconcile()) == NO_DRIFT
@@ -231,7 +232,7 @@ def test_create_many_embeds_in_batches_and_reindex_never_re_embeds(tmp_path: Pat
     assert counting.calls == math.ceil(310 / 64)
 
     calls = counting.calls
-    assert mem.reindex()["entities"] == 310
+    assert mem.reindex().entities == 310
     assert drift(mem.reconcile()) == NO_DRIFT
     assert mem.search("Poi", "place 7", mode="vector").hits[0].entity.id == entities[7].id
     assert counting.calls == calls + 1  # only the query was embedded

@@ -148,7 +148,7 @@ def test_a_failed_upsert_is_replayed_on_reopen(chroma_url: str, tmp_path: Path) 
     assert mem.engine.indexer.pending() == 0
     assert mem.search("Poi", "Trevi fountain").hits[0].entity.id == new.id
     counts = mem.reconcile()
-    assert (counts["missing"], counts["stale"], counts["orphan"]) == (0, 0, 0)
+    assert (counts.missing, counts.stale, counts.orphan) == (0, 0, 0)
     mem.close()
 
 

@@ -187,7 +187,7 @@ def test_the_tools_take_the_scope_in_both_profiles(log: MemoryAPI) -> None:
         assert [h["entity"]["id"] for h in out["hits"]] == ids["chat-2"], name
     plan = log.execute_plan([{"op": "search", "type": "Message", "text": "cat", "k": 20,
                               "conversation": "chat-1"}])
-    assert {h["entity"]["id"] for h in plan["results"][0]["hits"]} == set(ids["chat-1"])
+    assert {h["entity"]["id"] for h in plan.results[0]["hits"]} == set(ids["chat-1"])
     ctx: Any = log.call_tool("context", {"conversation": "chat-1", "turns": 2})
     assert ctx["text"] == log.context(conversation="chat-1", turns=2).text
 

@@ -304,7 +304,7 @@ def test_tools_and_plans_take_a_ttl(tmp_path: Path, clock: Clock) -> None:
         assert "expires_at" not in renewed
         out: Any = memory.execute_plan([{"op": "create", "type": "Poi", "data": {"name": "y"},
                                     "ttl": 5}])
-        assert out["committed"]
+        assert out.committed
         with pytest.raises(ValidationError):
             memory.execute_plan([{"op": "create", "type": "Poi", "data": {"name": "z"},
                                   "ttl": "soon"}])

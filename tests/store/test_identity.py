@@ -98,7 +98,7 @@ def test_plans_and_tools_take_on_conflict(mem: Memory) -> None:
     gid = _garden(mem)
     out = mem.execute_plan([{"op": "create", "type": "Poi", "on_conflict": "update",
                              "data": {"name": "Yu Garden", "city": "Shanghai", "cost": 41}}])
-    assert out["results"][0]["differs"] == ["cost"] and out["results"][0]["version"] == 2
+    assert out.results[0]["differs"] == ["cost"] and out.results[0]["version"] == 2
     with pytest.raises(PlanError):
         mem.call_tool("create", {"type": "Poi", "on_conflict": "raise",
                                  "data": {"name": "Yu Garden", "city": "Shanghai", "cost": 1}})

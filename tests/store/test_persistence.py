@@ -87,8 +87,8 @@ def test_snapshot_restores_into_a_new_directory(tmp_path: Path) -> None:
     try:
         _fill(mem)
         manifest = mem.snapshot(tmp_path / "snap")
-        assert manifest["last_seq"] == mem.last_seq()
-        assert manifest["last_hash"] == mem.verify_audit().last_hash
+        assert manifest.last_seq == mem.last_seq()
+        assert manifest.last_hash == mem.verify_audit().last_hash
         state, tables = _readable_state(mem), dump_rows(mem)
         with pytest.raises(Conflict):
             mem.snapshot(tmp_path / "snap")  # never overwrites
@@ -102,7 +102,7 @@ def test_snapshot_restores_into_a_new_directory(tmp_path: Path) -> None:
             # both continue independently with the same next seq
             trip = restored.query("Trip", {"destination": "Paris"}).items[0].id
             restored.update(trip, {"budget": 1})
-            assert restored.last_seq() == manifest["last_seq"] + 1
+            assert restored.last_seq() == manifest.last_seq + 1
             assert restored.verify_audit().ok
         finally:
             restored.close()
@@ -271,7 +271,7 @@ def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
         assert [r.model_dump() for r in alpha.related(plan)] == states["alpha"]
         records = again.engine.vectors.records(again.engine.indexer.collection("Poi"))
         assert "alpha\x1fpoi-1" in records and "poi-1" not in records
-        assert {k: again.reconcile()[k] for k in ("missing", "stale", "orphan")} == {
+        assert {k: getattr(again.reconcile(), k) for k in ("missing", "stale", "orphan")} == {
             "missing": 0, "stale": 0, "orphan": 0}
         for mode in ("vector", "keyword", "hybrid"):
             assert alpha.search("Poi", "Pantheon in Rome", mode=mode).hits[0].entity.id == given

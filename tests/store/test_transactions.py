@@ -232,8 +232,8 @@ def test_a_plan_commits_every_step_in_one_seq_range(door: MemoryAPI) -> None:
             {"op": "create", "type": "Poi", "data": {"name": "Port", "city": "Nice"}},
             {"op": "link", "from_id": "$0.id", "relation": "includes", "to_id": "$1.id"}]
     done = door.execute_plan(plan)
-    assert done["committed"] and done["seq_range"] == [before + 1, before + 3]
+    assert done.committed and done.seq_range == [before + 1, before + 3]
     assert door.last_seq() == before + 3 and audit_seqs(door) == list(range(1, before + 4))
-    trip_id = done["results"][0]["id"]  # type: ignore[index, call-overload]
+    trip_id = done.results[0]["id"]  # type: ignore[index, call-overload]
     assert [r.entity.id for r in door.related(trip_id, "includes")] == [
-        done["results"][1]["id"]]  # type: ignore[index, call-overload]
+        done.results[1]["id"]]  # type: ignore[index, call-overload]
