@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -30,15 +29,11 @@ from .ids import split_vector_id, vector_id
 from .mirror_load import (
     FaultHook,
     Item,
-    LiveRow,
     Snapshot,
     add_keyword,
     items_of,
     keyword_indexes,
-    live_row,
-    live_sql,
     read_snapshot,
-    vector_matrix,
     vector_mirror,
 )
 from .mirrors.keyword import KeywordIndex, type_analysis
@@ -48,15 +43,12 @@ from .models import ReconcileCounts, ReindexCounts
 from .schema import EntityType
 from .store import Store
 from .store.changes import ChangeFeed
+from .store.mirror_reads import LiveRow, live_rows
+from .store.outbox import OutboxRow
 from .vector.base import VectorIndex, collection_name
 
 log = logging.getLogger(__name__)
 
-#: IDs or hashes per DuckDB lookup (bound as one list parameter).
-LOOKUP_CHUNK = 20_000
-#: Up to this many IDs or hashes are looked up as `col IN (?, ...)` alone, which DuckDB answers
-#: from the column's index; more are scanned for (the list form, or any other condition).
-POINT_LOOKUP_MAX = 64
 #: Vectors per vector-index write.
 UPSERT_CHUNK = 1000
 #: New vectors per embedding-cache transaction.
@@ -102,52 +94,7 @@ class Indexer:
 
     def cached_vectors(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         """Cached vectors of the current model for the given text hashes."""
-        found: dict[str, np.ndarray] = {}
-        unique = sorted(set(hashes))
-        con = self.store.db.reader()
-        model = self.embedder.model_id
-        if len(unique) <= POINT_LOOKUP_MAX:  # a write's few texts: through the hash index
-            return self._cached_few(con, unique) if unique else found
-        for i in range(0, len(unique), LOOKUP_CHUNK):
-            part = unique[i:i + LOOKUP_CHUNK]
-            # which hashes are cached: a scan of the hash column only; new texts (the common
-            # case on writes) never make DuckDB read the vector column
-            present = [r[0] for r in con.execute(
-                "SELECT text_hash FROM embeddings WHERE model_id = ? AND text_hash IN "
-                "(SELECT unnest(CAST(? AS VARCHAR[])))", [model, part]).fetchall()]
-            if not present:
-                continue
-            # Arrow through a relation (an execute() result copies the rows once more); it may
-            # start here because the execute() above was read to its end
-            table = con.sql(
-                "SELECT text_hash, vector FROM embeddings WHERE model_id = ? AND text_hash IN "
-                "(SELECT unnest(CAST(? AS VARCHAR[])))", params=[model, present]).to_arrow_table()
-            matrix = vector_matrix(table.column("vector"), table.num_rows)
-            for h, vec in zip(table.column("text_hash").to_pylist(), matrix, strict=True):
-                found[h] = vec
-        return found
-
-    def _cached_hashes(self, con: Any, hashes: list[str]) -> list[str]:
-        """Which of a few hashes have a vector of the current model: `text_hash IN (...)`
-        alone uses the index on text_hash; the model is checked on the rows found."""
-        model = self.embedder.model_id
-        return [h for h, m in con.execute(
-            "SELECT text_hash, model_id FROM embeddings WHERE text_hash IN "
-            f"({', '.join('?' * len(hashes))})", hashes).fetchall() if m == model]
-
-    def _cached_few(self, con: Any, hashes: list[str]) -> dict[str, np.ndarray]:
-        """:meth:`cached_vectors` of a few hashes, through the index on text_hash."""
-        model = self.embedder.model_id
-        present = self._cached_hashes(con, hashes)
-        if not present:  # new texts, a write's usual case: the vector column is never read
-            return {}
-        found: dict[str, np.ndarray] = {}
-        for h, m, vector in con.execute(
-                "SELECT text_hash, model_id, vector FROM embeddings WHERE text_hash IN "
-                f"({', '.join('?' * len(present))})", present).fetchall():
-            if m == model:
-                found[h] = np.asarray(vector, dtype=np.float32)
-        return found
+        return self.store.embedding_cache.vectors(self.embedder.model_id, hashes)
 
     def embed_texts(self, texts: dict[str, str]) -> dict[str, np.ndarray]:
         """Vectors for {text_hash: text}: from the cache, embedding (and caching) the rest.
@@ -171,34 +118,7 @@ class Indexer:
         return vectors
 
     def _cache(self, items: list[tuple[str, np.ndarray]]) -> None:
-        if not items:
-            return
-        import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
-
-        model = self.embedder.model_id
-        with self.store.db.write() as con:
-            few = len(items) <= POINT_LOOKUP_MAX
-            if few:  # a write's few vectors: drop those cached meanwhile, insert the rest plain
-                # (ON CONFLICT took 18 ms for one row at 100,000 cached vectors; this, 5 ms)
-                cached = set(self._cached_hashes(con, [h for h, _ in items]))
-                items = [item for item in items if item[0] not in cached]
-                if not items:
-                    return
-            matrix = np.ascontiguousarray(np.stack([v for _, v in items]), dtype=np.float32)
-            n, dim = matrix.shape
-            offsets = pa.array(np.arange(0, (n + 1) * dim, dim, dtype=np.int32))
-            table = pa.table({
-                "model_id": pa.array([model] * n),
-                "text_hash": pa.array([h for h, _ in items]),
-                "dim": pa.array(np.full(n, dim, dtype=np.int32)),
-                "vector": pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1))),
-            })
-            con.register("_vec_batch", table)
-            try:
-                con.execute("INSERT INTO embeddings SELECT * FROM _vec_batch"
-                            + ("" if few else " ON CONFLICT DO NOTHING"))
-            finally:
-                con.unregister("_vec_batch")
+        self.store.embedding_cache.put(self.embedder.model_id, items)
 
     # ------------------------------------------------------------------ state
 
@@ -206,28 +126,7 @@ class Indexer:
                    ) -> list[LiveRow]:
         """(id, tenant, version, text_hash, data, hash(tenant, id)) of live rows (all, or of
         those (tenant, id) ``keys``), by ID then tenant."""
-        base = live_sql(etype)
-        con = self.store.db.reader()
-        rows: list[tuple[Any, ...]] = []
-        if keys is None:
-            rows = con.execute(base + " ORDER BY id, tenant").fetchall()
-        else:
-            # by ID alone (DuckDB finds IDs by their index); another tenant's rows with the
-            # same IDs are dropped here
-            wanted = set(keys)
-            unique = sorted({eid for _, eid in wanted})
-            if 0 < len(unique) <= POINT_LOOKUP_MAX:  # `id IN (...)` alone: the id index
-                found = con.execute(
-                    live_sql(etype, live_only=False)
-                    + f" WHERE id IN ({', '.join('?' * len(unique))})", unique).fetchall()
-                rows = sorted((r[1:] for r in found if r[0] and (r[2], r[1]) in wanted),
-                              key=lambda r: (r[0], r[1]))
-                unique = []
-            for i in range(0, len(unique), LOOKUP_CHUNK):
-                rows.extend(r for r in con.execute(
-                    base + " AND id IN (SELECT unnest(CAST(? AS VARCHAR[]))) ORDER BY id, tenant",
-                    [unique[i:i + LOOKUP_CHUNK]]).fetchall() if (r[1], r[0]) in wanted)
-        return [live_row(etype, r) for r in rows]
+        return live_rows(self.store.db.reader(), etype, keys)
 
     def _items(self, etype: EntityType, keys: Sequence[Key] | None
                ) -> tuple[list[Item], list[Key]]:
@@ -379,15 +278,15 @@ class Indexer:
     def _load(self, etype: EntityType, keyword: bool, analysis: TypeAnalyzer) -> None:
         """Read the mirrors at the current state (the caller orders the locks)."""
         with self._lock:
-            con = self.store.db.reader()
+            reader = self.store.db.reader()
             if etype.name not in self.mirror:
-                local, missing = vector_mirror(con, etype, self.embedder.model_id,
+                local, missing = vector_mirror(reader, etype, self.embedder.model_id,
                                                self.embedder.dim, self.block_bytes)
                 self.mirror[etype.name] = local
                 if missing:  # vectors evicted from the cache (or never made): embed them
                     self._refresh_local(etype, missing)
             if keyword and not self._keyword_loaded(etype.name, analysis):
-                self._set_keyword(etype.name, analysis, keyword_indexes(con, etype, analysis))
+                self._set_keyword(etype.name, analysis, keyword_indexes(reader, etype, analysis))
 
     def local(self, type_name: str) -> LocalVectors | None:
         """The loaded exact mirror of a type (None until its first search)."""
@@ -421,21 +320,14 @@ class Indexer:
             return self._apply_rows(self._still_pending(
                 [r for r in rows if (r[1], r[2], r[3]) in held]))
 
-    def _pending(self, limit: int) -> list[tuple[int, str, str, str]]:
-        return [(int(seq), str(type_name), str(tenant), str(eid))
-                for seq, type_name, tenant, eid in self.store.db.fetchall(
-                    "SELECT seq, type, tenant, entity_id FROM outbox WHERE NOT done "
-                    f"ORDER BY seq LIMIT {int(limit)}")]
+    def _pending(self, limit: int) -> list[OutboxRow]:
+        return self.store.outbox.pending(limit)
 
-    def _still_pending(self, rows: list[tuple[int, str, str, str]]
-                       ) -> list[tuple[int, str, str, str]]:
+    def _still_pending(self, rows: list[OutboxRow]) -> list[OutboxRow]:
         """Those of ``rows`` another drain has not applied meanwhile."""
-        done = {int(r[0]) for r in self.store.db.fetchall(
-            "SELECT seq FROM outbox WHERE done AND seq IN (SELECT unnest(CAST(? AS BIGINT[])))",
-            [[r[0] for r in rows]])}
-        return [r for r in rows if r[0] not in done]
+        return self.store.outbox.still_pending(rows)
 
-    def _apply_rows(self, rows: list[tuple[int, str, str, str]]) -> int:
+    def _apply_rows(self, rows: list[OutboxRow]) -> int:
         """Bring the indexes in step for these outbox rows' entities (claimed by the caller)
         and mark the rows done."""
         if not rows:
@@ -451,15 +343,12 @@ class Indexer:
             keys = sorted(set(by_type[type_name]))
             for i in range(0, len(keys), DRAIN_PIECE):
                 self._apply_type(etype, keys[i:i + DRAIN_PIECE])
-        with self.store.db.write() as con:
-            con.execute("UPDATE outbox SET done = TRUE WHERE NOT done AND seq IN "
-                        "(SELECT unnest(CAST(? AS BIGINT[])))", [[r[0] for r in rows]])
+        self.store.outbox.mark_done([r[0] for r in rows])
         return len(rows)
 
     def pending(self) -> int:
         """How many outbox rows wait to be applied."""
-        row = self.store.db.fetchone("SELECT count(*) FROM outbox WHERE NOT done")
-        return int(row[0]) if row else 0
+        return self.store.outbox.count()
 
     def on_commit(self, batch: Iterable[tuple[int, str, str, str, str]]) -> None:
         """Transaction hook, run once the commit has let the write lock go: apply the rows the

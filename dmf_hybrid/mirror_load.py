@@ -1,4 +1,4 @@
-"""Reading a type's in-memory mirrors from DuckDB: rows to items, and a snapshot read unlocked.
+"""Reading a type's in-memory mirrors from the store: rows to items, and a snapshot read unlocked.
 
 The exact vector mirror and the BM25 indexes of a type are read from DuckDB on its first search
 (or at the service's warm-up): 15-25 s at 100,000 entities. :func:`read_snapshot` reads them
@@ -12,48 +12,33 @@ embedded then too, never while reading (embedding caches the vector, a write).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
-
-import duckdb
-import numpy as np
-import numpy.typing as npt
 
 from .ids import sha256_hex
 from .mirrors.keyword import KeywordIndex, entity_document, type_analysis
 from .mirrors.text import KeywordDocument, TypeAnalyzer
-from .mirrors.vectors import Key, LocalVectors, key_sql
+from .mirrors.vectors import Key, LocalVectors
 from .schema import EntityType, text_of_parts
 from .store import Store
-from .store.sql import field_values, q
-from .store.tables import table_name
+from .store.db import Reader
+from .store.embedding_cache import vector_matrix
+from .store.mirror_reads import (
+    LiveRow,
+    embedded_count,
+    live_row_batches,
+    read_transaction,
+    vector_batches,
+)
 
 # (id, tenant, version, text_hash, text, DuckDB hash(tenant, id), keyword document) of one
 # live entity
 Item = tuple[str, str, int, str, str, int, KeywordDocument]
-# (id, tenant, version, text_hash, data, hash(tenant, id)) of one live row
-LiveRow = tuple[str, str, int, str | None, dict[str, Any], int]
 FaultHook = Callable[[str], None]
 #: Rows per batch when a mirror is loaded from DuckDB.
 LOAD_BATCH = 8192
 #: Tries to start a read transaction between two commits before giving up.
 SNAPSHOT_TRIES = 3
-
-
-def live_sql(etype: EntityType, live_only: bool = True) -> str:
-    """SELECT of the live rows of a type, as :func:`live_row` reads them; with ``live_only``
-    False, of every row, ``deleted_at IS NULL`` first and no WHERE (the caller's own)."""
-    columns = (f"id, tenant, version, text_hash, {key_sql()}, "
-               + ", ".join(q(n) for n in etype.fields))
-    if live_only:
-        return f"SELECT {columns} FROM {table_name(etype.name)} WHERE deleted_at IS NULL"
-    return f"SELECT deleted_at IS NULL, {columns} FROM {table_name(etype.name)}"
-
-
-def live_row(etype: EntityType, row: Sequence[Any]) -> LiveRow:
-    """(id, tenant, version, text_hash, data, hash(tenant, id)) of a :func:`live_sql` row."""
-    return row[0], row[1], row[2], row[3], field_values(etype, row[5:]), row[4]
 
 
 def items_of(etype: EntityType, live: list[LiveRow], gone: list[Key],
@@ -75,15 +60,14 @@ def items_of(etype: EntityType, live: list[LiveRow], gone: list[Key],
     return items
 
 
-def all_items(con: duckdb.DuckDBPyConnection, etype: EntityType) -> Iterator[list[Item]]:
+def all_items(reader: Reader, etype: EntityType) -> Iterator[list[Item]]:
     """Every live, embedded item of a type, by ID then tenant, ``LOAD_BATCH`` at a time
     (building the BM25 index of 100,000 entities from one list held them all at once)."""
-    cursor = con.execute(live_sql(etype) + " ORDER BY id, tenant")
-    while rows := cursor.fetchmany(LOAD_BATCH):
-        yield items_of(etype, [live_row(etype, r) for r in rows], [])
+    for rows in live_row_batches(reader, etype, LOAD_BATCH):
+        yield items_of(etype, rows, [])
 
 
-def keyword_indexes(con: duckdb.DuckDBPyConnection, etype: EntityType,
+def keyword_indexes(reader: Reader, etype: EntityType,
                     analysis: TypeAnalyzer) -> dict[str, KeywordIndex]:
     """One BM25 index per tenant of a type's live, embedded entities."""
     out: dict[str, KeywordIndex] = {}
@@ -93,7 +77,7 @@ def keyword_indexes(con: duckdb.DuckDBPyConnection, etype: EntityType,
             out[tenant] = KeywordIndex(analyzer=analysis)
         return out[tenant]
 
-    for items in all_items(con, etype):
+    for items in all_items(reader, etype):
         add_keyword(index_of, items)
     return out
 
@@ -110,7 +94,7 @@ def add_keyword(index_of: Callable[[str], KeywordIndex], items: list[Item]) -> N
         index_of(tenant).upsert(docs, keys)
 
 
-def vector_mirror(con: duckdb.DuckDBPyConnection, etype: EntityType, model_id: str, dim: int,
+def vector_mirror(reader: Reader, etype: EntityType, model_id: str, dim: int,
                   block_bytes: int) -> tuple[LocalVectors, list[Key]]:
     """The exact mirror of a type's live rows joined to the embedding cache, and the
     (tenant, id) of live rows whose vector the cache does not hold.
@@ -122,19 +106,10 @@ def vector_mirror(con: duckdb.DuckDBPyConnection, etype: EntityType, model_id: s
     import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
     import pyarrow.compute as pc
 
-    table = f"{table_name(etype.name)} AS t"
-    live = "t.deleted_at IS NULL AND t.text_hash IS NOT NULL"
-    count = con.execute(f"SELECT count(*) FROM {table} WHERE {live}").fetchall()
     local = LocalVectors(dim, block_bytes)
-    local.reserve(int(count[0][0]) if count else 0)
+    local.reserve(embedded_count(reader, etype))
     missing: list[Key] = []
-    # Arrow through a relation (an execute() result copies every row once more). The reader
-    # holds the connection until it is closed, also when a batch fails.
-    with con.sql(
-            f"SELECT t.id, {key_sql('t.')} AS key, t.tenant, t.text_hash, e.vector "
-            f"FROM {table} LEFT JOIN embeddings AS e "
-            f"ON e.model_id = ? AND e.text_hash = t.text_hash WHERE {live}",
-            params=[model_id]).to_arrow_reader(LOAD_BATCH) as batches:
+    with vector_batches(reader, etype, model_id, LOAD_BATCH) as batches:
         for batch in batches:
             valid = pc.is_valid(batch.column("vector"))
             cached = batch.filter(valid)
@@ -150,15 +125,6 @@ def vector_mirror(con: duckdb.DuckDBPyConnection, etype: EntityType, model_id: s
                                gone.column("id").to_pylist(), strict=True)
     pa.default_memory_pool().release_unused()
     return local, missing
-
-
-def vector_matrix(column: Any, rows: int) -> npt.NDArray[np.float32]:
-    """A (rows, dim) float32 matrix from an Arrow list<float> column (or array)."""
-    if hasattr(column, "combine_chunks"):
-        column = column.combine_chunks()
-    flat = column.flatten().to_numpy(zero_copy_only=False)
-    matrix: npt.NDArray[np.float32] = np.asarray(flat, dtype=np.float32).reshape(rows, -1)
-    return matrix
 
 
 @dataclass
@@ -178,26 +144,13 @@ def read_snapshot(store: Store, etype: EntityType, *, model_id: str, dim: int,
     a type, read in one DuckDB read transaction and so at one committed seq; no lock of this
     process is held. None if commits kept starting while the transaction began (the caller
     reads under its locks instead). Call outside a write transaction."""
-    db = store.db
-    con = db.reader()
-    table = table_name(etype.name)
-    for _ in range(SNAPSHOT_TRIES):
-        stamp = db.stable()
-        if stamp is None:  # a commit is becoming visible right now
-            continue
-        con.execute("BEGIN TRANSACTION")
-        try:
-            # DuckDB takes a database's snapshot at the transaction's first read of it; no
-            # commit started between the stamp and this read, so it is the state at the stamp
-            con.execute(f"SELECT count(*) FROM {table} WHERE false").fetchall()
-            if not db.unchanged(stamp[0]):
-                continue
-            local, missing = (vector_mirror(con, etype, model_id, dim, block_bytes) if mirror
-                              else (None, []))
-            indexes = None if keyword is None else keyword_indexes(con, etype, keyword)
-            if fault:
-                fault("snapshot_read")
-            return Snapshot(stamp[1], local, indexes, missing)
-        finally:
-            con.execute("ROLLBACK")  # it only read
-    return None
+    with read_transaction(store.db, etype, SNAPSHOT_TRIES) as began:
+        if began is None:
+            return None
+        reader, seq = began
+        local, missing = (vector_mirror(reader, etype, model_id, dim, block_bytes) if mirror
+                          else (None, []))
+        indexes = None if keyword is None else keyword_indexes(reader, etype, keyword)
+        if fault:
+            fault("snapshot_read")
+        return Snapshot(seq, local, indexes, missing)

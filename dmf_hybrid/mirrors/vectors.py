@@ -46,11 +46,6 @@ Key = tuple[str, str]
 FloatMatrix = npt.NDArray[np.float32]
 
 
-def key_sql(alias: str = "") -> str:
-    """The SQL of the 64-bit key the mirror finds an entity row by (``alias``: "t." etc.)."""
-    return f"hash({alias}tenant, {alias}id)"
-
-
 class Blocks:
     """Gathered vectors of repeated candidate sets, least recently used out past a byte bound.
 
@@ -117,7 +112,7 @@ class LocalVectors:
     """The exact in-memory mirror of one type's vectors: the planner's exact scorer.
 
     Rows are L2-normalised float32 vectors (``matrix[:size]``, swap-remove on delete), found by
-    (tenant, entity ID) or by DuckDB's 64-bit ``hash(tenant, id)`` of them (:func:`key_sql`),
+    (tenant, entity ID) or by DuckDB's 64-bit ``hash(tenant, id)`` of them (``key_sql``),
     so a candidate set can be mapped to rows without making Python strings (the sorted key
     index is rebuilt lazily after IDs come or go; a key collision switches that mapping off and
     callers fall back to IDs). Two tenants' entities with the same ID are two rows. Each row

@@ -51,6 +51,7 @@ from ..models import Receipt, ReconcileCounts, ReindexCounts, SearchResult
 from ..schema import EntityType
 from ..store import Store
 from ..store.changes import ChangeFeed
+from ..store.mirror_reads import embedded_count
 from ..vector.base import VectorIndex, collection_name
 from .filter_cache import FilterCache
 from .fusion import fuse
@@ -149,10 +150,7 @@ class SearchEngine:
         for etype in self.store.types():
             if etype.typedef.embed is None:
                 continue
-            row = self.store.db.fetchone(
-                f'SELECT count(*) FROM "ent_{etype.name}" WHERE deleted_at IS NULL '
-                "AND text_hash IS NOT NULL")
-            live = int(row[0]) if row else 0
+            live = embedded_count(self.store.db.reader(), etype)
             name = self.indexer.collection(etype.name)
             have = self.vectors.count(name) if name in self.vectors.collections() else 0
             if live != have:
@@ -262,8 +260,7 @@ class SearchEngine:
                     generation, visible = stamp
                     at_seq = seq if seq is not None else (
                         self.store.last_seq if db.in_transaction else visible)
-                    scope = Scope(db.reader(), self.store, etype, tenant, seq, at_seq, node,
-                                  related)
+                    scope = Scope(self.store, etype, tenant, seq, at_seq, node, related)
                     if seq is None and not db.in_transaction:
                         self.rows.attach(scope, generation, visible)
                     local = self.indexer.local(etype.name)

@@ -111,7 +111,7 @@ class FilterCache:
             value = None if latest is None else cache.get(latest[1])
         if value is None or latest is None or latest[0] >= scope.seen_seq:
             return None
-        changes = self.feed.between(scope.con, latest[0], scope.seen_seq)
+        changes = self.feed.between(scope.reader, latest[0], scope.seen_seq)
         if changes is None:
             return None
         changed = changes.ids.get((scope.etype.name, scope.tenant))

@@ -21,7 +21,6 @@ from typing import Any
 from ..config import Settings
 from ..errors import ValidationError
 from ..profiles import LEGS, Named, Neighbours, SearchProfile, Sessions, TimeBoost
-from ..store.sql import q
 from .fusion import check_fusion
 from .ranking import Ranking
 from .scope import Scope
@@ -141,15 +140,4 @@ def neighbour_support(scope: Scope, fused: Ranking, near: Neighbours,
 def _places(scope: Scope, ids: Sequence[str], near: Neighbours
             ) -> dict[str, tuple[Any, ...]]:
     """(group values..., order) of the proposed rows and of their neighbours at order +-1."""
-    group = [q(f) for f in near.group]
-    order = q(near.order)
-    cols = ", ".join([*group, order])
-    join = " AND ".join(f"n.{g} = h.{g}" for g in group)
-    rows = scope.con.execute(
-        f"WITH src AS MATERIALIZED (SELECT id, {cols} FROM {scope.source} WHERE {scope.filt}), "
-        f"h AS (SELECT {cols} FROM src WHERE id IN (SELECT unnest(CAST(? AS VARCHAR[])))) "
-        f"SELECT DISTINCT n.id, {', '.join(f'n.{c}' for c in [*group, order])} FROM src n "
-        f"JOIN h ON {join} AND n.{order} BETWEEN h.{order} - 1 AND h.{order} + 1 "
-        f"WHERE n.{order} IS NOT NULL ORDER BY n.id",
-        [*scope.params, list(ids)]).fetchall()
-    return {str(r[0]): tuple(r[1:]) for r in rows}
+    return scope.query.neighbours(ids, near.group, near.order)

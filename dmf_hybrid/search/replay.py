@@ -89,10 +89,7 @@ def state_at(scope: Scope, store: Store, cache: ReplayCache | None) -> ReplaySta
     key = (scope.tenant, etype.name, etype.version, scope.seq)
     state = cache.get(key) if cache is not None else None
     if state is None:
-        params: list[Any] = []
-        source = store.source_sql(etype, scope.tenant, scope.seq, params)
-        state = ReplayState(scope.con.execute(
-            f"SELECT {scope.columns} FROM {source} ORDER BY id", params).fetchall())
+        state = ReplayState(scope.query.ordered_rows(filtered=False))
         if cache is not None:
             cache.put(key, state)
     if not scope.filtered:
@@ -105,9 +102,7 @@ def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: s
                 ) -> dict[str, Ranking]:
     """Both legs over ``state`` (the tenant's rows at ``scope.seq``), within the scope."""
     etype = scope.etype
-    rows = state.rows if not scope.filtered else scope.con.execute(
-        f"SELECT {scope.columns} FROM {scope.source} WHERE {scope.filt} ORDER BY id",
-        scope.params).fetchall()
+    rows = state.rows if not scope.filtered else scope.query.ordered_rows()
     rankings: dict[str, Ranking] = {}
     if mode != "keyword":
         assert qvec is not None

@@ -43,9 +43,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-import duckdb
-
 from ..store.changes import ChangeFeed, Changes
+from ..store.db import Reader
 from .scope import Row, Scope
 
 #: Searches that read a (type, tenant) from DuckDB before it is copied whole.
@@ -56,7 +55,7 @@ STALE_MAX = 1024
 Part = tuple[str, str]  # (type, tenant)
 Key = tuple[Any, ...]
 #: A search's state: (commit generation, audit seq, the connection it reads with).
-At = tuple[int, int, duckdb.DuckDBPyConnection]
+At = tuple[int, int, Reader]
 
 
 class RowCache:
@@ -133,7 +132,7 @@ class RowCache:
         """
         if self.size <= 0:
             return
-        view = RowView(self, scope, (generation, seq, scope.con))
+        view = RowView(self, scope, (generation, seq, scope.reader))
         scope.row_cache = view
         scope.on_valid.append(view.keep)
 

@@ -1,4 +1,6 @@
-"""The candidate scope of one search: its SQL, its candidate list and the rows it reads.
+"""The candidate scope of one search: its candidate list and the rows it reads.
+
+The reads themselves are the store's (:class:`~dmf_hybrid.store.candidates.Candidates`).
 
 Every read of one search happens at one audit seq (see :class:`Scope`).
 """
@@ -9,27 +11,21 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import duckdb
 import numpy as np
 import numpy.typing as npt
 
 from ..filters import FilterNode
 from ..mirrors.keys import locate
-from ..mirrors.vectors import LocalVectors, key_sql
+from ..mirrors.vectors import LocalVectors
 from ..schema import EntityType
 from ..store import Store
-from ..store.sql import compile_filter, q
-from ..store.tables import EXPIRES_COLUMN, SYSTEM_COLUMNS, table_name
+from ..store.candidates import INDEX_LOOKUP_MAX, Candidates, Row
+from ..store.tables import EXPIRES_COLUMN, SYSTEM_COLUMNS
 
-#: Up to this many IDs are looked up through the primary-key index, more by a hash join
-#: (measured on 100k rows: 0.1-0.25 ms per ID by index, 35-50 ms for a scan).
-INDEX_LOOKUP_MAX = 256
+__all__ = ["EXPIRES", "INDEX_LOOKUP_MAX", "TEXT_HASH", "Moved", "Row", "RowSource", "Scope"]
+
 TEXT_HASH = SYSTEM_COLUMNS.index("text_hash")
-_TENANT = SYSTEM_COLUMNS.index("tenant")
-_DELETED = SYSTEM_COLUMNS.index("deleted_at")
 EXPIRES = SYSTEM_COLUMNS.index(EXPIRES_COLUMN)
-
-Row = tuple[Any, ...]
 
 
 class RowSource(Protocol):
@@ -53,23 +49,15 @@ class Scope:
     generation means an unchanged state.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, store: Store, etype: EntityType,
-                 tenant: str, seq: int | None, at_seq: int, node: FilterNode | None,
-                 related: list[str] | None) -> None:
-        self.con, self.etype, self.tenant, self.seq = con, etype, tenant, seq
-        self.source_params: list[Any] = []
-        self.source = store.source_sql(etype, tenant, seq, self.source_params)
-        self.filter_params: list[Any] = []
-        self.filt = compile_filter(node, self.filter_params)
-        if related is not None:
-            self.filt += " AND id IN (SELECT unnest(CAST(? AS VARCHAR[])))"
-            self.filter_params.append(related)
-        self.params = self.source_params + self.filter_params
-        self.filtered = node is not None or related is not None
-        self.table = table_name(etype.name)
+    def __init__(self, store: Store, etype: EntityType, tenant: str, seq: int | None,
+                 at_seq: int, node: FilterNode | None, related: list[str] | None) -> None:
+        self.etype, self.tenant, self.seq = etype, tenant, seq
+        #: the store's reads of this scope, all through one connection (one state)
+        self.query = Candidates(store.db.reader(), store, etype, tenant, seq, node, related)
+        self.reader = self.query.reader
+        self.filtered = self.query.filtered
         self.count = 0
         self.seen_seq = at_seq
-        self.columns = ", ".join(list(SYSTEM_COLUMNS) + [q(n) for n in etype.fields])
         self.by_key = False  # list candidates by DuckDB hash(tenant, id), not ID
         self.list_large = False  # list the candidates even when the ANN plan is likely
         self._ids: list[str] | None = None
@@ -92,9 +80,7 @@ class Scope:
             listed = self.listed()
             assert listed is not None
             return len(listed)
-        row = self.con.execute(f"SELECT count(*) FROM {self.source} WHERE {self.filt}",
-                               self.params).fetchone()
-        return int(row[0]) if row else 0
+        return self.query.count()
 
     def listed(self) -> npt.NDArray[np.uint64] | list[str] | None:
         """The candidate list fetched so far (keys or IDs, as ``by_key`` says), if any."""
@@ -107,10 +93,6 @@ class Scope:
             self._keys = listed  # type: ignore[assignment]
         else:
             self._ids = listed  # type: ignore[assignment]
-
-    @property
-    def _key_sql(self) -> str:
-        return key_sql() if self.by_key else "id"
 
     def candidate_keys(self) -> npt.NDArray[np.uint64]:
         """Every candidate's DuckDB ``hash(tenant, id)`` (needs ``by_key``; fetched once)."""
@@ -129,14 +111,11 @@ class Scope:
         return self._ids
 
     def _fetch_list(self) -> None:
-        # a plain column into numpy: ~20 % faster than a list() aggregate through Arrow
-        column = self.con.execute(
-            f"SELECT {self._key_sql} AS c FROM {self.source} WHERE {self.filt}",
-            self.params).fetchnumpy()["c"]
+        listed = self.query.listing(self.by_key)
         if self.by_key:
-            self._keys = np.asarray(column, dtype=np.uint64)
+            self._keys = listed  # type: ignore[assignment]
         else:
-            self._ids = [str(i) for i in column.tolist()]
+            self._ids = listed  # type: ignore[assignment]
 
     def membership(self, local: LocalVectors) -> Callable[[list[str]], set[str]]:
         """A test of which of some IDs are candidates, by the candidate list (fetched)."""
@@ -157,7 +136,8 @@ class Scope:
 
     def fingerprint(self) -> str:
         """A short hash of this candidate set's definition (not of its contents)."""
-        text = repr((self.etype.name, self.tenant, self.filt, self.filter_params))
+        text = repr((self.etype.name, self.tenant, self.query.filter_sql,
+                     self.query.filter_params))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     def preload(self, rows: Sequence[Row]) -> None:
@@ -182,14 +162,7 @@ class Scope:
 
     def live_rows(self, limit: int) -> list[Row] | None:
         """Every live row of this scope's type in its tenant (None: more than ``limit``)."""
-        assert self.seq is None  # the scope's source: the tenant's live rows now
-        count = self.con.execute(f"SELECT count(*) FROM {self.source}",
-                                 self.source_params).fetchone()
-        if count is None or int(count[0]) > limit:
-            return None
-        rows: list[Row] = self.con.execute(f"SELECT {self.columns} FROM {self.source}",
-                                           self.source_params).fetchall()
-        return rows
+        return self.query.live_rows(limit)
 
     def passing(self, ids: list[str]) -> set[str]:
         """Those of ``ids`` that are candidates at this state (live, in the tenant, passing
@@ -198,30 +171,7 @@ class Scope:
 
     def keys_of(self, ids: list[str]) -> dict[str, int]:
         """The ``hash(tenant, id)`` DuckDB lists each of the tenant's ``ids`` by."""
-        rows = self.con.execute(
-            f"SELECT id, {key_sql()} FROM (SELECT CAST(? AS VARCHAR) AS tenant, "
-            "unnest(CAST(? AS VARCHAR[])) AS id)", [self.tenant, ids]).fetchall()
-        return {str(eid): int(key) for eid, key in rows}
+        return self.query.keys_of(ids)
 
     def _select_rows(self, ids: list[str]) -> list[Row]:
-        if self.seq is not None:
-            return self.con.execute(
-                f"SELECT {self.columns} FROM {self.source} WHERE {self.filt} AND id IN "
-                "(SELECT unnest(CAST(? AS VARCHAR[])))", [*self.params, ids]).fetchall()
-        if len(ids) <= INDEX_LOOKUP_MAX:
-            # a constant ID list alone on the table is answered from the ID index; the
-            # other conditions go outside the (materialised) lookup, or DuckDB scans
-            lookup = f"id IN ({', '.join('?' * len(ids))})"
-            if not self.filtered or self.proven.issuperset(ids):
-                # no filter to apply: tenant and liveness are plain columns, checked here
-                rows = self.con.execute(f"SELECT {self.columns} FROM {self.table} "
-                                        f"WHERE {lookup}", ids).fetchall()
-                return [r for r in rows if r[_TENANT] == self.tenant and r[_DELETED] is None]
-            params: list[Any] = [*ids, self.tenant, *self.filter_params]
-        else:
-            lookup = "id IN (SELECT unnest(CAST(? AS VARCHAR[])))"
-            params = [ids, self.tenant, *self.filter_params]
-        return self.con.execute(
-            f"WITH hit AS MATERIALIZED (SELECT {self.columns} FROM {self.table} "
-            f"WHERE {lookup}) SELECT * FROM hit WHERE tenant = ? AND deleted_at IS NULL "
-            f"AND {self.filt}", params).fetchall()
+        return self.query.rows_of(ids, check_filter=not self.proven.issuperset(ids))

@@ -22,6 +22,9 @@ import duckdb
 
 from ..errors import DMFError, StoreLocked
 
+#: A connection that reads one consistent state (callers above the store pass it back, opaque).
+Reader = duckdb.DuckDBPyConnection
+
 log = logging.getLogger(__name__)
 
 

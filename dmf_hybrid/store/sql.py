@@ -34,6 +34,11 @@ def q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def key_sql(alias: str = "") -> str:
+    """The SQL of the 64-bit key the mirrors find an entity row by (``alias``: "t." etc.)."""
+    return f"hash({alias}tenant, {alias}id)"
+
+
 def bind_value(value: Any) -> Any:
     """A Python value as DuckDB binds it (aware datetimes become naive UTC)."""
     if isinstance(value, dt.datetime) and value.tzinfo is not None:

@@ -18,7 +18,9 @@ from ..errors import NotFound
 from ..schema import EntityType
 from . import audit
 from .db import Database
+from .embedding_cache import EmbeddingCache
 from .journal import Journal
+from .outbox import Outbox
 from .relations import Relations
 from .state import Listener, WriteHook
 from .tables import (
@@ -60,6 +62,9 @@ class Store(Relations):
         self._modified: set[str] = set()
         self._queued: list[tuple[int, str, str, str, str]] | None = None
         self.journal = Journal()
+        #: the parts the derived indexes read and write (composed, not inherited)
+        self.outbox = Outbox(self.db)
+        self.embedding_cache = EmbeddingCache(self.db)
         with self.db.write() as con:
             create_fixed(con)
             self.cursor_key = cursor_secret(con)

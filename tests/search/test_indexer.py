@@ -447,7 +447,7 @@ def test_a_mirror_load_racing_commits_never_deadlocks(tmp_path: Path) -> None:
 
 def test_few_and_many_hash_lookups_and_cache_writes_agree(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from dmf_hybrid import indexer as indexer_module
+    from dmf_hybrid.store import embedding_cache, mirror_reads
 
     mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(), vector_index=ExactIndex())
     define_travel(mem)
@@ -460,7 +460,8 @@ def test_few_and_many_hash_lookups_and_cache_writes_agree(tmp_path: Path,
         con.execute("INSERT INTO embeddings VALUES ('other-model', 'h9', 2, [1.0, 0.0])")
     asked = ["h0", "h3", "h5", "h9", "missing"]
     few = ours.cached_vectors(asked)
-    monkeypatch.setattr(indexer_module, "POINT_LOOKUP_MAX", 0)  # the scanning forms
+    monkeypatch.setattr(embedding_cache, "POINT_LOOKUP_MAX", 0)  # the scanning forms
+    monkeypatch.setattr(mirror_reads, "POINT_LOOKUP_MAX", 0)
     many = ours.cached_vectors(asked)
     assert sorted(few) == sorted(many) == ["h0", "h3", "h5"]
     for h in few:
@@ -476,7 +477,7 @@ def test_few_and_many_hash_lookups_and_cache_writes_agree(tmp_path: Path,
     mem.delete(made[1].id)
     keys = [("default", e.id) for e in made] + [("beta", made[0].id)]
     listed = ours._live_rows(poi, keys)
-    monkeypatch.setattr(indexer_module, "POINT_LOOKUP_MAX", 64)
+    monkeypatch.setattr(mirror_reads, "POINT_LOOKUP_MAX", 64)
     assert ours._live_rows(poi, keys) == listed
     assert [r[0] for r in listed] == sorted([made[0].id, made[2].id])
     assert ours._live_rows(poi, []) == []

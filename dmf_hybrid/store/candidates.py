@@ -1,0 +1,140 @@
+"""Candidates: the query object search asks the store for a filter's candidates with.
+
+A :class:`Candidates` is one type's rows in one tenant that pass a filter (and, optionally,
+lie in a list of related IDs) at one state: live now, or rebuilt from the log at an audit
+seq. It counts them, lists them (by ID or by the 64-bit key the mirrors use) and reads their
+rows; all of it through one read connection, so every read of one search sees one state.
+Nothing above the store holds the SQL: search composes its steps from these reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..filters import FilterNode
+from ..schema import EntityType
+from .db import Reader
+from .sql import compile_filter, key_sql, q
+from .store import Store
+from .tables import SYSTEM_COLUMNS, table_name
+
+#: Up to this many IDs are looked up through the primary-key index, more by a hash join
+#: (measured on 100k rows: 0.1-0.25 ms per ID by index, 35-50 ms for a scan).
+INDEX_LOOKUP_MAX = 256
+_TENANT = SYSTEM_COLUMNS.index("tenant")
+_DELETED = SYSTEM_COLUMNS.index("deleted_at")
+
+Row = tuple[Any, ...]
+_IN_LIST = "id IN (SELECT unnest(CAST(? AS VARCHAR[])))"
+
+
+class Candidates:
+    """A filter's candidates of one type in one tenant, at ``seq`` (None: live now).
+
+    Rows come in the store's row layout: :data:`~.tables.SYSTEM_COLUMNS`, then the type's
+    fields in order.
+    """
+
+    def __init__(self, reader: Reader, store: Store, etype: EntityType, tenant: str,
+                 seq: int | None, node: FilterNode | None, related: list[str] | None) -> None:
+        self.reader, self.etype, self.tenant, self.seq = reader, etype, tenant, seq
+        self._store = store
+        self._source_params: list[Any] = []
+        self._source = store.source_sql(etype, tenant, seq, self._source_params)
+        self.filter_params: list[Any] = []
+        self.filter_sql = compile_filter(node, self.filter_params)
+        if related is not None:
+            self.filter_sql += f" AND {_IN_LIST}"
+            self.filter_params.append(related)
+        self._params = self._source_params + self.filter_params
+        self.filtered = node is not None or related is not None
+        self._table = table_name(etype.name)
+        self._columns = ", ".join(list(SYSTEM_COLUMNS) + [q(n) for n in etype.fields])
+
+    def count(self) -> int:
+        """How many candidates there are."""
+        row = self.reader.execute(f"SELECT count(*) FROM {self._source} WHERE {self.filter_sql}",
+                                  self._params).fetchone()
+        return int(row[0]) if row else 0
+
+    def listing(self, by_key: bool) -> npt.NDArray[np.uint64] | list[str]:
+        """Every candidate, in no particular order: keys (``by_key``) or IDs."""
+        # a plain column into numpy: ~20 % faster than a list() aggregate through Arrow
+        column = self.reader.execute(
+            f"SELECT {key_sql() if by_key else 'id'} AS c FROM {self._source} "
+            f"WHERE {self.filter_sql}", self._params).fetchnumpy()["c"]
+        if by_key:
+            return np.asarray(column, dtype=np.uint64)
+        return [str(i) for i in column.tolist()]
+
+    def ordered_rows(self, *, filtered: bool = True) -> list[Row]:
+        """Every candidate row by ID (``filtered`` False: every row of the source, by ID)."""
+        if not filtered:
+            return self.reader.execute(f"SELECT {self._columns} FROM {self._source} ORDER BY id",
+                                       self._source_params).fetchall()
+        return self.reader.execute(
+            f"SELECT {self._columns} FROM {self._source} WHERE {self.filter_sql} ORDER BY id",
+            self._params).fetchall()
+
+    def live_rows(self, limit: int) -> list[Row] | None:
+        """Every live row of the type in the tenant, unfiltered (None: more than ``limit``)."""
+        assert self.seq is None  # the source: the tenant's live rows now
+        count = self.reader.execute(f"SELECT count(*) FROM {self._source}",
+                                    self._source_params).fetchone()
+        if count is None or int(count[0]) > limit:
+            return None
+        rows: list[Row] = self.reader.execute(f"SELECT {self._columns} FROM {self._source}",
+                                              self._source_params).fetchall()
+        return rows
+
+    def keys_of(self, ids: list[str]) -> dict[str, int]:
+        """The 64-bit key (``hash(tenant, id)``) each of the tenant's ``ids`` is listed by."""
+        rows = self.reader.execute(
+            f"SELECT id, {key_sql()} FROM (SELECT CAST(? AS VARCHAR) AS tenant, "
+            "unnest(CAST(? AS VARCHAR[])) AS id)", [self.tenant, ids]).fetchall()
+        return {str(eid): int(key) for eid, key in rows}
+
+    def rows_of(self, ids: list[str], *, check_filter: bool = True) -> list[Row]:
+        """The rows of those ``ids`` that are candidates (live, in the tenant, passing the
+        filter); ``check_filter`` False: the IDs are known to pass it, check the rest."""
+        if self.seq is not None:
+            return self.reader.execute(
+                f"SELECT {self._columns} FROM {self._source} WHERE {self.filter_sql} AND "
+                f"{_IN_LIST}", [*self._params, ids]).fetchall()
+        if len(ids) <= INDEX_LOOKUP_MAX:
+            # a constant ID list alone on the table is answered from the ID index; the
+            # other conditions go outside the (materialised) lookup, or DuckDB scans
+            lookup = f"id IN ({', '.join('?' * len(ids))})"
+            if not self.filtered or not check_filter:
+                # no filter to apply: tenant and liveness are plain columns, checked here
+                rows = self.reader.execute(f"SELECT {self._columns} FROM {self._table} "
+                                           f"WHERE {lookup}", ids).fetchall()
+                return [r for r in rows if r[_TENANT] == self.tenant and r[_DELETED] is None]
+            params: list[Any] = [*ids, self.tenant, *self.filter_params]
+        else:
+            lookup = _IN_LIST
+            params = [ids, self.tenant, *self.filter_params]
+        return self.reader.execute(
+            f"WITH hit AS MATERIALIZED (SELECT {self._columns} FROM {self._table} "
+            f"WHERE {lookup}) SELECT * FROM hit WHERE tenant = ? AND deleted_at IS NULL "
+            f"AND {self.filter_sql}", params).fetchall()
+
+    def neighbours(self, ids: Sequence[str], group: Sequence[str], order: str
+                   ) -> dict[str, tuple[Any, ...]]:
+        """(group values..., order) of the candidates among ``ids`` and of every candidate
+        with the same group values and an ``order`` one step before or after theirs."""
+        cols_list = [*(q(f) for f in group), q(order)]
+        cols, order_col = ", ".join(cols_list), cols_list[-1]
+        join = " AND ".join(f"n.{g} = h.{g}" for g in cols_list[:-1])
+        rows = self.reader.execute(
+            f"WITH src AS MATERIALIZED (SELECT id, {cols} FROM {self._source} "
+            f"WHERE {self.filter_sql}), h AS (SELECT {cols} FROM src WHERE {_IN_LIST}) "
+            f"SELECT DISTINCT n.id, {', '.join(f'n.{c}' for c in cols_list)} FROM src n "
+            f"JOIN h ON {join} AND n.{order_col} BETWEEN h.{order_col} - 1 "
+            f"AND h.{order_col} + 1 WHERE n.{order_col} IS NOT NULL ORDER BY n.id",
+            [*self._params, list(ids)]).fetchall()
+        return {str(r[0]): tuple(r[1:]) for r in rows}

@@ -1,0 +1,45 @@
+"""The outbox: one row per committed change the vector index still has to apply.
+
+A write appends its outbox row in its own transaction; the indexer reads the
+pending rows, applies them to the derived indexes, and marks them done here. A crash between
+the two leaves the row pending, and it is applied again (applying is idempotent).
+"""
+
+from __future__ import annotations
+
+from .db import Database
+
+#: (seq, type, tenant, entity ID) of one pending change
+OutboxRow = tuple[int, str, str, str]
+
+
+class Outbox:
+    """The outbox of the store's database."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def pending(self, limit: int) -> list[OutboxRow]:
+        """The oldest ``limit`` rows not applied yet, by seq."""
+        return [(int(seq), str(type_name), str(tenant), str(eid))
+                for seq, type_name, tenant, eid in self._db.fetchall(
+                    "SELECT seq, type, tenant, entity_id FROM outbox WHERE NOT done "
+                    f"ORDER BY seq LIMIT {int(limit)}")]
+
+    def still_pending(self, rows: list[OutboxRow]) -> list[OutboxRow]:
+        """Those of ``rows`` not marked done meanwhile."""
+        done = {int(r[0]) for r in self._db.fetchall(
+            "SELECT seq FROM outbox WHERE done AND seq IN (SELECT unnest(CAST(? AS BIGINT[])))",
+            [[r[0] for r in rows]])}
+        return [r for r in rows if r[0] not in done]
+
+    def mark_done(self, seqs: list[int]) -> None:
+        """Mark the rows of those seqs applied (in a transaction of its own)."""
+        with self._db.write() as con:
+            con.execute("UPDATE outbox SET done = TRUE WHERE NOT done AND seq IN "
+                        "(SELECT unnest(CAST(? AS BIGINT[])))", [seqs])
+
+    def count(self) -> int:
+        """How many rows wait to be applied."""
+        row = self._db.fetchone("SELECT count(*) FROM outbox WHERE NOT done")
+        return int(row[0]) if row else 0
