@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pydantic
 from pydantic import BaseModel
 
@@ -29,8 +28,7 @@ from .embeddings import Embedder
 from .errors import Conflict, SchemaError, ValidationError, first_problem
 from .expiry import TTL, ExpiresAt
 from .factories import make_embedder, make_vector_index
-from .lifecycle import archive, context, install, summaries
-from .lifecycle.rules import rule_json
+from .lifecycle import context, install, summaries
 from .models import (
     ArchiveResult,
     AuditEvent,
@@ -54,8 +52,7 @@ from .protocol import MemoryAPI
 from .ruledefs import CONSTRAINT_TYPE, RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, load_toml, typedef_from_model
 from .search.engine import SearchEngine
-from .store import Store
-from .store.db import ZSTD_MIN_STRING_LENGTH
+from .store import Store, archive
 from .store.integrity import (
     rebuild_id_indexes,
     repair_indexes,
@@ -65,6 +62,7 @@ from .store.integrity import (
     unreachable_problem,
 )
 from .store.reads import Reads
+from .store.rules import rule_json
 from .vector.base import VectorIndex
 
 log = logging.getLogger(__name__)
@@ -367,11 +365,8 @@ class Memory(MemoryAPI):
             raise Conflict(f"snapshot directory {directory} exists and is not empty",
                            field="dest")
         directory.mkdir(parents=True, exist_ok=True)
-        with self._store.db.write() as con:
-            with archive.exporting(self._store, con, directory):
-                con.execute(f"EXPORT DATABASE '{_sql_path(directory)}' (FORMAT parquet)")
-            manifest = SnapshotManifest(format=1, last_seq=self._store.last_seq,
-                                        last_hash=self._store.verify_audit().last_hash)
+        last_seq, last_hash = archive.export_database(self._store, directory)
+        manifest = SnapshotManifest(format=1, last_seq=last_seq, last_hash=last_hash)
         # written last and atomically: a snapshot with a manifest is a complete snapshot
         partial = directory / f"{SNAPSHOT_MANIFEST}.partial"
         partial.write_text(json.dumps(manifest.model_dump(exclude_none=True), indent=2))
@@ -397,13 +392,7 @@ class Memory(MemoryAPI):
             raise Conflict(f"restore target {dest} exists and is not empty", field="path")
         dest.mkdir(parents=True, exist_ok=True)
         try:
-            con = duckdb.connect(str(dest / DB_FILE),
-                                 config={"zstd_min_string_length": ZSTD_MIN_STRING_LENGTH})
-            try:
-                con.execute(f"IMPORT DATABASE '{_sql_path(src)}'")
-                archive.restore_files(con, src, dest)
-            finally:
-                con.close()
+            archive.import_database(src, dest / DB_FILE)
         except Exception:
             shutil.rmtree(dest, ignore_errors=True)
             raise
@@ -495,13 +484,6 @@ def _as_data(data: Any) -> Any:
     if isinstance(data, BaseModel):
         return data.model_dump()
     return data
-
-
-def _sql_path(path: Path) -> str:
-    text = str(path.resolve())
-    if "'" in text:
-        raise ValidationError("paths with quotes are not supported", field="path")
-    return text
 
 
 #: mypy checks that Memory is a complete MemoryAPI (no member missing or mistyped).

@@ -1,6 +1,6 @@
 """Rule definitions as data (the ``[rules.<name>]`` tables of ``indexes/*.toml``).
 
-What a rule means and how it is evaluated is :mod:`dmf_hybrid.lifecycle.rules`; this module
+What a rule means and how it is evaluated is :mod:`dmf_hybrid.store.rules`; this module
 holds only the definition models, so the HTTP client can send them without the store.
 """
 

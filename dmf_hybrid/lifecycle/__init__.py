@@ -2,24 +2,22 @@
 
 ``install(store)`` (called once by ``Memory.open``) loads the store's rules and registers the
 write hooks that run inside every write transaction: erasure reaching the event archive
-(:mod:`.archive`) and rule evaluation (:mod:`.rules`). The ``Memory`` methods ``context``,
-``summarize``, ``archive_events``, ``open_constraints`` and ``define_rule`` delegate here.
+(:mod:`dmf_hybrid.store.archive`) and rule evaluation (:mod:`dmf_hybrid.store.rules`). The
+``Memory`` methods ``context``, ``summarize``, ``open_constraints`` and ``define_rule``
+delegate here.
 Their result types live in :mod:`dmf_hybrid.models` (the HTTP client returns them too).
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
-
-import duckdb
 
 from ..models import ArchiveFile, ArchiveResult, MemoryContext, SummaryResult
 from ..ruledefs import RuleDef
 from ..store import Store
-from .archive import redact_archived
-from .rules import CompiledRule, RuleEngine
+from ..store.archive import redaction_hook
+from ..store.rules import CompiledRule, RuleEngine
 
 __all__ = [
     "ArchiveFile",
@@ -42,12 +40,8 @@ def install(store: Store) -> RuleEngine:
         engine = _ENGINES.get(store)
         if engine is None:
             engine = RuleEngine(store)
-            store.write_hooks.append(functools.partial(_redact, store))
+            store.write_hooks.append(redaction_hook(store))
             store.write_hooks.append(engine.on_write)
             _ENGINES[store] = engine
         return engine
 
-
-def _redact(store: Store, con: duckdb.DuckDBPyConnection, tenant: str, op: str,
-            type_name: str, entity_id: str) -> None:
-    redact_archived(con, store, tenant, op, type_name, entity_id)

@@ -59,15 +59,14 @@ from ..models import (
 )
 from ..profiles import DateGrounding
 from ..ruledefs import CONSTRAINT_TYPE
-from ..store import audit
-from ..store.reads import EVENTS_ALL
+from ..store.reads import EventSelection
 from ..wire import (
     CONTEXT_MAX_BUDGET,
     CONTEXT_MAX_FOCUS,
     CONTEXT_MAX_QUERY_CHARS,
     CONTEXT_MIN_BUDGET,
 )
-from .summaries import SUMMARY_TYPE, _value, describe_event
+from .summaries import SUMMARY_OPS, SUMMARY_TYPE, _value, describe_event
 
 MAX_FOCUS = CONTEXT_MAX_FOCUS
 MAX_QUERY_CHARS = CONTEXT_MAX_QUERY_CHARS
@@ -201,18 +200,8 @@ def _check_args(focus_ids: Any, query: Any, budget_tokens: Any, k: Any) -> list[
 
 
 def _recent_events(mem: EmbeddedMemory, focus: list[str], seq: int) -> list[AuditEvent]:
-    cols = ", ".join(audit.EVENT_COLUMNS)
-    params: list[Any] = [mem.tenant, seq]
-    where = "tenant = ? AND seq <= ? AND op IN ('create', 'update', 'append', 'delete', " \
-            "'restore', 'erase', 'link', 'unlink', 'rule')"
-    if focus:
-        marks = ",".join("?" * len(focus))
-        where += f" AND (entity_id IN ({marks}) OR json_extract_string(meta, '$.to') IN ({marks}))"
-        params += focus + focus
-    rows = mem.reads.fetchall(
-        f"SELECT {cols} FROM {EVENTS_ALL} WHERE {where} ORDER BY seq DESC LIMIT {MAX_CHANGES}",
-        params)
-    return [audit.row_to_event(r) for r in rows]
+    selection = EventSelection(SUMMARY_OPS, upto=seq, about=focus or None)
+    return mem.reads.events(selection, newest_first=True, limit=MAX_CHANGES)
 
 
 def _last_turns(mem: EmbeddedMemory, conversation: str, turns: int, as_of: int | None
@@ -366,12 +355,9 @@ def _direct_links(mem: EmbeddedMemory, entity_id: str, as_of: int | None) -> lis
 def _recently_changed(mem: EmbeddedMemory, type_name: str, seq: int, as_of: int | None
                       ) -> list[str]:
     """IDs of a type's live entities whose last change is newest (by audit seq, then ID)."""
-    rows = mem.reads.fetchall(
-        f"SELECT entity_id, max(seq) AS last FROM {EVENTS_ALL} WHERE tenant = ? AND type = ? "
-        "AND seq <= ? AND entity_id IS NOT NULL AND op IN ('create', 'update', 'append', "
-        "'restore') GROUP BY entity_id ORDER BY last DESC, entity_id LIMIT ?",
-        [mem.tenant, type_name, seq, MAX_OVERVIEW_IDS * 4])
-    ids = [r[0] for r in rows]
+    ids = mem.reads.last_changed(
+        EventSelection(("create", "update", "append", "restore"), upto=seq, type_name=type_name),
+        MAX_OVERVIEW_IDS * 4)
     if as_of is None:
         live = set(mem.reads.get_many(type_name, ids))
     else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..checks import check_seq_bounds
@@ -30,8 +31,7 @@ from ..embedded import EmbeddedMemory
 from ..errors import LimitExceeded, NotFound, ValidationError
 from ..ids import content_hash
 from ..models import AuditEvent, SummaryResult
-from ..store.audit import EVENT_COLUMNS, row_to_event
-from ..store.reads import EVENTS_ALL
+from ..store.reads import EventSelection
 from ..store.tables import ENTITY_OPS
 
 SUMMARY_TYPE = "MemorySummary"
@@ -139,50 +139,38 @@ def render(mem: EmbeddedMemory, events: list[AuditEvent]) -> tuple[str, list[str
     return "\n".join(lines), covered
 
 
-def _scope_sql(mem: EmbeddedMemory, scope: Any) -> tuple[str, str, list[Any]]:
-    """The scope's name and its SQL condition on the events (with bound values)."""
-    if scope is None or scope == "*":
-        return "*", "TRUE", []
-    if not isinstance(scope, str) or not scope:
+def _scope_window(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int
+                  ) -> tuple[str, EventSelection]:
+    """The scope's name, and the selection of its summarised events with
+    since_seq < seq <= until_seq."""
+    if scope is not None and scope != "*" and (not isinstance(scope, str) or not scope):
         raise ValidationError("scope must be \"*\", a type name or an entity ID", field="scope")
+    window = EventSelection(SUMMARY_OPS, upto=until_seq, after=since_seq,
+                            other_than=SUMMARY_TYPE)
+    if scope is None or scope == "*":
+        return "*", window
     if any(t.name == scope for t in mem.types()):
-        return scope, "type = ?", [scope]
+        return scope, replace(window, type_name=scope)
     if mem.reads.type_of_id(scope) is None:
         raise NotFound(f"scope {scope!r} is neither a type nor an entity ID", field="scope")
-    return scope, "(entity_id = ? OR json_extract_string(meta, '$.to') = ?)", [scope, scope]
-
-
-def _window_sql(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int
-                ) -> tuple[str, str, list[Any]]:
-    """The scope's name, and the condition (with its values) of its summarised events with
-    since_seq < seq <= until_seq."""
-    name, condition, params = _scope_sql(mem, scope)
-    ops = ", ".join("?" * len(SUMMARY_OPS))
-    return name, (f"tenant = ? AND seq > ? AND seq <= ? AND op IN ({ops}) AND type IS "
-                  f"DISTINCT FROM ? AND {condition}"), [
-        mem.tenant, since_seq, until_seq, *SUMMARY_OPS, SUMMARY_TYPE, *params]
+    return scope, replace(window, about=[scope])
 
 
 def window_events(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int
                   ) -> tuple[str, list[AuditEvent]]:
     """The scope's name and its summarised events with since_seq < seq <= until_seq."""
-    name, where, params = _window_sql(mem, scope, since_seq, until_seq)
-    rows = mem.reads.fetchall(
-        f"SELECT {', '.join(EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE {where} ORDER BY seq",
-        params)
-    return name, [row_to_event(r) for r in rows]
+    name, window = _scope_window(mem, scope, since_seq, until_seq)
+    return name, mem.reads.events(window)
 
 
 def check_window_size(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int) -> None:
     """LimitExceeded, before any work, when the window holds more than
     :data:`MAX_SUMMARY_EVENTS` summarised events; the message gives the ``until_seq`` that
     would fit."""
-    _name, where, params = _window_sql(mem, scope, since_seq, until_seq)
-    row = mem.reads.fetchone(
-        f"SELECT seq FROM {EVENTS_ALL} WHERE {where} ORDER BY seq LIMIT 1 OFFSET ?",
-        [*params, MAX_SUMMARY_EVENTS])
-    if row is not None:
-        fits = int(row[0]) - 1
+    _name, window = _scope_window(mem, scope, since_seq, until_seq)
+    seq = mem.reads.nth_event_seq(window, MAX_SUMMARY_EVENTS)
+    if seq is not None:
+        fits = seq - 1
         raise LimitExceeded(
             f"the window holds more than {MAX_SUMMARY_EVENTS} events to summarise; narrow it "
             f"(since_seq={since_seq}, until_seq={fits} holds {MAX_SUMMARY_EVENTS}) or choose "

@@ -55,10 +55,7 @@ def similar_ids(mem: EmbeddedMemory, eid: Any, extra: Sequence[str] = ()) -> str
     """A hint naming IDs of this tenant (and of the plan) that look like ``eid``."""
     candidates: list[str] = []
     if isinstance(eid, str):
-        rows = mem.reads.fetchall(
-            "SELECT id, type FROM entity_index WHERE tenant = ? AND erased_seq IS NULL "
-            "ORDER BY levenshtein(id, ?), id LIMIT 3", [mem.tenant, eid[:200]])
-        candidates = [f"{i} ({t})" for i, t in rows]
+        candidates = [f"{i} ({t})" for i, t in mem.reads.similar_ids(eid[:200])]
         near = difflib.get_close_matches(eid, list(extra), n=2, cutoff=0.6)
         candidates = [f"{i} (created in this plan)" for i in near] + candidates
     text = ("IDs come from earlier results: use a reference like '$0.id' or "

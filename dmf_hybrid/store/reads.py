@@ -1,24 +1,58 @@
 """Reads: the read-only view of the store that lifecycle, plans and tools use (one tenant).
 
 The code above ``Memory`` (prompt context, summaries, plan validation, tool hints) reads the
-store through this small interface, never through the store's internals. Every method is
-confined to the view's tenant except :meth:`fetchall` / :meth:`fetchone`, which run read-only
-SQL over the store's tables and views (``events_all``, ``entity_index``, ``ent_<Type>``) with
-bound parameters; the caller filters by :attr:`tenant`.
+store through this small interface of typed reads, never through the store's internals or
+SQL of its own. Every method is confined to the view's tenant.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..models import AuditReport, Entity
+from ..models import AuditEvent, AuditReport, Entity
 from ..schema import EntityType
+from .audit import EVENT_COLUMNS, row_to_event
 from .integrity import unreachable_by_id, unreachable_count, unreachable_problem
 from .store import Store
 from .tables import EVENTS_ALL
 
-__all__ = ["EVENTS_ALL", "Reads"]
+__all__ = ["EventSelection", "Reads"]
+
+_EVENT_COLUMNS = ", ".join(EVENT_COLUMNS)
+_LINK_TARGET = "json_extract_string(meta, '$.to')"
+
+
+@dataclass(frozen=True)
+class EventSelection:
+    """Which of a tenant's audit events a read selects: ``after < seq <= upto``, ``op`` among
+    ``ops``, of ``type_name`` (or any type other than ``other_than``), and ``about`` some
+    entities (an event of one of them, or a link to one of them)."""
+
+    ops: Sequence[str]
+    upto: int
+    after: int = 0
+    type_name: str | None = None
+    other_than: str | None = None
+    about: Sequence[str] | None = None
+
+    def where(self, tenant: str) -> tuple[str, list[Any]]:
+        """The SQL condition and its bound values."""
+        sql = (f"tenant = ? AND seq > ? AND seq <= ? "
+               f"AND op IN ({', '.join('?' * len(self.ops))})")
+        params: list[Any] = [tenant, self.after, self.upto, *self.ops]
+        if self.type_name is not None:
+            sql += " AND type = ?"
+            params.append(self.type_name)
+        if self.other_than is not None:
+            sql += " AND type IS DISTINCT FROM ?"
+            params.append(self.other_than)
+        if self.about is not None:
+            marks = ", ".join("?" * len(self.about))
+            sql += f" AND (entity_id IN ({marks}) OR {_LINK_TARGET} IN ({marks}))"
+            params += [*self.about, *self.about]
+        return sql, params
 
 
 class Reads:
@@ -28,13 +62,45 @@ class Reads:
         self._store = store
         self.tenant = tenant
 
-    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows of a read-only statement (committed state, or the caller's transaction)."""
+    def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._store.db.fetchall(sql, list(params))
 
-    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        """The first row of a read-only statement, or None."""
+    def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         return self._store.db.fetchone(sql, list(params))
+
+    def events(self, selection: EventSelection, *, newest_first: bool = False,
+               limit: int | None = None) -> list[AuditEvent]:
+        """The selected events of this tenant, by seq (``newest_first``: descending)."""
+        where, params = selection.where(self.tenant)
+        order = "DESC" if newest_first else "ASC"
+        tail = "" if limit is None else f" LIMIT {int(limit)}"
+        rows = self._fetchall(f"SELECT {_EVENT_COLUMNS} FROM {EVENTS_ALL} WHERE {where} "
+                              f"ORDER BY seq {order}{tail}", params)
+        return [row_to_event(r) for r in rows]
+
+    def nth_event_seq(self, selection: EventSelection, n: int) -> int | None:
+        """The seq of the selected event after ``n`` others (by seq), None if fewer."""
+        where, params = selection.where(self.tenant)
+        row = self._fetchone(f"SELECT seq FROM {EVENTS_ALL} WHERE {where} ORDER BY seq "
+                             "LIMIT 1 OFFSET ?", [*params, int(n)])
+        return None if row is None else int(row[0])
+
+    def last_changed(self, selection: EventSelection, limit: int) -> list[str]:
+        """IDs of the entities of the selected events, newest last event first (then ID)."""
+        where, params = selection.where(self.tenant)
+        rows = self._fetchall(
+            f"SELECT entity_id, max(seq) AS last FROM {EVENTS_ALL} WHERE {where} "
+            "AND entity_id IS NOT NULL GROUP BY entity_id ORDER BY last DESC, entity_id "
+            "LIMIT ?", [*params, int(limit)])
+        return [str(r[0]) for r in rows]
+
+    def similar_ids(self, text: str, limit: int = 3) -> list[tuple[str, str]]:
+        """(ID, type) of this tenant's entities (not erased) whose IDs are nearest ``text``
+        by edit distance, then by ID."""
+        rows = self._fetchall(
+            "SELECT id, type FROM entity_index WHERE tenant = ? AND erased_seq IS NULL "
+            "ORDER BY levenshtein(id, ?), id LIMIT ?", [self.tenant, text, int(limit)])
+        return [(str(i), str(t)) for i, t in rows]
 
     def resolve_as_of(self, as_of: Any) -> int | None:
         """The audit seq an ``as_of`` (seq or datetime) stands for; None means now."""
@@ -51,7 +117,7 @@ class Reads:
 
     def type_of_id(self, entity_id: str) -> str | None:
         """The type of an entity ID of this tenant (deleted or erased too), or None."""
-        row = self.fetchone("SELECT type FROM entity_index WHERE id = ? AND tenant = ?",
+        row = self._fetchone("SELECT type FROM entity_index WHERE id = ? AND tenant = ?",
                             [entity_id, self.tenant])
         return None if row is None else str(row[0])
 
@@ -63,7 +129,7 @@ class Reads:
             if not part:
                 continue
             marks = ",".join("?" * len(part))
-            for eid, tname in self.fetchall(
+            for eid, tname in self._fetchall(
                     f"SELECT id, type FROM entity_index WHERE tenant = ? AND id IN ({marks})",
                     [self.tenant, *part]):
                 found[eid] = tname
@@ -72,19 +138,19 @@ class Reads:
     def tenant_head(self) -> int:
         """The seq of this tenant's newest committed event (0 before its first); reading
         ``as_of`` it gives the tenant's current state, as the store-wide head would."""
-        row = self.fetchone(f"SELECT max(seq) FROM {EVENTS_ALL} WHERE tenant = ? AND seq <= ?",
+        row = self._fetchone(f"SELECT max(seq) FROM {EVENTS_ALL} WHERE tenant = ? AND seq <= ?",
                             [self.tenant, self._store.committed_seq])
         return int(row[0]) if row and row[0] is not None else 0
 
     def tenant_report(self, report: AuditReport) -> AuditReport:
         """A store-wide chain check as this tenant may see it: whether the chain holds, and
         counts, seqs and hashes of its own events only."""
-        row = self.fetchone(f"SELECT count(*), max(seq) FROM {EVENTS_ALL} WHERE tenant = ? "
+        row = self._fetchone(f"SELECT count(*), max(seq) FROM {EVENTS_ALL} WHERE tenant = ? "
                             "AND seq <= ?", [self.tenant, report.last_seq])
         count, last = (int(row[0]), row[1]) if row else (0, None)
         last_hash = None
         if last is not None:
-            found = self.fetchone(f"SELECT hash FROM {EVENTS_ALL} WHERE seq = ?", [last])
+            found = self._fetchone(f"SELECT hash FROM {EVENTS_ALL} WHERE seq = ?", [last])
             last_hash = None if found is None else str(found[0])
         first_bad, problem = None, None
         unreachable = 0
@@ -94,7 +160,7 @@ class Reads:
             if unreachable:
                 problem = unreachable_problem(unreachable)
         else:
-            owner = self.fetchone(f"SELECT tenant FROM {EVENTS_ALL} WHERE seq = ?",
+            owner = self._fetchone(f"SELECT tenant FROM {EVENTS_ALL} WHERE seq = ?",
                                   [report.first_bad_seq])
             if owner is not None and owner[0] == self.tenant:
                 first_bad, problem = report.first_bad_seq, report.problem

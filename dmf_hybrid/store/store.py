@@ -35,7 +35,7 @@ from .tables import (
 __all__ = ["Listener", "Store", "WriteHook"]
 
 #: Every reader of the audit log reads this view: the hot ``events`` table plus the archived
-#: Parquet files listed in ``event_archive`` (see dmf_hybrid.lifecycle.archive).
+#: Parquet files listed in ``event_archive`` (see dmf_hybrid.store.archive).
 EVENT_ARCHIVE_DDL = """CREATE TABLE IF NOT EXISTS event_archive (
     file VARCHAR PRIMARY KEY, first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,
     last_hash VARCHAR NOT NULL, events BIGINT NOT NULL, sha256 VARCHAR NOT NULL,

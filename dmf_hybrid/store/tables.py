@@ -16,7 +16,7 @@ from .sql import bind_field, q, sql_type
 log = logging.getLogger(__name__)
 
 #: The view of the whole audit log: the hot ``events`` table plus the archived Parquet files
-#: listed in ``event_archive`` (see dmf_hybrid.lifecycle.archive). Every reader reads it.
+#: listed in ``event_archive`` (see dmf_hybrid.store.archive). Every reader reads it.
 EVENTS_ALL = "events_all"
 
 #: 1: entity_index keyed by ID alone; 2: keyed by (tenant, ID), so that every tenant has its

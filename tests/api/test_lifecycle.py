@@ -24,8 +24,8 @@ from dmf_hybrid import (
 )
 from dmf_hybrid.api import create_app
 from dmf_hybrid.lifecycle import ArchiveResult, MemoryContext, RuleDef, SummaryResult
-from dmf_hybrid.lifecycle.archive import archive_files
 from dmf_hybrid.schema import load_toml
+from dmf_hybrid.store.archive import archive_files
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.api import wrong_error
 from tests.api.conftest import Front, http_front

@@ -13,9 +13,9 @@ from typing import Any
 from ..errors import NotFound, SchemaError
 from ..ruledefs import RuleDef
 from ..schema import EntityType
-from ..store import Store
-from ..store.sql import q
-from ..store.tables import table_name
+from .sql import q
+from .store import Store
+from .tables import table_name
 
 AGGREGATES = ("sum", "avg", "min", "max", "count")
 MAX_CONDITION_CHARS = 500

@@ -64,10 +64,10 @@ from ..ids import canonical_json
 from ..models import RuleInfo
 from ..ruledefs import CONSTRAINT_TYPE, TRIGGER_OPS, RuleDef, rule_from_data
 from ..schema import EntityType
-from ..store import Store
-from ..store.sql import compile_filter
-from ..store.tables import table_name
 from .conditions import ENTITY, TENANT, ConditionParser
+from .sql import compile_filter
+from .store import Store
+from .tables import table_name
 
 log = logging.getLogger(__name__)
 

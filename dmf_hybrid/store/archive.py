@@ -33,10 +33,11 @@ import duckdb
 from ..checks import check_before_seq
 from ..errors import Conflict, ValidationError
 from ..models import ArchiveFile, ArchiveResult
-from ..store import Store
-from ..store.audit import EVENT_COLUMNS, archived_columns
-from ..store.reads import EVENTS_ALL
-from ..store.tables import ENTITY_OPS
+from .audit import EVENT_COLUMNS, archived_columns
+from .db import ZSTD_MIN_STRING_LENGTH
+from .state import WriteHook
+from .store import Store
+from .tables import ENTITY_OPS, EVENTS_ALL
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,10 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _sql_path(path: Path) -> str:
+def _sql_path(path: Path, field: str = "dest") -> str:
     text = str(path.resolve())
     if "'" in text:
-        raise ValidationError("archive paths may not contain quotes", field="dest")
+        raise ValidationError("paths with quotes are not supported", field=field)
     return text
 
 
@@ -124,6 +125,14 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
 # ---------------------------------------------------------------- erasure
 
 
+def redaction_hook(store: Store) -> WriteHook:
+    """The write hook that makes an erase reach the archive files (:func:`redact_archived`)."""
+    def hook(con: duckdb.DuckDBPyConnection, tenant: str, op: str, type_name: str,
+             entity_id: str) -> None:
+        redact_archived(con, store, tenant, op, type_name, entity_id)
+    return hook
+
+
 def redact_archived(con: duckdb.DuckDBPyConnection, store: Store, tenant: str, op: str,
                     _type_name: str, entity_id: str) -> None:
     """Write hook: an erase also redacts the entity's snapshots in the archive files."""
@@ -164,8 +173,28 @@ def redact_archived(con: duckdb.DuckDBPyConnection, store: Store, tenant: str, o
 # ---------------------------------------------------------------- snapshots
 
 
+def export_database(store: Store, dest: Path) -> tuple[int, str | None]:
+    """Write the whole database into the directory ``dest`` as Parquet files, the archive
+    files along; (last seq, last hash) of the audit log it holds."""
+    with store.db.write() as con:
+        with _exporting(store, con, dest):
+            con.execute(f"EXPORT DATABASE '{_sql_path(dest)}' (FORMAT parquet)")
+        return store.last_seq, store.verify_audit().last_hash
+
+
+def import_database(src: Path, db_file: Path) -> None:
+    """A new database file ``db_file`` holding what :func:`export_database` wrote to ``src``,
+    its archive files copied beside it (and checked against their checkpoints)."""
+    con = duckdb.connect(str(db_file), config={"zstd_min_string_length": ZSTD_MIN_STRING_LENGTH})
+    try:
+        con.execute(f"IMPORT DATABASE '{_sql_path(src, 'src')}'")
+        _restore_files(con, src, db_file.parent)
+    finally:
+        con.close()
+
+
 @contextmanager
-def exporting(store: Store, con: duckdb.DuckDBPyConnection, dest: Path) -> Iterator[None]:
+def _exporting(store: Store, con: duckdb.DuckDBPyConnection, dest: Path) -> Iterator[None]:
     """Around EXPORT DATABASE: export a hot-only view, then copy the archive files along."""
     con.execute(f"CREATE OR REPLACE VIEW {EVENTS_ALL} AS SELECT {_COLS} FROM events")
     try:
@@ -180,7 +209,7 @@ def exporting(store: Store, con: duckdb.DuckDBPyConnection, dest: Path) -> Itera
         shutil.copy2(store.archive_location(name), dest / SNAPSHOT_DIR / Path(name).name)
 
 
-def restore_files(con: duckdb.DuckDBPyConnection, src: Path, directory: Path) -> None:
+def _restore_files(con: duckdb.DuckDBPyConnection, src: Path, directory: Path) -> None:
     """After IMPORT DATABASE: copy a snapshot's archive files in and point the checkpoints there."""
     try:
         rows = con.execute("SELECT file, sha256 FROM event_archive ORDER BY file").fetchall()
