@@ -1,9 +1,14 @@
-"""The house: one direction of imports (import-linter contracts), no cycles, small modules."""
+"""The house: one direction of imports (import-linter contracts), no cycles, small modules,
+and one owner of the database (only ``dmf_hybrid.store`` imports a driver or holds SQL)."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import grimp
@@ -35,6 +40,69 @@ def test_no_module_is_too_long_to_read_in_one_sitting() -> None:
     long = {str(p.relative_to(ROOT)): n for p in sorted(PACKAGE.rglob("*.py"))
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+#: A SQL statement in a string (f-strings read with their placeholders as "{}").
+SQL_TEXT = re.compile(
+    r"\bSELECT\b.+\bFROM\b|\bINSERT INTO\b|\bUPDATE\s+\S+\s+SET\b|\bDELETE FROM\b|"
+    r"\bCREATE (OR REPLACE )?(TEMP )?(TABLE|VIEW|INDEX|SEQUENCE)\b|"
+    r"\b(ALTER|DROP) (TABLE|VIEW|INDEX)\b|\b(EXPORT|IMPORT) DATABASE\b|\bCOPY \(|"
+    r"\bBEGIN TRANSACTION\b", re.S)
+DRIVERS = ("duckdb", "psycopg", "psycopg_pool")
+
+
+def _strings(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            yield node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "{}"
+                                       for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+def _outside_store() -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py"))
+            if p.relative_to(PACKAGE).parts[0] != "store"]
+
+
+def test_no_module_outside_the_store_holds_sql() -> None:
+    found = [f"{p.relative_to(ROOT)}:{line}: {text[:60]!r}" for p in _outside_store()
+             for line, text in _strings(ast.parse(p.read_text(encoding="utf-8")))
+             if SQL_TEXT.search(text)]
+    assert not found, "SQL outside dmf_hybrid/store:\n" + "\n".join(found)
+
+
+def test_the_sql_check_finds_sql_as_the_store_writes_it() -> None:
+    # the store's own modules are full of it: the check above is not blind
+    store = [p for p in PACKAGE.joinpath("store").rglob("*.py")
+             if any(SQL_TEXT.search(t) for _, t in _strings(ast.parse(p.read_text("utf-8"))))]
+    assert len(store) >= 10
+    assert SQL_TEXT.search('SELECT {} FROM {} WHERE id = ?')
+    assert not SQL_TEXT.search("DELETE") and not SQL_TEXT.search("select a mode from the list")
+
+
+def test_no_module_outside_the_store_imports_a_database_driver() -> None:
+    # lazy imports inside functions too (the import contract sees those as well)
+    found = []
+    for path in _outside_store():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            found += [f"{path.relative_to(ROOT)}: {n}" for n in names
+                      if n.split(".")[0] in DRIVERS]
+    assert not found, found
+
+
+def test_the_driver_contract_covers_every_module_but_the_store() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contract = next(c for c in config["tool"]["importlinter"]["contracts"]
+                    if c["id"] == "store-owns-the-database")
+    top = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+           if (p.suffix == ".py" and p.stem != "__init__")
+           or (p.is_dir() and (p / "__init__.py").is_file())}
+    assert set(contract["source_modules"]) == {f"dmf_hybrid.{m}" for m in top - {"store"}}
+    assert set(DRIVERS) <= set(contract["forbidden_modules"])
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
