@@ -94,6 +94,16 @@ def test_no_module_outside_the_store_imports_a_database_driver() -> None:
     assert not found, found
 
 
+def test_events_are_numbered_and_chained_in_one_place() -> None:
+    # every append of an audit event, single or in bulk, goes through AuditChain._chain_events
+    callers = sorted(str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
+                     for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                     if isinstance(node, ast.Call) and (
+                         getattr(node.func, "attr", None) == "make_event"
+                         or getattr(node.func, "id", None) == "make_event"))
+    assert callers == ["dmf_hybrid/store/chain.py"]
+
+
 def test_the_driver_contract_covers_every_module_but_the_store() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contract = next(c for c in config["tool"]["importlinter"]["contracts"]

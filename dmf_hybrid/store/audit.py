@@ -32,6 +32,8 @@ EVENT_COLUMNS = (
     "version_before", "version_after", "before", "after", "meta", "payload_hash", "prev_hash",
     "hash", "redacted",
 )
+#: Where an event row (:func:`make_event`) holds its own hash, which the next event chains to.
+HASH_INDEX = EVENT_COLUMNS.index("hash")
 EVENTS_DDL = """
 CREATE TABLE IF NOT EXISTS events (
     seq BIGINT PRIMARY KEY, ts TIMESTAMP NOT NULL, tenant VARCHAR NOT NULL, actor VARCHAR,

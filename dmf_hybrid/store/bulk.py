@@ -21,7 +21,6 @@ from ..errors import (
 from ..expiry import expiry_of
 from ..models import Entity
 from ..schema import EntityType
-from . import audit
 from .expiry import expired
 from .group_context import fill_group_context
 from .sql import (
@@ -127,9 +126,8 @@ class BulkLoad(Writes):
         seen: dict[str, Entity] = {}
         results: list[Entity] = []
         new_rows: list[tuple[Any, ...]] = []
-        events: list[tuple[Any, ...]] = []
+        events: list[dict[str, Any]] = []
         outbox: list[tuple[Any, ...]] = []
-        seq, prev = self._seq, self._last_hash
         for eid, instance, values, text_hash, plain in prepared:
             if eid in seen:
                 results.append(self._existing(etype, seen[eid], instance, values,
@@ -154,16 +152,13 @@ class BulkLoad(Writes):
                 seen[eid] = current
                 results.append(self._existing(etype, current, instance, values, on_conflict))
                 continue
-            seq += 1
+            seq = self._next_seq + len(events)  # the seq _chain_events gives its event
             snap = self._snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash,
                                   plain, expires)
-            row = audit.make_event(
-                seq=seq, ts=now, prev_hash=prev, tenant=tenant, op="create",
-                type_name=etype.name, entity_id=eid, version_before=None, version_after=1,
-                before=None, after=snap, actor=actor, reason=reason, trace_id=trace_id,
-            )
-            prev = row[-2]
-            events.append(row)
+            events.append({
+                "tenant": tenant, "op": "create", "type_name": etype.name, "entity_id": eid,
+                "version_before": None, "version_after": 1, "before": None, "after": snap,
+                "actor": actor, "reason": reason, "trace_id": trace_id})
             new_rows.append(tuple(
                 [eid, tenant, 1, to_naive_utc(now), to_naive_utc(now), None, None, text_hash,
                  None if expires is None else to_naive_utc(expires)]
@@ -178,18 +173,13 @@ class BulkLoad(Writes):
         if not new_rows:
             return results
         self._bulk_insert(con, etype, new_rows)
-        audit.insert_events(con, events)
-        self._journal([(event[0], "create", etype.name, tenant, new_row[0])
-                       for event, new_row in zip(events, new_rows, strict=True)])
+        self._chain_events(con, events, now)
         if outbox:
             con.executemany("INSERT INTO outbox (seq, tenant, entity_id, type, op) "
                             "VALUES (?,?,?,?,?)", outbox) if len(outbox) < 8 else \
                 self._arrow_insert(con, "outbox (seq, tenant, entity_id, type, op)",
                                    ["seq", "tenant", "entity_id", "type", "op"], outbox)
             self._queue(outbox)
-        seq_before, hash_before = self._seq, self._last_hash
-        self._seq, self._last_hash = seq, prev
-        self.db.on_rollback(lambda: self._reset_chain(seq_before, hash_before))
         for new_row in new_rows:
             self._after_write(con, tenant, "create", etype.name, new_row[0])
         return results

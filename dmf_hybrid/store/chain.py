@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,21 +25,41 @@ from .journal import Entry
 from .state import StoreState
 from .tables import EVENTS_ALL
 
+_OP, _TYPE, _TENANT, _ENTITY = (audit.EVENT_COLUMNS.index(c)
+                                for c in ("op", "type", "tenant", "entity_id"))
+
 
 class AuditChain(StoreState):
     """The audit chain."""
 
     def _next_event(self, con: duckdb.DuckDBPyConnection, **fields: Any) -> int:
         """Append one audit event inside the open transaction; returns its seq."""
+        return int(self._chain_events(con, [fields], utcnow())[0][0])
+
+    def _chain_events(self, con: duckdb.DuckDBPyConnection, events: list[dict[str, Any]],
+                      ts: dt.datetime) -> list[tuple[Any, ...]]:
+        """Append events (make_event's fields but seq, ts and prev_hash), in order, inside the
+        open transaction: each takes the next seq and chains to the one before; the chain's
+        head moves (and moves back on rollback) and the journal hears of them on commit.
+        The only code that numbers and chains events; their rows."""
         seq_before, hash_before = self._seq, self._last_hash
-        seq = self._seq + 1
-        row = audit.make_event(seq=seq, ts=utcnow(), prev_hash=self._last_hash, **fields)
-        audit.insert_events(con, [row])
-        self._seq, self._last_hash = seq, row[-2]
+        rows: list[tuple[Any, ...]] = []
+        seq, prev = seq_before, hash_before
+        for fields in events:
+            seq += 1
+            row = audit.make_event(seq=seq, ts=ts, prev_hash=prev, **fields)
+            prev = row[audit.HASH_INDEX]
+            rows.append(row)
+        audit.insert_events(con, rows)
+        self._seq, self._last_hash = seq, prev
         self.db.on_rollback(lambda: self._reset_chain(seq_before, hash_before))
-        self._journal([(seq, fields["op"], fields.get("type_name"), fields["tenant"],
-                        fields.get("entity_id"))])
-        return seq
+        self._journal([(r[0], r[_OP], r[_TYPE], r[_TENANT], r[_ENTITY]) for r in rows])
+        return rows
+
+    @property
+    def _next_seq(self) -> int:
+        """The seq the next appended event takes."""
+        return self._seq + 1
 
     def _journal(self, entries: list[Entry]) -> None:
         """Record appended events in the journal once their transaction commits."""
