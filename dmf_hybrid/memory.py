@@ -79,10 +79,13 @@ class Memory(MemoryAPI):
     """
 
     def __init__(self, store: Store, settings: Settings, tenant: str,
-                 path: Path | None, engine: SearchEngine) -> None:
+                 path: Path | None, engine: SearchEngine, principal: str | None = None) -> None:
         self._store = store
         self.settings = settings
         self.tenant = tenant
+        #: who authenticated this view's writes (an API key's label), recorded in each of
+        #: their audit events; None for an in-process caller
+        self.principal = principal
         self.path = path
         self._engine = engine
         self._reads = Reads(store, tenant)
@@ -122,12 +125,16 @@ class Memory(MemoryAPI):
             raise
         return cls(store, settings, tenant or settings.tenant, directory, engine)
 
-    def for_tenant(self, tenant: str) -> Memory:
-        """A view of the same memory confined to ``tenant``."""
+    def for_tenant(self, tenant: str, *, principal: str | None = None) -> Memory:
+        """A view of the same memory confined to ``tenant``; ``principal``: who authenticated
+        its writes (each of their audit events records it; the service passes the API key's
+        label)."""
         if not full_match(TENANT_RE, tenant):
             raise ValidationError(f"tenant must be a name matching {TENANT_RE.pattern}",
                                   field="tenant")
-        return Memory(self._store, self.settings, tenant, self.path, self._engine)
+        if principal is not None and not isinstance(principal, str):
+            raise ValidationError("principal must be a string", field="principal")
+        return Memory(self._store, self.settings, tenant, self.path, self._engine, principal)
 
     def close(self) -> None:
         self._engine.close()
@@ -166,7 +173,8 @@ class Memory(MemoryAPI):
         typedef = typedef_from_model(model, name=name, identity=identity, relations=relations,
                                      embed=embed, analyzer=analyzer,
                                      search=search, context=context, ttl=ttl)
-        return self._store.define(typedef, model, tenant=self.tenant, actor=actor, reason=reason)
+        return self._store.define(typedef, model, tenant=self.tenant, actor=actor, reason=reason,
+                                  principal=self.principal)
 
     def define_type(self, typedef: TypeDef | Mapping[str, Any], *, actor: str | None = None,
                     reason: str | None = None) -> EntityType:
@@ -180,7 +188,8 @@ class Memory(MemoryAPI):
             except (TypeError, ValueError):  # not JSON-shaped: no internal text in the answer
                 raise SchemaError("invalid type definition: not an object of the documented "
                                   "shape") from None
-        return self._store.define(typedef, tenant=self.tenant, actor=actor, reason=reason)
+        return self._store.define(typedef, tenant=self.tenant, actor=actor, reason=reason,
+                                  principal=self.principal)
 
     def load_definitions(self, path: str | Path, *, actor: str | None = None
                          ) -> list[EntityType]:
@@ -188,7 +197,8 @@ class Memory(MemoryAPI):
         rules = load_rules_toml(path)
         with self.transaction():
             types = [self._store.define(t, tenant=self.tenant, actor=actor,
-                                        reason=f"load {Path(path).name}") for t in typedefs]
+                                        reason=f"load {Path(path).name}",
+                                        principal=self.principal) for t in typedefs]
             for rule in rules:
                 self.define_rule(rule, actor=actor, reason=f"load {Path(path).name}")
             return types
@@ -196,7 +206,7 @@ class Memory(MemoryAPI):
     def define_rule(self, rule: RuleDef | Mapping[str, Any], *, actor: str | None = None,
                     reason: str | None = None) -> RuleInfo:
         compiled = install(self._store).define(rule, tenant=self.tenant, actor=actor,
-                                               reason=reason)
+                                               reason=reason, principal=self.principal)
         return rule_json(compiled)
 
     def rules(self) -> list[RuleInfo]:
@@ -216,7 +226,8 @@ class Memory(MemoryAPI):
                expires_at: ExpiresAt = None) -> Entity:
         return self._store.create(self.tenant, type_name, _as_data(data), id=id,
                                   on_conflict=on_conflict, actor=actor, reason=reason,
-                                  trace_id=trace_id, ttl=ttl, expires_at=expires_at)
+                                  trace_id=trace_id, principal=self.principal, ttl=ttl,
+                                  expires_at=expires_at)
 
     def add_messages(self, conversation: str, messages: Sequence[Mapping[str, Any]], *,
                      type_name: str = MESSAGE_TYPE, actor: str | None = None,
@@ -224,7 +235,7 @@ class Memory(MemoryAPI):
         conversation = check_conversation(conversation)
         # the next turn and the new rows in one state; a bad call leaves no bundled type
         with self.transaction():
-            etype = self._store.type_of(type_name, self.tenant)
+            etype = self._store.type_of(type_name, self.tenant, principal=self.principal)
             check_log_type(etype)
             last = self.query(etype.name, {"conversation": conversation}, order_by="-turn",
                               limit=1).items
@@ -258,8 +269,8 @@ class Memory(MemoryAPI):
         try:
             entities = self._store.create_many(
                 self.tenant, type_name, [_as_data(r) for r in rows], on_conflict=on_conflict,
-                actor=actor, reason=reason, trace_id=trace_id, progress=callback, ttl=ttl,
-                expires_at=expires_at)
+                actor=actor, reason=reason, trace_id=trace_id, principal=self.principal,
+                progress=callback, ttl=ttl, expires_at=expires_at)
         finally:
             if bar is not None:
                 bar.close()
@@ -285,36 +296,39 @@ class Memory(MemoryAPI):
                expires_at: ExpiresAt = None) -> Entity:
         return self._store.update(self.tenant, entity_id, changes,
                                   expected_version=expected_version, actor=actor, reason=reason,
-                                  trace_id=trace_id, ttl=ttl, expires_at=expires_at)
+                                  trace_id=trace_id, principal=self.principal, ttl=ttl,
+                                  expires_at=expires_at)
 
     def append(self, entity_id: str, field: str, values: list[Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
         return self._store.append(self.tenant, entity_id, field, values,
                                   expected_version=expected_version, actor=actor, reason=reason,
-                                  trace_id=trace_id)
+                                  trace_id=trace_id, principal=self.principal)
 
     def delete(self, entity_id: str, *, expected_version: int | None = None,
                actor: str | None = None, reason: str | None = None,
                trace_id: str | None = None) -> Entity:
         return self._store.delete(self.tenant, entity_id, expected_version=expected_version,
-                                  actor=actor, reason=reason, trace_id=trace_id)
+                                  actor=actor, reason=reason, trace_id=trace_id,
+                                  principal=self.principal)
 
     def restore(self, entity_id: str, *, expected_version: int | None = None,
                 actor: str | None = None, reason: str | None = None,
                 trace_id: str | None = None) -> Entity:
         return self._store.restore(self.tenant, entity_id, expected_version=expected_version,
-                                   actor=actor, reason=reason, trace_id=trace_id)
+                                   actor=actor, reason=reason, trace_id=trace_id,
+                                   principal=self.principal)
 
     def sweep_expired(self) -> int:
-        swept = self._store.sweep_expired(self.tenant)
+        swept = self._store.sweep_expired(self.tenant, principal=self.principal)
         if swept:
             self._engine.drain()
         return swept
 
     def sweep_every_tenant(self) -> int:
         """``sweep_expired`` for every tenant of the store (what the service runs)."""
-        swept = self._store.sweep_expired()
+        swept = self._store.sweep_expired(principal=self.principal)
         if swept:
             self._engine.drain()
         return swept
@@ -322,19 +336,19 @@ class Memory(MemoryAPI):
     def erase(self, entity_id: str, *, actor: str | None = None, reason: str | None = None,
               trace_id: str | None = None) -> int:
         return self._store.erase(self.tenant, entity_id, actor=actor, reason=reason,
-                                 trace_id=trace_id)
+                                 trace_id=trace_id, principal=self.principal)
 
     # ---------------------------------------------------------------- relations
 
     def link(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
              reason: str | None = None, trace_id: str | None = None) -> bool:
         return self._store.link(self.tenant, from_id, relation, to_id, actor=actor,
-                                reason=reason, trace_id=trace_id)
+                                reason=reason, trace_id=trace_id, principal=self.principal)
 
     def unlink(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> int:
         return self._store.unlink(self.tenant, from_id, relation, to_id, actor=actor,
-                                  reason=reason, trace_id=trace_id)
+                                  reason=reason, trace_id=trace_id, principal=self.principal)
 
     def related(self, entity_id: str, relation: str | None = None, direction: str = "out",
                 depth: int = 1, as_of: AsOf = None) -> list[Related]:
@@ -453,7 +467,7 @@ class Memory(MemoryAPI):
     def archive_events(self, before_seq: int, dest: str | Path, *, actor: str | None = None,
                        reason: str | None = None) -> ArchiveResult:
         return archive.archive_events(self._store, before_seq, dest, tenant=self.tenant,
-                                      actor=actor, reason=reason)
+                                      actor=actor, reason=reason, principal=self.principal)
 
     def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
                          cursor: str | None = None, as_of: AsOf = None) -> Page:

@@ -24,7 +24,6 @@ from .. import checks
 from ..config import Settings
 from ..errors import ServiceUnavailable, ValidationError
 from ..memory import Memory
-from ..store.audit import PRINCIPAL
 from .auth import KeyRing, Principal, Role
 from .fair import FairPool
 from .headers import HEADER_TEXT, decode_header_text
@@ -191,18 +190,16 @@ def resolve_principal(state: ServiceState, bearer_token: str | None,
     """The caller of a request, from its bearer token or else its ``X-API-Key`` (open mode: the
     default principal); the one place a request's caller is resolved, for the routes and the
     search fast path alike.
-
-    Also the principal every audit event of this request records.
     """
-    principal = state.keys.authenticate(bearer_token if bearer_token is not None else api_key)
-    PRINCIPAL.set(principal.key_label or OPEN_PRINCIPAL)
-    return principal
+    return state.keys.authenticate(bearer_token if bearer_token is not None else api_key)
 
 
 def tenant_memory(state: ServiceState, principal: Principal, role: Role) -> Memory:
-    """The caller's tenant's memory, once the caller is known to hold ``role``."""
+    """The caller's tenant's memory, once the caller is known to hold ``role``; its writes
+    record the caller's key (its label, or ``open`` without keys) as their principal."""
     principal.require(role)
-    return state.memory.for_tenant(principal.tenant)
+    return state.memory.for_tenant(principal.tenant,
+                                   principal=principal.key_label or OPEN_PRINCIPAL)
 
 
 async def get_principal(
@@ -210,8 +207,7 @@ async def get_principal(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
     api_key: Annotated[str | None, Security(_api_key)],
 ) -> Principal:
-    """The caller, from ``Authorization: Bearer`` or ``X-API-Key``. An async dependency runs in
-    the request's own context, which the route (run in a worker thread) inherits."""
+    """The caller, from ``Authorization: Bearer`` or ``X-API-Key``."""
     return resolve_principal(state, None if bearer is None else bearer.credentials, api_key)
 
 

@@ -98,7 +98,7 @@ class SearchEngine:
         self.replayed = ReplayCache()
 
     def _on_write(self, _con: Any, _tenant: str, op: str, _type_name: str,
-                  _entity_id: str) -> None:
+                  _entity_id: str, _principal: str | None) -> None:
         """Write hook: an erase rewrites the past states of its entity, so the replayed
         states go (now, and again once the erase commits)."""
         if op == "erase":

@@ -72,7 +72,8 @@ def archive_files(store: Store) -> list[ArchiveFile]:
 
 
 def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: str,
-                   actor: str | None = None, reason: str | None = None) -> ArchiveResult:
+                   actor: str | None = None, reason: str | None = None,
+                   principal: str | None = None) -> ArchiveResult:
     """Move the hot events with ``seq < before_seq`` into a Parquet file under ``dest``."""
     before_seq = check_before_seq(before_seq)
     if not isinstance(dest, (str, Path)) or not str(dest):
@@ -117,7 +118,7 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
             version_before=None, version_after=None, before=None,
             after=record.model_dump(exclude={"archived_seq"}), actor=actor, reason=reason,
             trace_id=None, meta={"first_seq": first, "last_seq": last, "last_hash": last_hash,
-                                 "events": count})
+                                 "events": count}, principal=principal)
     log.info("archived events %s..%s to %s", first, last, target)
     return ArchiveResult(moved=count, file=record, seq=seq)
 
@@ -128,7 +129,7 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
 def redaction_hook(store: Store) -> WriteHook:
     """The write hook that makes an erase reach the archive files (:func:`redact_archived`)."""
     def hook(con: duckdb.DuckDBPyConnection, tenant: str, op: str, type_name: str,
-             entity_id: str) -> None:
+             entity_id: str, _principal: str | None) -> None:
         redact_archived(con, store, tenant, op, type_name, entity_id)
     return hook
 

@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 import duckdb
@@ -45,20 +42,6 @@ CREATE TABLE IF NOT EXISTS events (
 """
 #: Stores made before the principal column existed gain it (NULL for their old events).
 EVENTS_MIGRATION = "ALTER TABLE events ADD COLUMN IF NOT EXISTS principal VARCHAR"
-#: Who authenticated the writes made in this context (the HTTP API sets it per request).
-PRINCIPAL: ContextVar[str | None] = ContextVar("dmf_principal", default=None)
-
-
-@contextmanager
-def acting_as(principal: str | None) -> Iterator[None]:
-    """Writes in this block record ``principal`` as the authenticated principal."""
-    token = PRINCIPAL.set(principal)
-    try:
-        yield
-    finally:
-        PRINCIPAL.reset(token)
-
-
 def archived_columns(con: duckdb.DuckDBPyConnection, path: str) -> dict[str, str]:
     """Each event column's expression over an archive file (older files lack ``principal``)."""
     present = {d[0] for d in con.execute(f"SELECT * FROM read_parquet('{path}') LIMIT 0"
@@ -101,13 +84,14 @@ def make_event(
     entity_id: str | None, version_before: int | None, version_after: int | None,
     before: dict[str, Any] | None, after: dict[str, Any] | None, actor: str | None,
     reason: str | None, trace_id: str | None, meta: dict[str, Any] | None = None,
+    principal: str | None = None,
 ) -> tuple[Any, ...]:
-    """One events-table row, hashed and chained to ``prev_hash``."""
+    """One events-table row, hashed and chained to ``prev_hash``; ``principal``: who
+    authenticated the write (the API key's label), None for an in-process caller."""
     before_json = None if before is None else canonical_json(before)
     after_json = None if after is None else canonical_json(after)
     payload_hash = payload_hash_of(before_json, after_json)
     ts = to_naive_utc(ts)
-    principal = PRINCIPAL.get()
     header = event_header({
         "seq": seq, "ts": ts, "tenant": tenant, "actor": actor, "principal": principal,
         "reason": reason, "trace_id": trace_id, "op": op, "type": type_name,

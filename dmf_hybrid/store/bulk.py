@@ -41,24 +41,26 @@ class BulkLoad(Writes):
 
     def create(self, tenant: str, type_name: str, data: Any, *, id: Any = None,
                on_conflict: Any = DEFAULT_ON_CONFLICT, actor: str | None = None,
-               reason: str | None = None, trace_id: str | None = None, ttl: Any = None,
+               reason: str | None = None, trace_id: str | None = None,
+               principal: str | None = None, ttl: Any = None,
                expires_at: Any = None) -> Entity:
         """Create an entity; an existing ID is handled by ``on_conflict`` (see ``checks``);
         ``ttl`` / ``expires_at``: its expiry (:mod:`dmf_hybrid.expiry`)."""
         return self.create_many(tenant, type_name, [data], ids=[id], on_conflict=on_conflict,
-                                actor=actor, reason=reason, trace_id=trace_id, ttl=ttl,
-                                expires_at=expires_at)[0]
+                                actor=actor, reason=reason, trace_id=trace_id,
+                                principal=principal, ttl=ttl, expires_at=expires_at)[0]
 
     def create_many(self, tenant: str, type_name: str, rows: Sequence[Any], *,
                     ids: Sequence[Any] | None = None,
                     on_conflict: Any = DEFAULT_ON_CONFLICT, actor: str | None = None,
                     reason: str | None = None, trace_id: str | None = None,
-                    chunk: int = 2000,
+                    principal: str | None = None, chunk: int = 2000,
                     progress: Callable[[int], None] | None = None, ttl: Any = None,
                     expires_at: Any = None) -> list[Entity]:
         """Create many entities of one type: all validated first, then written in chunks.
-        ``ttl`` / ``expires_at``: the expiry of every row (none given: the type's ``ttl``)."""
-        etype = self.type_of(type_name, tenant)
+        ``ttl`` / ``expires_at``: the expiry of every row (none given: the type's ``ttl``);
+        ``principal``: who authenticated the write (recorded in its events)."""
+        etype = self.type_of(type_name, tenant, principal=principal)
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         check_on_conflict(on_conflict)
         expiry_of(ttl, expires_at, utcnow())  # a bad one changes nothing
@@ -81,10 +83,10 @@ class BulkLoad(Writes):
             part = prepared[start:start + chunk]
             with self.db.write() as con:
                 done = self._insert_batch(con, etype, tenant, part, on_conflict, actor,
-                                          reason, trace_id, ttl, expires_at)
+                                          reason, trace_id, principal, ttl, expires_at)
                 if on_conflict == "update":
-                    done = [self._update_existing(tenant, p, e, actor, reason, trace_id, ttl,
-                                                  expires_at)
+                    done = [self._update_existing(tenant, p, e, actor, reason, trace_id,
+                                                  principal, ttl, expires_at)
                             for p, e in zip(part, done, strict=True)]
                 results.extend(done)
             if progress is not None:
@@ -93,7 +95,7 @@ class BulkLoad(Writes):
 
     def _update_existing(self, tenant: str, prepared: Prepared, entity: Entity,
                          actor: str | None, reason: str | None, trace_id: str | None,
-                         ttl: Any, expires_at: Any) -> Entity:
+                         principal: str | None, ttl: Any, expires_at: Any) -> Entity:
         """``on_conflict="update"``: the existing entity changed to the given values (and the
         given expiry, if one was)."""
         renew = ttl is not None or expires_at is not None
@@ -101,14 +103,15 @@ class BulkLoad(Writes):
             return entity
         values = prepared[2]
         updated = self.update(tenant, entity.id, {f: values[f] for f in entity.differs},
-                              actor=actor, reason=reason, trace_id=trace_id, ttl=ttl,
-                              expires_at=expires_at)
+                              actor=actor, reason=reason, trace_id=trace_id,
+                              principal=principal, ttl=ttl, expires_at=expires_at)
         return updated.model_copy(update={"differs": entity.differs})
 
     def _insert_batch(self, con: duckdb.DuckDBPyConnection, etype: EntityType, tenant: str,
                       prepared: list[Prepared], on_conflict: str,
                       actor: str | None, reason: str | None, trace_id: str | None,
-                      ttl: Any = None, expires_at: Any = None) -> list[Entity]:
+                      principal: str | None, ttl: Any = None,
+                      expires_at: Any = None) -> list[Entity]:
         wanted = sorted({p[0] for p in prepared})
         existing: dict[str, tuple[str, int | None]] = {}
         for i in range(0, len(wanted), 1000):
@@ -158,7 +161,8 @@ class BulkLoad(Writes):
             events.append({
                 "tenant": tenant, "op": "create", "type_name": etype.name, "entity_id": eid,
                 "version_before": None, "version_after": 1, "before": None, "after": snap,
-                "actor": actor, "reason": reason, "trace_id": trace_id})
+                "actor": actor, "reason": reason, "trace_id": trace_id,
+                "principal": principal})
             new_rows.append(tuple(
                 [eid, tenant, 1, to_naive_utc(now), to_naive_utc(now), None, None, text_hash,
                  None if expires is None else to_naive_utc(expires)]
@@ -181,7 +185,7 @@ class BulkLoad(Writes):
                                    ["seq", "tenant", "entity_id", "type", "op"], outbox)
             self._queue(outbox)
         for new_row in new_rows:
-            self._after_write(con, tenant, "create", etype.name, new_row[0])
+            self._after_write(con, tenant, "create", etype.name, new_row[0], principal)
         return results
 
     @staticmethod

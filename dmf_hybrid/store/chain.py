@@ -115,14 +115,15 @@ class AuditChain(StoreState):
         return [f for f in files if f not in present]
 
     def _after_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str,
-                     type_name: str, eid: str) -> None:
-        """Run the write hooks (not for writes the hooks themselves make)."""
+                     type_name: str, eid: str, principal: str | None) -> None:
+        """Run the write hooks (not for writes the hooks themselves make); what they write
+        records the ``principal`` of the write that set them off."""
         if not self.write_hooks or self._in_hooks:
             return
         self._in_hooks = True
         try:
             for hook in list(self.write_hooks):
-                hook(con, tenant, op, type_name, eid)
+                hook(con, tenant, op, type_name, eid, principal)
         finally:
             self._in_hooks = False
 

@@ -38,19 +38,21 @@ class TypeRegistry(RowReader):
             typedef = TypeDef.model_validate_json(definition)
             self._types[name] = EntityType(typedef, version, build_model(typedef))
 
-    def type_of(self, name: Any, tenant: str | None = None) -> EntityType:
+    def type_of(self, name: Any, tenant: str | None = None, *,
+                principal: str | None = None) -> EntityType:
         """The registered type of that name; a bundled type (:mod:`dmf_hybrid.bundled`) not
-        registered yet is defined for ``tenant`` first, when a tenant is given."""
+        registered yet is defined for ``tenant`` first, when a tenant is given (``principal``:
+        of the write that needs it; a read records none)."""
         if tenant is not None and isinstance(name, str) and name not in self._types:
             typedef = bundled_type(name)
             if typedef is not None:
                 return self.define(typedef, tenant=tenant, actor=BUNDLED_ACTOR,
-                                   reason=BUNDLED_REASON)
+                                   reason=BUNDLED_REASON, principal=principal)
         return super().type_of(name)
 
     def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
                tenant: str, actor: str | None = None, reason: str | None = None,
-               trace_id: str | None = None) -> EntityType:
+               trace_id: str | None = None, principal: str | None = None) -> EntityType:
         """Register a type or a compatible new version of it (an online migration).
 
         A relation's target must be a defined type, the type itself or ``"*"`` when the
@@ -93,6 +95,7 @@ class TypeRegistry(RowReader):
                 before=None if current is None else current.typedef.model_dump(mode="json"),
                 after=typedef.model_dump(mode="json"), actor=actor, reason=reason,
                 trace_id=trace_id, meta={"added_fields": added} if added else None,
+                principal=principal,
             )
             con.execute(
                 "INSERT INTO schema_types VALUES (?, ?, ?, ?, ?)",

@@ -28,7 +28,7 @@ class Relations(BulkLoad):
 
     def link(self, tenant: str, from_id: Any, relation: Any, to_id: Any, *,
              actor: str | None = None, reason: str | None = None,
-             trace_id: str | None = None) -> bool:
+             trace_id: str | None = None, principal: str | None = None) -> bool:
         """Link two entities; False if already linked (idempotent)."""
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         with self.db.write() as con:
@@ -58,11 +58,11 @@ class Relations(BulkLoad):
             seq = self._next_event(
                 con, tenant=tenant, op="link", type_name=from_type.name, entity_id=from_id,
                 version_before=None, version_after=None, before=None, after=link, actor=actor,
-                reason=reason, trace_id=trace_id, meta=link,
+                reason=reason, trace_id=trace_id, meta=link, principal=principal,
             )
             con.execute("INSERT INTO relations VALUES (?, ?, ?, ?, ?, NULL)",
                         [tenant, from_id, relation, to_id, seq])
-            self._after_write(con, tenant, "link", from_type.name, from_id)
+            self._after_write(con, tenant, "link", from_type.name, from_id, principal)
             return True
 
     def _relation_spec(self, con: duckdb.DuckDBPyConnection, tenant: str, from_id: Any,
@@ -80,7 +80,7 @@ class Relations(BulkLoad):
 
     def unlink(self, tenant: str, from_id: Any, relation: Any, to_id: Any, *,
                actor: str | None = None, reason: str | None = None,
-               trace_id: str | None = None) -> int:
+               trace_id: str | None = None, principal: str | None = None) -> int:
         """Remove a link; returns the event seq; NotFound if the link does not exist."""
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         check_id(to_id, "to_id")
@@ -97,12 +97,12 @@ class Relations(BulkLoad):
             seq = self._next_event(
                 con, tenant=tenant, op="unlink", type_name=from_type.name, entity_id=from_id,
                 version_before=None, version_after=None, before=link, after=None, actor=actor,
-                reason=reason, trace_id=trace_id, meta=link,
+                reason=reason, trace_id=trace_id, meta=link, principal=principal,
             )
             con.execute("UPDATE relations SET deleted_seq = ? WHERE tenant = ? AND from_id = ? "
                         "AND relation = ? AND to_id = ? AND deleted_seq IS NULL",
                         [seq, tenant, from_id, relation, to_id])
-            self._after_write(con, tenant, "unlink", from_type.name, from_id)
+            self._after_write(con, tenant, "unlink", from_type.name, from_id, principal)
             return seq
 
     def links(self, tenant: str, ids: Iterable[str], relation: str | None, direction: str,

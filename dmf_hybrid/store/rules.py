@@ -223,7 +223,8 @@ class RuleEngine:
         return [self._rules[n] for n in sorted(self._rules)]
 
     def define(self, rule: RuleDef | Mapping[str, Any], *, tenant: str,
-               actor: str | None = None, reason: str | None = None) -> CompiledRule:
+               actor: str | None = None, reason: str | None = None,
+               principal: str | None = None) -> CompiledRule:
         """Register a rule or a new version of it; the same definition again is a no-op.
 
         In the same transaction the rule is evaluated for every live entity of its trigger
@@ -237,7 +238,7 @@ class RuleEngine:
         version = 1 if current is None else current.version + 1
         with self.store.db.write() as con:
             # a bundled type, defined on first use; a rule that does not compile leaves none
-            self.store.type_of(CONSTRAINT_TYPE, tenant)
+            self.store.type_of(CONSTRAINT_TYPE, tenant, principal=principal)
             compiled = compile_rule(self.store, rule, version)
             seq = self.store.append_event(
                 con, tenant=tenant, op="define_rule", type_name=rule.trigger.type,
@@ -245,7 +246,7 @@ class RuleEngine:
                 version_after=version,
                 before=None if current is None else current.definition.model_dump(mode="json"),
                 after=rule.model_dump(mode="json"), actor=actor, reason=reason, trace_id=None,
-                meta={"rule": rule.name, "rule_version": version})
+                meta={"rule": rule.name, "rule_version": version}, principal=principal)
             con.execute("INSERT INTO dmf_rules VALUES (?, ?, ?, ?, ?)",
                         [rule.name, version, rule.model_dump_json(), seq,
                          to_naive_utc(utcnow())])
@@ -258,21 +259,23 @@ class RuleEngine:
                     self._rules[rule.name] = current
 
             self.store.db.on_rollback(undo)
-            self._back_fill(con, compiled)
+            self._back_fill(con, compiled, principal)
         return compiled
 
-    def _back_fill(self, con: duckdb.DuckDBPyConnection, rule: CompiledRule) -> None:
+    def _back_fill(self, con: duckdb.DuckDBPyConnection, rule: CompiledRule,
+                   principal: str | None) -> None:
         """Evaluate ``rule`` for every live entity of its trigger type (in ID order)."""
         table = table_name(rule.definition.trigger.type)
         subjects = con.execute(f"SELECT tenant, id FROM {table} WHERE deleted_at IS NULL "
                                "ORDER BY tenant, id").fetchall()
         with self.store.hooks_paused():  # as when a write hook evaluates it
             for tenant, eid in subjects:
-                self.evaluate(con, rule, tenant, eid)
+                self.evaluate(con, rule, tenant, eid, principal)
 
     def on_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str, type_name: str,
-                 entity_id: str) -> None:
-        """The write hook: evaluate the rules this mutation may affect."""
+                 entity_id: str, principal: str | None) -> None:
+        """The write hook: evaluate the rules this mutation may affect (what they write
+        records the principal of the write that set them off)."""
         if not self._rules:
             return
         todo: list[tuple[CompiledRule, str]] = []
@@ -289,7 +292,7 @@ class RuleEngine:
         for rule, eid in todo:
             if (rule.name, eid) not in done:
                 done.add((rule.name, eid))
-                self.evaluate(con, rule, tenant, eid)
+                self.evaluate(con, rule, tenant, eid, principal)
 
     def _sources(self, con: duckdb.DuckDBPyConnection, tenant: str, type_name: str,
                  relation: str, to_id: str) -> list[str]:
@@ -303,7 +306,7 @@ class RuleEngine:
         return [r[0] for r in rows]
 
     def evaluate(self, con: duckdb.DuckDBPyConnection, rule: CompiledRule, tenant: str,
-                 entity_id: str) -> str | None:
+                 entity_id: str, principal: str | None = None) -> str | None:
         """Evaluate one rule for one entity and apply it; the outcome, None if nothing changed."""
         row = con.execute(rule.sql, rule.params(entity_id, tenant)).fetchone()
         holds = bool(row is not None and row[2])
@@ -344,8 +347,9 @@ class RuleEngine:
                    "threshold": _json_value(threshold)},
             actor=f"rule:{rule.name}", reason=f"rule {rule.name} v{rule.version}", trace_id=None,
             meta={"rule": rule.name, "rule_version": rule.version, "entity_id": entity_id,
-                  "outcome": outcome, "constraint_id": cid})
-        audit = {"actor": f"rule:{rule.name}", "reason": f"rule {rule.name} v{rule.version}"}
+                  "outcome": outcome, "constraint_id": cid}, principal=principal)
+        audit = {"actor": f"rule:{rule.name}", "reason": f"rule {rule.name} v{rule.version}",
+                 "principal": principal}
         if outcome == "raised":
             self.store.create(tenant, ctype.name, {**data, "message": message, "status": "open",
                                                    **extra}, **audit)
@@ -369,6 +373,8 @@ def rule_json(rule: CompiledRule) -> RuleInfo:
 
 
 def define_rules(engine: RuleEngine, rules: Sequence[RuleDef], *, tenant: str,
-                 actor: str | None = None, reason: str | None = None) -> list[CompiledRule]:
+                 actor: str | None = None, reason: str | None = None,
+                 principal: str | None = None) -> list[CompiledRule]:
     """Define several rules (in the caller's transaction)."""
-    return [engine.define(r, tenant=tenant, actor=actor, reason=reason) for r in rules]
+    return [engine.define(r, tenant=tenant, actor=actor, reason=reason, principal=principal)
+            for r in rules]

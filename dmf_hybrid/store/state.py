@@ -25,7 +25,8 @@ from .journal import Journal
 
 #: Called inside the write transaction after each entity mutation, link and unlink with
 #: (con, tenant, op, type name, entity id); writes a hook makes do not call hooks again.
-WriteHook = Callable[[duckdb.DuckDBPyConnection, str, str, str, str], None]
+#: (connection, tenant, op, type, entity ID, principal of the write) -> None
+WriteHook = Callable[[duckdb.DuckDBPyConnection, str, str, str, str, str | None], None]
 #: Called after a commit with the outbox rows it queued: (seq, tenant, id, type, op).
 Listener = Callable[[list[tuple[int, str, str, str, str]]], None]
 
@@ -55,7 +56,8 @@ class StoreState:
         """Every registered type, by name."""
         return [self._types[n] for n in sorted(self._types)]
 
-    def type_of(self, name: Any, tenant: str | None = None) -> EntityType:
+    def type_of(self, name: Any, tenant: str | None = None, *,
+                principal: str | None = None) -> EntityType:
         """The registered type of that name, or NotFound listing the known types and saying
         how to define one (the registry also defines a bundled type for ``tenant``)."""
         if not isinstance(name, str):

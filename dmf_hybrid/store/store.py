@@ -82,9 +82,10 @@ class Store(Relations):
         """Close the database."""
         self.db.close()
 
-    def sweep_expired(self, tenant: str | None = None) -> int:
+    def sweep_expired(self, tenant: str | None = None, *, principal: str | None = None) -> int:
         """Soft-delete the entities (of ``tenant``, or of all) whose expiry has come, each in
-        its own audited write by the expiry actor; how many. Running it again finds none."""
+        its own audited write by the expiry actor (``principal``: who asked for the sweep, if
+        anyone did); how many. Running it again finds none."""
         now = to_naive_utc(utcnow())
         swept = 0
         for etype in list(self._types.values()):
@@ -98,7 +99,8 @@ class Store(Relations):
                 f"ORDER BY {EXPIRES_COLUMN}, tenant, id", params)
             for owner, eid, at in due:
                 try:
-                    entity = self.sweep_one(owner, eid, f"expired at {at.isoformat()}Z")
+                    entity = self.sweep_one(owner, eid, f"expired at {at.isoformat()}Z",
+                                            principal)
                 except NotFound:
                     continue  # deleted or erased since it was listed
                 swept += entity.deleted_at is not None

@@ -125,7 +125,8 @@ class Writes(Queries):
     def _update(self, tenant: str, eid: Any, op: str, expected_version: Any,
                 compute: Callable[[EntityType, Entity], dict[str, Any]],
                 actor: str | None, reason: str | None, trace_id: str | None,
-                ttl: Any = None, expires_at: Any = None, sweep: bool = False) -> Entity:
+                principal: str | None, ttl: Any = None, expires_at: Any = None,
+                sweep: bool = False) -> Entity:
         """One audited change of an entity. ``ttl`` / ``expires_at``: its new expiry (both
         None: kept); ``sweep``: the expiry sweep deleting an entity whose expiry has come."""
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
@@ -171,7 +172,7 @@ class Writes(Queries):
             seq = self._next_event(
                 con, tenant=tenant, op=op, type_name=etype.name, entity_id=eid,
                 version_before=current.version, version_after=version, before=before,
-                after=after, actor=actor, reason=reason, trace_id=trace_id,
+                after=after, actor=actor, reason=reason, trace_id=trace_id, principal=principal,
             )
             self._mark_modified(etype.name)
             sets = ", ".join(f"{q(n)} = ?" for n in etype.fields)
@@ -189,7 +190,7 @@ class Writes(Queries):
             if text_hash is not None or before["text_hash"] is not None:
                 self._outbox(con, seq, tenant, eid, etype.name,
                              "delete" if op == "delete" or text_hash is None else "upsert")
-            self._after_write(con, tenant, op, etype.name, eid)
+            self._after_write(con, tenant, op, etype.name, eid, principal)
             return Entity(
                 id=eid, type=etype.name, tenant=tenant, version=version,
                 data=etype.model.model_validate(new_values), created_at=current.created_at,
@@ -203,7 +204,7 @@ class Writes(Queries):
 
     def update(self, tenant: str, eid: Any, changes: Any, *, expected_version: Any = None,
                actor: str | None = None, reason: str | None = None,
-               trace_id: str | None = None, ttl: Any = None,
+               trace_id: str | None = None, principal: str | None = None, ttl: Any = None,
                expires_at: Any = None) -> Entity:
         """Apply field changes (and a new expiry, :mod:`dmf_hybrid.expiry`); bumps the
         version (a no-op change returns the entity as is)."""
@@ -217,11 +218,12 @@ class Writes(Queries):
             return result
 
         return self._update(tenant, eid, "update", expected_version, compute, actor, reason,
-                            trace_id, ttl, expires_at)
+                            trace_id, principal, ttl, expires_at)
 
     def append(self, tenant: str, eid: Any, field: Any, values: Any, *,
                expected_version: Any = None, actor: str | None = None,
-               reason: str | None = None, trace_id: str | None = None) -> Entity:
+               reason: str | None = None, trace_id: str | None = None,
+               principal: str | None = None) -> Entity:
         """Append values to a list field atomically."""
         if not isinstance(values, list) or not values:
             raise ValidationError("values must be a non-empty list", field="values")
@@ -238,29 +240,30 @@ class Writes(Queries):
             return result
 
         return self._update(tenant, eid, "append", expected_version, compute, actor, reason,
-                            trace_id)
+                            trace_id, principal)
 
     def delete(self, tenant: str, eid: Any, *, expected_version: Any = None,
                actor: str | None = None, reason: str | None = None,
-               trace_id: str | None = None) -> Entity:
+               trace_id: str | None = None, principal: str | None = None) -> Entity:
         """Soft-delete: hidden from reads, restorable, visible to ``as_of`` before it."""
         return self._update(tenant, eid, "delete", expected_version,
-                            lambda _t, cur: cur.fields(), actor, reason, trace_id)
+                            lambda _t, cur: cur.fields(), actor, reason, trace_id, principal)
 
-    def sweep_one(self, tenant: str, eid: str, reason: str) -> Entity:
+    def sweep_one(self, tenant: str, eid: str, reason: str, principal: str | None) -> Entity:
         """Soft-delete an entity whose expiry has come, as the sweep (:data:`EXPIRY_ACTOR`)."""
         return self._update(tenant, eid, "delete", None, lambda _t, cur: cur.fields(),
-                            EXPIRY_ACTOR, reason, None, sweep=True)
+                            EXPIRY_ACTOR, reason, None, principal, sweep=True)
 
     def restore(self, tenant: str, eid: Any, *, expected_version: Any = None,
                 actor: str | None = None, reason: str | None = None,
-                trace_id: str | None = None) -> Entity:
+                trace_id: str | None = None, principal: str | None = None) -> Entity:
         """Undo a soft delete (an expiry that has come is cleared with it)."""
         return self._update(tenant, eid, "restore", expected_version,
-                            lambda _t, cur: cur.fields(), actor, reason, trace_id)
+                            lambda _t, cur: cur.fields(), actor, reason, trace_id, principal)
 
     def erase(self, tenant: str, eid: Any, *, actor: str | None = None,
-              reason: str | None = None, trace_id: str | None = None) -> int:
+              reason: str | None = None, trace_id: str | None = None,
+              principal: str | None = None) -> int:
         """Remove an entity's content everywhere (row, snapshots, links); returns the event seq."""
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         with self.db.write() as con:
@@ -276,6 +279,7 @@ class Writes(Queries):
                 con, tenant=tenant, op="erase", type_name=etype.name, entity_id=eid,
                 version_before=version[0] if version else None, version_after=None,
                 before=None, after=None, actor=actor, reason=reason, trace_id=trace_id,
+                principal=principal,
             )
             con.execute("UPDATE events SET before = NULL, after = NULL, redacted = TRUE "
                         "WHERE entity_id = ? AND tenant = ? AND seq < ? AND op IN "
@@ -292,7 +296,7 @@ class Writes(Queries):
                 if not self._hash_in_use(con, text_hash):
                     con.execute("DELETE FROM embeddings WHERE text_hash = ?", [text_hash])
             self._outbox(con, seq, tenant, eid, etype.name, "delete")
-            self._after_write(con, tenant, "erase", etype.name, eid)
+            self._after_write(con, tenant, "erase", etype.name, eid, principal)
             return seq
 
     def _hash_in_use(self, con: duckdb.DuckDBPyConnection, text_hash: str) -> bool:

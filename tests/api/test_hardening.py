@@ -18,7 +18,6 @@ from dmf_hybrid.api import create_app
 from dmf_hybrid.api.auth import hash_key
 from dmf_hybrid.api.server import serve_in_thread
 from dmf_hybrid.client import MemoryClient
-from dmf_hybrid.store.audit import acting_as
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.conftest import define_travel
 from tests.store import assert_unchanged
@@ -116,8 +115,8 @@ def test_an_old_store_without_the_principal_column_keeps_verifying(tmp_path: Pat
     con.close()
     with Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex()) as m:
         assert m.verify_audit().ok
-        with acting_as("key:12345678"):
-            m.create("Poi", {"name": "new", "city": "c"})
+        m.for_tenant(m.tenant, principal="key:12345678").create("Poi", {"name": "new",
+                                                                         "city": "c"})
         events = m.events()
         assert [e.principal for e in events][-2:] == [None, "key:12345678"]
         assert m.verify_audit().ok

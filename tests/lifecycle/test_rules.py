@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dmf_hybrid import DMFError, HashEmbedder, Memory, SchemaError
+from dmf_hybrid import DMFError, HashEmbedder, Memory, SchemaError, ValidationError
 from dmf_hybrid.ids import entity_id
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.lifecycle import TRAVEL, constraints, open_travel, poi, rule_events, trip
@@ -107,6 +107,28 @@ def test_rule_firing_is_audited_with_name_and_version(travel: Memory) -> None:
     assert rule.actor == f"rule:{BUDGET}" and events[3].actor == f"rule:{BUDGET}"
     assert rule.entity_id == t.id and rule in travel.history(t.id)
     assert travel.verify_audit().ok
+
+
+def test_what_a_write_sets_off_records_its_principal(travel: Memory) -> None:
+    # the principal is an argument of the write (a view's), not ambient state: the rule's
+    # event, its constraint and its link record the principal of the write that set them off
+    keyed = travel.for_tenant(travel.tenant, principal="key:0a1b2c3d")
+    t = trip(travel, budget=10)
+    seq0 = travel.last_seq()
+    p = poi(keyed, "Tower", 60)
+    keyed.link(t.id, "includes", p.id)
+    plan = keyed.execute_plan([{"op": "update", "id": p.id, "data": {"estimated_cost": 70}}])
+    assert plan.committed
+    keyed.call_tool("update", {"id": t.id, "data": {"budget": 20}})
+    after = travel.events(seq0)
+    assert len(after) >= 8
+    assert {e.principal for e in after} == {"key:0a1b2c3d"}
+    assert {e.principal for e in travel.events(0, seq0)} == {None}  # in-process: none
+    travel.create("PointOfInterest", {"name": "Bund", "city": "Shanghai"})
+    assert travel.events(travel.last_seq() - 1)[-1].principal is None  # the view is apart
+    assert travel.verify_audit().ok
+    with pytest.raises(ValidationError):
+        travel.for_tenant(travel.tenant, principal=5)  # type: ignore[arg-type]
 
 
 def test_rule_effects_commit_or_roll_back_with_the_write(travel: Memory) -> None:
