@@ -95,7 +95,7 @@ def test_no_module_outside_the_store_imports_a_database_driver() -> None:
 
 
 def test_events_are_numbered_and_chained_in_one_place() -> None:
-    # every append of an audit event, single or in bulk, goes through AuditChain._chain_events
+    # every append of an audit event, single or in bulk, goes through AuditLog.append_many
     callers = sorted(str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
                      for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
                      if isinstance(node, ast.Call) and (

@@ -94,7 +94,7 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / FILE_PATTERN.format(first=first, last=last)
         target = _sql_path(path)
-        entry = store.archive_entry(path)
+        entry = store.log.archive_entry(path)
         if con.execute("SELECT 1 FROM event_archive WHERE file = ?", [entry]).fetchone():
             raise Conflict(f"archive file {entry} is already in use", field="dest")
         con.execute(f"COPY (SELECT {_COLS} FROM events WHERE seq < ? ORDER BY seq) "
@@ -112,7 +112,7 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
                              events=count, sha256=digest, archived_seq=store.last_seq + 1)
         con.execute("INSERT INTO event_archive VALUES (?, ?, ?, ?, ?, ?, ?)",
                     list(record.model_dump().values()))
-        store.refresh_events_view(con)
+        store.log.refresh_events_view(con)
         seq = store.append_event(
             con, tenant=tenant, op="archive", type_name=None, entity_id=None,
             version_before=None, version_after=None, before=None,
@@ -145,7 +145,7 @@ def redact_archived(con: duckdb.DuckDBPyConnection, store: Store, tenant: str, o
                        "ORDER BY first_seq, file").fetchall()
     erase_seq = store.last_seq
     for entry, first, last in rows:
-        old = _sql_path(store.archive_location(entry))
+        old = _sql_path(store.log.archive_location(entry))
         if not Path(old).is_file():
             log.error("archive file %s is missing: cannot redact %s in it", old, entity_id)
             continue
@@ -167,8 +167,8 @@ def redact_archived(con: duckdb.DuckDBPyConnection, store: Store, tenant: str, o
         store.db.on_rollback(functools.partial(new.unlink, missing_ok=True))
         store.db.after_commit(functools.partial(Path(old).unlink, missing_ok=True))
         con.execute("UPDATE event_archive SET file = ?, sha256 = ? WHERE file = ?",
-                    [store.archive_entry(new), file_sha256(new), entry])
-        store.refresh_events_view(con)
+                    [store.log.archive_entry(new), file_sha256(new), entry])
+        store.log.refresh_events_view(con)
 
 
 # ---------------------------------------------------------------- snapshots
@@ -201,13 +201,13 @@ def _exporting(store: Store, con: duckdb.DuckDBPyConnection, dest: Path) -> Iter
     try:
         yield
     finally:
-        store.refresh_events_view(con)
+        store.log.refresh_events_view(con)
     files = [r[0] for r in con.execute("SELECT file FROM event_archive ORDER BY file")
              .fetchall()]
     if files:
         (dest / SNAPSHOT_DIR).mkdir(exist_ok=True)
     for name in files:
-        shutil.copy2(store.archive_location(name), dest / SNAPSHOT_DIR / Path(name).name)
+        shutil.copy2(store.log.archive_location(name), dest / SNAPSHOT_DIR / Path(name).name)
 
 
 def _restore_files(con: duckdb.DuckDBPyConnection, src: Path, directory: Path) -> None:

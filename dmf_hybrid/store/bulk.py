@@ -21,6 +21,7 @@ from ..errors import (
 from ..expiry import expiry_of
 from ..models import Entity
 from ..schema import EntityType
+from .chain import OutboxEntry
 from .expiry import expired
 from .group_context import fill_group_context
 from .sql import (
@@ -31,6 +32,7 @@ from .sql import (
 from .tables import (
     SYSTEM_COLUMNS,
     SYSTEM_TYPES,
+    arrow_insert,
     table_name,
 )
 from .writes import Prepared, Writes
@@ -130,7 +132,7 @@ class BulkLoad(Writes):
         results: list[Entity] = []
         new_rows: list[tuple[Any, ...]] = []
         events: list[dict[str, Any]] = []
-        outbox: list[tuple[Any, ...]] = []
+        outbox: list[OutboxEntry] = []
         for eid, instance, values, text_hash, plain in prepared:
             if eid in seen:
                 results.append(self._existing(etype, seen[eid], instance, values,
@@ -155,7 +157,7 @@ class BulkLoad(Writes):
                 seen[eid] = current
                 results.append(self._existing(etype, current, instance, values, on_conflict))
                 continue
-            seq = self._next_seq + len(events)  # the seq _chain_events gives its event
+            seq = self.log.next_seq + len(events)  # the seq append_many gives its event
             snap = self._snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash,
                                   plain, expires)
             events.append({
@@ -177,13 +179,8 @@ class BulkLoad(Writes):
         if not new_rows:
             return results
         self._bulk_insert(con, etype, new_rows)
-        self._chain_events(con, events, now)
-        if outbox:
-            con.executemany("INSERT INTO outbox (seq, tenant, entity_id, type, op) "
-                            "VALUES (?,?,?,?,?)", outbox) if len(outbox) < 8 else \
-                self._arrow_insert(con, "outbox (seq, tenant, entity_id, type, op)",
-                                   ["seq", "tenant", "entity_id", "type", "op"], outbox)
-            self._queue(outbox)
+        self.log.append_many(con, events, now)
+        self.log.enqueue_many(con, outbox)
         for new_row in new_rows:
             self._after_write(con, tenant, "create", etype.name, new_row[0], principal)
         return results
@@ -200,17 +197,6 @@ class BulkLoad(Writes):
                            "pass on_conflict=\"update\" to change them or \"return\" to keep "
                            "them", entity_id=current.id, differs=differs)
         return current.model_copy(update={"created": False, "differs": differs})
-
-    def _arrow_insert(self, con: duckdb.DuckDBPyConnection, target: str, columns: list[str],
-                      rows: list[tuple[Any, ...]]) -> None:
-        import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
-
-        table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)})
-        con.register("_batch", table)
-        try:
-            con.execute(f"INSERT INTO {target} SELECT * FROM _batch")
-        finally:
-            con.unregister("_batch")
 
     def _bulk_insert(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
                      rows: list[tuple[Any, ...]]) -> None:
@@ -243,5 +229,4 @@ class BulkLoad(Writes):
                         f"SELECT {casts} FROM _batch")
         finally:
             con.unregister("_batch")
-        self._arrow_insert(con, "entity_index", ["id", "type", "tenant", "erased_seq"],
-                           index_rows)
+        arrow_insert(con, "entity_index", ["id", "type", "tenant", "erased_seq"], index_rows)

@@ -1,47 +1,98 @@
-"""The audit chain: appending hash-chained events and outbox rows, write hooks, the log's reads.
+"""The audit log: the only code that numbers events, chains their hashes and queues the
+outbox rows the derived indexes apply; its archive files and its reads.
+
+:class:`AuditLog` is a part the store composes (``store.log``), not a layer it inherits: the
+layers above hand it the events of their writes and never touch the seq or a hash themselves.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from ..checks import (
-    check_id,
-    check_seq_bounds,
-)
+from ..checks import check_id, check_seq_bounds
 from ..clock import utcnow
-from ..errors import (
-    NotFound,
-)
+from ..errors import NotFound
 from ..models import AuditEvent, AuditReport
 from . import audit
-from .journal import Entry
-from .state import StoreState
-from .tables import EVENTS_ALL
+from .db import Database
+from .journal import Journal
+from .tables import EVENTS_ALL, arrow_insert
 
+#: Every reader of the audit log reads the ``events_all`` view: the hot ``events`` table plus
+#: the archived Parquet files listed in ``event_archive`` (see dmf_hybrid.store.archive).
+EVENT_ARCHIVE_DDL = """CREATE TABLE IF NOT EXISTS event_archive (
+    file VARCHAR PRIMARY KEY, first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,
+    last_hash VARCHAR NOT NULL, events BIGINT NOT NULL, sha256 VARCHAR NOT NULL,
+    archived_seq BIGINT NOT NULL)"""
+#: (seq, tenant, entity ID, type, op) of one outbox row
+OutboxEntry = tuple[int, str, str, str, str]
+#: Called after a commit with the outbox rows it queued.
+Listener = Callable[[list[OutboxEntry]], None]
+_OUTBOX_COLUMNS = ["seq", "tenant", "entity_id", "type", "op"]
 _OP, _TYPE, _TENANT, _ENTITY = (audit.EVENT_COLUMNS.index(c)
                                 for c in ("op", "type", "tenant", "entity_id"))
 
 
-class AuditChain(StoreState):
-    """The audit chain."""
+class AuditLog:
+    """The hash-chained audit log of a database, its head and its outbox queue."""
 
-    def _next_event(self, con: duckdb.DuckDBPyConnection, **fields: Any) -> int:
-        """Append one audit event inside the open transaction; returns its seq."""
-        return int(self._chain_events(con, [fields], utcnow())[0][0])
+    def __init__(self, db: Database, journal: Journal) -> None:
+        self.db = db
+        #: what the events this process committed were about (``journal.Journal``)
+        self.journal = journal
+        #: told about the outbox rows of each transaction once it commits
+        self.listeners: list[Listener] = []
+        self._queued: list[OutboxEntry] | None = None
+        with db.write() as con:
+            con.execute(EVENT_ARCHIVE_DDL)
+            self.relativize_archives(con)
+            self.refresh_events_view(con)
+        row = db.fetchone(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1")
+        self._seq: int = int(row[0]) if row else 0
+        self._last_hash: str = str(row[1]) if row else audit.GENESIS_HASH
+        db.visible_seq = self._seq
+        db.seq_source = lambda: self._seq
 
-    def _chain_events(self, con: duckdb.DuckDBPyConnection, events: list[dict[str, Any]],
-                      ts: dt.datetime) -> list[tuple[Any, ...]]:
+    # ---------------------------------------------------------------- the head
+
+    @property
+    def seq(self) -> int:
+        """The seq of the newest committed (or, inside a transaction, written) event."""
+        return self._seq
+
+    @property
+    def last_hash(self) -> str:
+        """The hash of the newest event (the chain's head), which the next one chains to."""
+        return self._last_hash
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next appended event takes."""
+        return self._seq + 1
+
+    @property
+    def committed_seq(self) -> int:
+        """The seq of the newest committed event (this thread's own, in its transaction)."""
+        return self._seq if self.db.in_transaction else self.db.visible_seq
+
+    # ---------------------------------------------------------------- appending
+
+    def append(self, con: duckdb.DuckDBPyConnection, **fields: Any) -> int:
+        """Append one audit event (make_event's fields but seq, ts and prev_hash) inside the
+        open transaction; its seq."""
+        return int(self.append_many(con, [fields], utcnow())[0][0])
+
+    def append_many(self, con: duckdb.DuckDBPyConnection, events: list[dict[str, Any]],
+                    ts: dt.datetime) -> list[tuple[Any, ...]]:
         """Append events (make_event's fields but seq, ts and prev_hash), in order, inside the
-        open transaction: each takes the next seq and chains to the one before; the chain's
-        head moves (and moves back on rollback) and the journal hears of them on commit.
-        The only code that numbers and chains events; their rows."""
+        open transaction: each takes the next seq and chains to the one before; the head
+        moves (and moves back on rollback) and the journal hears of them on commit. Their
+        rows."""
         seq_before, hash_before = self._seq, self._last_hash
         rows: list[tuple[Any, ...]] = []
         seq, prev = seq_before, hash_before
@@ -52,25 +103,62 @@ class AuditChain(StoreState):
             rows.append(row)
         audit.insert_events(con, rows)
         self._seq, self._last_hash = seq, prev
-        self.db.on_rollback(lambda: self._reset_chain(seq_before, hash_before))
-        self._journal([(r[0], r[_OP], r[_TYPE], r[_TENANT], r[_ENTITY]) for r in rows])
+        self.db.on_rollback(lambda: self._reset(seq_before, hash_before))
+        entries = [(r[0], r[_OP], r[_TYPE], r[_TENANT], r[_ENTITY]) for r in rows]
+        self.db.after_commit(lambda: self.journal.committed(entries))
         return rows
 
-    @property
-    def _next_seq(self) -> int:
-        """The seq the next appended event takes."""
-        return self._seq + 1
-
-    def _journal(self, entries: list[Entry]) -> None:
-        """Record appended events in the journal once their transaction commits."""
-        self.db.after_commit(lambda: self.journal.committed(entries))
-
-    def _reset_chain(self, seq: int, last_hash: str) -> None:
+    def _reset(self, seq: int, last_hash: str) -> None:
         self._seq, self._last_hash = seq, last_hash
 
-    def append_event(self, con: duckdb.DuckDBPyConnection, **fields: Any) -> int:
-        """Append one audit event (make_event's fields) inside the open transaction; its seq."""
-        return self._next_event(con, **fields)
+    # ---------------------------------------------------------------- the outbox
+
+    def enqueue(self, con: duckdb.DuckDBPyConnection, seq: int, tenant: str, eid: str,
+                type_name: str, op: str, unique: bool = True) -> None:
+        """An outbox row for the derived indexes (``unique`` False: keyed past the largest,
+        for schema-wide requeues that share one event's seq)."""
+        if unique:
+            con.execute("INSERT INTO outbox (seq, tenant, entity_id, type, op) VALUES (?,?,?,?,?)",
+                        [seq, tenant, eid, type_name, op])
+        else:
+            con.execute(
+                "INSERT INTO outbox (seq, tenant, entity_id, type, op) "
+                "SELECT coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM outbox",
+                [tenant, eid, type_name, op],
+            )
+        self._queue([(seq, tenant, eid, type_name, op)])
+
+    def enqueue_many(self, con: duckdb.DuckDBPyConnection, rows: list[OutboxEntry]) -> None:
+        """Outbox rows of a bulk write, each keyed by its own event's seq."""
+        if not rows:
+            return
+        if len(rows) < 8:
+            con.executemany("INSERT INTO outbox (seq, tenant, entity_id, type, op) "
+                            "VALUES (?,?,?,?,?)", rows)
+        else:
+            arrow_insert(con, "outbox (seq, tenant, entity_id, type, op)", _OUTBOX_COLUMNS,
+                         rows)
+        self._queue(rows)
+
+    def _queue(self, rows: list[OutboxEntry]) -> None:
+        """Tell the listeners about these outbox rows once the transaction has committed and
+        let the write lock go: one call per transaction, with every row it queued."""
+        if self._queued is None:  # the transaction's first: a list of its own
+            batch: list[OutboxEntry] = []
+            self._queued = batch
+            self.db.after_release(lambda: self._notify(batch))
+            self.db.after_commit(self._end_queue)
+            self.db.on_rollback(self._end_queue)
+        self._queued.extend(rows)
+
+    def _end_queue(self) -> None:
+        self._queued = None
+
+    def _notify(self, batch: list[OutboxEntry]) -> None:
+        for listener in self.listeners:
+            listener(batch)
+
+    # ---------------------------------------------------------------- archive files
 
     def archive_location(self, entry: str) -> Path:
         """The file an ``event_archive`` entry names: a relative one is under the data directory,
@@ -114,76 +202,7 @@ class AuditChain(StoreState):
         con.execute(f"CREATE OR REPLACE VIEW {EVENTS_ALL} AS {sql}")
         return [f for f in files if f not in present]
 
-    def _after_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str,
-                     type_name: str, eid: str, principal: str | None) -> None:
-        """Run the write hooks (not for writes the hooks themselves make); what they write
-        records the ``principal`` of the write that set them off."""
-        if not self.write_hooks or self._in_hooks:
-            return
-        self._in_hooks = True
-        try:
-            for hook in list(self.write_hooks):
-                hook(con, tenant, op, type_name, eid, principal)
-        finally:
-            self._in_hooks = False
-
-    @contextmanager
-    def hooks_paused(self) -> Iterator[None]:
-        """Writes in this block do not run the write hooks (as writes made by a hook)."""
-        previous, self._in_hooks = self._in_hooks, True
-        try:
-            yield
-        finally:
-            self._in_hooks = previous
-
-    @property
-    def last_seq(self) -> int:
-        """The seq of the newest committed (or, inside a transaction, written) event."""
-        return self._seq
-
-    @property
-    def committed_seq(self) -> int:
-        """The seq of the newest committed event (this thread's own, in its transaction)."""
-        return self._seq if self.db.in_transaction else self.db.visible_seq
-
-    def _mark_modified(self, type_name: str) -> None:
-        """Remember that this transaction updated or deleted rows of a type's table."""
-        if not self._modified:
-            self.db.after_commit(self._modified.clear)
-            self.db.on_rollback(self._modified.clear)
-        self._modified.add(type_name)
-
-    def _outbox(self, con: duckdb.DuckDBPyConnection, seq: int, tenant: str, eid: str,
-                type_name: str, op: str, unique: bool = True) -> None:
-        if unique:
-            con.execute("INSERT INTO outbox (seq, tenant, entity_id, type, op) VALUES (?,?,?,?,?)",
-                        [seq, tenant, eid, type_name, op])
-        else:
-            # schema-wide requeues share the define event's seq: key them past it
-            con.execute(
-                "INSERT INTO outbox (seq, tenant, entity_id, type, op) "
-                "SELECT coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM outbox",
-                [tenant, eid, type_name, op],
-            )
-        self._queue([(seq, tenant, eid, type_name, op)])
-
-    def _queue(self, rows: list[tuple[int, str, str, str, str]]) -> None:
-        """Tell the listeners about these outbox rows once the transaction has committed and
-        let the write lock go: one call per transaction, with every row it queued."""
-        if self._queued is None:  # the transaction's first: a list of its own
-            batch: list[tuple[int, str, str, str, str]] = []
-            self._queued = batch
-            self.db.after_release(lambda: self._notify(batch))
-            self.db.after_commit(self._end_queue)
-            self.db.on_rollback(self._end_queue)
-        self._queued.extend(rows)
-
-    def _end_queue(self) -> None:
-        self._queued = None
-
-    def _notify(self, batch: list[tuple[int, str, str, str, str]]) -> None:
-        for listener in self.listeners:
-            listener(batch)
+    # ---------------------------------------------------------------- reads
 
     def history(self, tenant: str, eid: Any) -> list[AuditEvent]:
         """Every event of an entity (including links), oldest first."""
@@ -211,7 +230,7 @@ class AuditChain(StoreState):
         sql += f" ORDER BY seq LIMIT {int(limit)}"
         return [audit.row_to_event(r) for r in self.db.fetchall(sql, params)]
 
-    def verify_audit(self) -> AuditReport:
+    def verify(self) -> AuditReport:
         """Check the whole hash chain; names the first bad seq."""
         with self.db.no_writes():  # the reads below see exactly the chain up to self._seq
             last_written = self._seq

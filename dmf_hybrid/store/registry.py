@@ -88,7 +88,7 @@ class TypeRegistry(RowReader):
                     f"changes to {typedef.name} entities; migrate in a transaction of its own "
                     "(or first)", field="fields")
             version = 1 if current is None else current.version + 1
-            seq = self._next_event(
+            seq = self.log.append(
                 con, tenant=tenant, op="define", type_name=typedef.name, entity_id=None,
                 version_before=None if current is None else current.version,
                 version_after=version,
@@ -152,7 +152,7 @@ class TypeRegistry(RowReader):
                 f"UPDATE {table_name(etype.name)} SET text_hash = ? WHERE {match}",
                 [None if text is None else sha256_hex(text), *params],
             )
-            self._outbox(con, self._seq, etenant, eid, etype.name,
+            self.log.enqueue(con, self.log.seq, etenant, eid, etype.name,
                          "upsert" if text is not None else "delete", unique=False)
 
 

@@ -55,7 +55,7 @@ class Relations(BulkLoad):
                     f"{from_id} to {targets[0]}; unlink it first", field="relation",
                     current=targets[0])
             link = {"from": from_id, "relation": relation, "to": to_id}
-            seq = self._next_event(
+            seq = self.log.append(
                 con, tenant=tenant, op="link", type_name=from_type.name, entity_id=from_id,
                 version_before=None, version_after=None, before=None, after=link, actor=actor,
                 reason=reason, trace_id=trace_id, meta=link, principal=principal,
@@ -94,7 +94,7 @@ class Relations(BulkLoad):
                 raise NotFound(f"{from_id} is not linked to {to_id} by {relation}",
                                field="to_id")
             link = {"from": from_id, "relation": relation, "to": to_id}
-            seq = self._next_event(
+            seq = self.log.append(
                 con, tenant=tenant, op="unlink", type_name=from_type.name, entity_id=from_id,
                 version_before=None, version_after=None, before=link, after=None, actor=actor,
                 reason=reason, trace_id=trace_id, meta=link, principal=principal,

@@ -20,12 +20,12 @@ from ..errors import (
 from ..ids import canonical_json
 from ..models import Entity
 from ..schema import EntityType
-from .chain import AuditChain
 from .expiry import expired, live_sql
 from .sql import (
     field_values,
     q,
 )
+from .state import StoreState
 from .tables import (
     SYSTEM_COLUMNS,
     table_name,
@@ -60,7 +60,7 @@ def aware_datetimes(etype: EntityType, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-class RowReader(AuditChain):
+class RowReader(StoreState):
     """Reading entity rows."""
 
     def _select_cols(self, etype: EntityType) -> str:

@@ -1,14 +1,17 @@
-"""The shared state of the store's layers: the database, the type registry and the chain head.
+"""The shared state of the store's layers: the database, the audit log, the type registry
+and the write hooks.
 
 The store is one class built in layers, each a module a reader can take in one sitting and
-each importing only the layers below it: state -> chain (audit log, outbox, hooks) -> rows
-(reading entity rows) -> registry (types and migrations) -> timetravel (``as_of``) ->
-queries -> writes (update, delete, erase) -> bulk (create) -> relations -> store.
+each importing only the layers below it: state -> rows (reading entity rows) -> registry
+(types and migrations) -> timetravel (``as_of``) -> queries -> writes (update, delete,
+erase) -> bulk (create) -> relations -> store. The audit log (:mod:`.chain`) is a part the
+state holds, not a layer: only it numbers and chains events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import duckdb
@@ -20,15 +23,14 @@ from ..errors import (
     ValidationError,
 )
 from ..schema import EntityType
+from .chain import AuditLog, Listener
 from .db import Database
-from .journal import Journal
 
 #: Called inside the write transaction after each entity mutation, link and unlink with
 #: (con, tenant, op, type name, entity id); writes a hook makes do not call hooks again.
 #: (connection, tenant, op, type, entity ID, principal of the write) -> None
 WriteHook = Callable[[duckdb.DuckDBPyConnection, str, str, str, str, str | None], None]
-#: Called after a commit with the outbox rows it queued: (seq, tenant, id, type, op).
-Listener = Callable[[list[tuple[int, str, str, str, str]]], None]
+__all__ = ["Listener", "StoreState", "WriteHook"]
 
 
 class StoreState:
@@ -40,17 +42,12 @@ class StoreState:
     cursor_key: bytes
     _types: dict[str, EntityType]
     _user_models: dict[str, type[BaseModel]]
-    listeners: list[Listener]
+    #: the audit log: the only holder of the seq, the chain's hashes and the outbox queue
+    log: AuditLog
     write_hooks: list[WriteHook]
     _in_hooks: bool
     #: types whose rows the open write transaction updated or deleted (see define)
     _modified: set[str]
-    #: outbox rows the open write transaction queued, told to the listeners once it commits
-    _queued: list[tuple[int, str, str, str, str]] | None
-    _seq: int
-    _last_hash: str
-    #: what the events this process committed lately were about (``journal.Journal``)
-    journal: Journal
 
     def types(self) -> list[EntityType]:
         """Every registered type, by name."""
@@ -70,3 +67,32 @@ class StoreState:
                            "over HTTP, `dmf define FILE.toml` on the command line",
                            field="type")
         return etype
+
+    def _after_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str,
+                     type_name: str, eid: str, principal: str | None) -> None:
+        """Run the write hooks (not for writes the hooks themselves make); what they write
+        records the ``principal`` of the write that set them off."""
+        if not self.write_hooks or self._in_hooks:
+            return
+        self._in_hooks = True
+        try:
+            for hook in list(self.write_hooks):
+                hook(con, tenant, op, type_name, eid, principal)
+        finally:
+            self._in_hooks = False
+
+    @contextmanager
+    def hooks_paused(self) -> Iterator[None]:
+        """Writes in this block do not run the write hooks (as writes made by a hook)."""
+        previous, self._in_hooks = self._in_hooks, True
+        try:
+            yield
+        finally:
+            self._in_hooks = previous
+
+    def _mark_modified(self, type_name: str) -> None:
+        """Remember that this transaction updated or deleted rows of a type's table."""
+        if not self._modified:
+            self.db.after_commit(self._modified.clear)
+            self.db.on_rollback(self._modified.clear)
+        self._modified.add(type_name)

@@ -6,17 +6,18 @@ for embedded types, an outbox row; nothing is written before the input has been 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import duckdb
 from pydantic import BaseModel
 
 from ..checks import Limits
 from ..clock import to_naive_utc, utcnow
 from ..errors import NotFound
+from ..models import AuditEvent, AuditReport
 from ..schema import EntityType
-from . import audit
+from .chain import AuditLog
 from .db import Database
 from .embedding_cache import EmbeddingCache
 from .journal import Journal
@@ -24,7 +25,6 @@ from .outbox import Outbox
 from .relations import Relations
 from .state import Listener, WriteHook
 from .tables import (
-    EVENTS_ALL,
     EXPIRES_COLUMN,
     RECONCILE_PENDING,
     create_fixed,
@@ -34,19 +34,13 @@ from .tables import (
 
 __all__ = ["Listener", "Store", "WriteHook"]
 
-#: Every reader of the audit log reads this view: the hot ``events`` table plus the archived
-#: Parquet files listed in ``event_archive`` (see dmf_hybrid.store.archive).
-EVENT_ARCHIVE_DDL = """CREATE TABLE IF NOT EXISTS event_archive (
-    file VARCHAR PRIMARY KEY, first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,
-    last_hash VARCHAR NOT NULL, events BIGINT NOT NULL, sha256 VARCHAR NOT NULL,
-    archived_seq BIGINT NOT NULL)"""
-
-
 class Store(Relations):
     """DuckDB-backed entities, relations and audit log; the one writer of the database.
 
-    Its layers, bottom up: :mod:`.state`, :mod:`.chain`, :mod:`.rows`, :mod:`.registry`,
-    :mod:`.timetravel`, :mod:`.queries`, :mod:`.writes`, :mod:`.bulk`, :mod:`.relations`.
+    Its layers, bottom up: :mod:`.state`, :mod:`.rows`, :mod:`.registry`,
+    :mod:`.timetravel`, :mod:`.queries`, :mod:`.writes`, :mod:`.bulk`, :mod:`.relations`;
+    the parts it holds: the database (``db``), the audit log (``log``, :mod:`.chain`), the
+    outbox reader and the embedding cache.
     """
 
     def __init__(self, path: Path | None, limits: Limits | None = None,
@@ -55,12 +49,10 @@ class Store(Relations):
         self.limits = limits or Limits()
         self._types: dict[str, EntityType] = {}
         self._user_models: dict[str, type[BaseModel]] = {}
-        self.listeners: list[Callable[[list[tuple[int, str, str, str, str]]], None]] = []
         self.write_hooks: list[WriteHook] = []
         self._in_hooks = False
         # types whose rows the open write transaction updated or deleted (see define)
         self._modified: set[str] = set()
-        self._queued: list[tuple[int, str, str, str, str]] | None = None
         self.journal = Journal()
         #: the parts the derived indexes read and write (composed, not inherited)
         self.outbox = Outbox(self.db)
@@ -68,15 +60,42 @@ class Store(Relations):
         with self.db.write() as con:
             create_fixed(con)
             self.cursor_key = cursor_secret(con)
-            con.execute(EVENT_ARCHIVE_DDL)
-            self.relativize_archives(con)
-            self.refresh_events_view(con)
-        row = self.db.fetchone(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1")
-        self._seq: int = int(row[0]) if row else 0
-        self._last_hash: str = str(row[1]) if row else audit.GENESIS_HASH
-        self.db.visible_seq = self._seq
-        self.db.seq_source = lambda: self._seq
+        self.log = AuditLog(self.db, self.journal)
         self._load_registry()
+
+    # ---------------------------------------------------------------- the audit log's face
+
+    @property
+    def listeners(self) -> list[Listener]:
+        """Told about the outbox rows of each transaction once it commits."""
+        return self.log.listeners
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the newest committed (or, inside a transaction, written) event."""
+        return self.log.seq
+
+    @property
+    def committed_seq(self) -> int:
+        """The seq of the newest committed event (this thread's own, in its transaction)."""
+        return self.log.committed_seq
+
+    def append_event(self, con: duckdb.DuckDBPyConnection, **fields: Any) -> int:
+        """Append one audit event (make_event's fields) inside the open transaction; its seq."""
+        return self.log.append(con, **fields)
+
+    def history(self, tenant: str, eid: Any) -> list[AuditEvent]:
+        """Every event of an entity (including links), oldest first."""
+        return self.log.history(tenant, eid)
+
+    def events(self, tenant: str | None, since_seq: int = 0, until_seq: int | None = None,
+               limit: int = 1000) -> list[AuditEvent]:
+        """Events with since_seq < seq <= until_seq, oldest first (one tenant, or all)."""
+        return self.log.events(tenant, since_seq, until_seq, limit)
+
+    def verify_audit(self) -> AuditReport:
+        """Check the whole hash chain; names the first bad seq."""
+        return self.log.verify()
 
     def close(self) -> None:
         """Close the database."""
@@ -138,7 +157,7 @@ class Store(Relations):
                         "DO UPDATE SET value = excluded.value", [model_id])
             if previous is None:
                 return None
-            self._next_event(
+            self.log.append(
                 con, tenant=tenant, op="reindex", type_name=None, entity_id=None,
                 version_before=None, version_after=None, before={"model_id": previous},
                 after={"model_id": model_id, "dim": dim}, actor=actor,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from typing import Any
 
 import duckdb
 
@@ -178,3 +179,16 @@ def add_columns(con: duckdb.DuckDBPyConnection, typedef: TypeDef, added: list[st
                 f"UPDATE {table_name(typedef.name)} SET {q(name)} = CAST(? AS {sql_type(spec)})",
                 [bind_field(spec, spec.default)],
             )
+
+
+def arrow_insert(con: duckdb.DuckDBPyConnection, target: str, columns: list[str],
+                 rows: list[tuple[Any, ...]]) -> None:
+    """Insert many rows through one Arrow table (``target``: a table, with a column list)."""
+    import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
+
+    table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)})
+    con.register("_batch", table)
+    try:
+        con.execute(f"INSERT INTO {target} SELECT * FROM _batch")
+    finally:
+        con.unregister("_batch")

@@ -95,7 +95,7 @@ class TimeTravel(TypeRegistry):
         if as_of is None:
             return None
         if isinstance(as_of, int):
-            head = self.committed_seq
+            head = self.log.committed_seq
             if as_of > head:
                 raise ValidationError(f"as_of {as_of} is past the newest event (seq {head}); "
                                       "pin a read to a seq that exists, or leave as_of out "

@@ -169,7 +169,7 @@ class Writes(Queries):
                                     expires_at=current.expires_at)
             after = self._snapshot(etype, eid, tenant, version, new_values, current.created_at,
                                    now, deleted_at, text_hash, expires_at=expires)
-            seq = self._next_event(
+            seq = self.log.append(
                 con, tenant=tenant, op=op, type_name=etype.name, entity_id=eid,
                 version_before=current.version, version_after=version, before=before,
                 after=after, actor=actor, reason=reason, trace_id=trace_id, principal=principal,
@@ -188,7 +188,7 @@ class Writes(Queries):
                  *match_params],
             )
             if text_hash is not None or before["text_hash"] is not None:
-                self._outbox(con, seq, tenant, eid, etype.name,
+                self.log.enqueue(con, seq, tenant, eid, etype.name,
                              "delete" if op == "delete" or text_hash is None else "upsert")
             self._after_write(con, tenant, op, etype.name, eid, principal)
             return Entity(
@@ -275,7 +275,7 @@ class Writes(Queries):
                 "SELECT DISTINCT json_extract_string(after, '$.text_hash') FROM events_all "
                 "WHERE entity_id = ? AND tenant = ? AND after IS NOT NULL", [eid, tenant],
             ).fetchall() if r[0]]
-            seq = self._next_event(
+            seq = self.log.append(
                 con, tenant=tenant, op="erase", type_name=etype.name, entity_id=eid,
                 version_before=version[0] if version else None, version_after=None,
                 before=None, after=None, actor=actor, reason=reason, trace_id=trace_id,
@@ -295,7 +295,7 @@ class Writes(Queries):
             for text_hash in hashes:
                 if not self._hash_in_use(con, text_hash):
                     con.execute("DELETE FROM embeddings WHERE text_hash = ?", [text_hash])
-            self._outbox(con, seq, tenant, eid, etype.name, "delete")
+            self.log.enqueue(con, seq, tenant, eid, etype.name, "delete")
             self._after_write(con, tenant, "erase", etype.name, eid, principal)
             return seq
 

@@ -100,7 +100,7 @@ def dump(mem: MemoryAPI) -> dict[str, Any]:
     return {
         "tables": {t: (n, h) for t, n, h in store.db.fetchall(sql)},
         "seq": store.last_seq,
-        "last_hash": store._last_hash,
+        "last_hash": store.log.last_hash,
         "types": {t.name: (t.version, t.typedef) for t in store.types()},
     }
 
