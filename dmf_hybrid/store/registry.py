@@ -1,8 +1,14 @@
-"""The type registry: loading, defining and migrating entity types (each version audited).
+"""The type registry: the store's entity types, loaded at open, defined and migrated online
+(each version an audited event).
+
+:class:`TypeRegistry` is a part the store composes (``store.registry``); it gets its
+collaborators explicitly: the database, the audit log, the size limits, and what to do when a
+type's embedded text changes (the store re-queues its entities).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -10,26 +16,31 @@ from pydantic import BaseModel
 
 from ..analyzers import check_runnable
 from ..bundled import BUNDLED_ACTOR, BUNDLED_REASON, bundled_type
-from ..checks import check_type_size
+from ..checks import Limits, check_type_size
 from ..clock import to_naive_utc, utcnow
-from ..errors import (
-    SchemaError,
-)
-from ..ids import sha256_hex
+from ..errors import NotFound, SchemaError, ValidationError
 from ..schema import EntityType, TypeDef, build_model
-from .rows import RowReader
-from .tables import (
-    add_columns,
-    create_type_table,
-    table_name,
-)
+from .chain import AuditLog
+from .db import Database
+from .tables import add_columns, create_type_table
+
+#: Re-queues a type's entities after its embedded text changed (inside the defining write).
+EmbedChange = Callable[[duckdb.DuckDBPyConnection, EntityType], None]
 
 
-class TypeRegistry(RowReader):
-    """The type registry."""
+class TypeRegistry:
+    """The entity types of one database, by name."""
 
-    def _load_registry(self) -> None:
-        rows = self.db.fetchall(
+    def __init__(self, db: Database, log: AuditLog, limits: Limits,
+                 on_embed_change: EmbedChange) -> None:
+        self._db, self._log, self._limits = db, log, limits
+        self._on_embed_change = on_embed_change
+        self._types: dict[str, EntityType] = {}
+        #: the pydantic models callers defined types with (kept across versions)
+        self._user_models: dict[str, type[BaseModel]] = {}
+        #: types whose rows the open write transaction updated or deleted (see define)
+        self._modified: set[str] = set()
+        rows = db.fetchall(
             "SELECT name, version, definition FROM schema_types "
             "QUALIFY row_number() OVER (PARTITION BY name ORDER BY version DESC) = 1 "
             "ORDER BY name"
@@ -38,17 +49,42 @@ class TypeRegistry(RowReader):
             typedef = TypeDef.model_validate_json(definition)
             self._types[name] = EntityType(typedef, version, build_model(typedef))
 
+    def types(self) -> list[EntityType]:
+        """Every registered type, by name."""
+        return [self._types[n] for n in sorted(self._types)]
+
+    def get(self, name: str) -> EntityType | None:
+        """The registered type of that name, if any (no bundled type is defined here)."""
+        return self._types.get(name)
+
     def type_of(self, name: Any, tenant: str | None = None, *,
                 principal: str | None = None) -> EntityType:
-        """The registered type of that name; a bundled type (:mod:`dmf_hybrid.bundled`) not
-        registered yet is defined for ``tenant`` first, when a tenant is given (``principal``:
-        of the write that needs it; a read records none)."""
-        if tenant is not None and isinstance(name, str) and name not in self._types:
+        """The registered type of that name, or NotFound listing the known types and saying
+        how to define one. A bundled type (:mod:`dmf_hybrid.bundled`) not registered yet is
+        defined for ``tenant`` first, when a tenant is given (``principal``: of the write that
+        needs it; a read records none)."""
+        if not isinstance(name, str):
+            raise ValidationError("type must be a type name string", field="type")
+        if tenant is not None and name not in self._types:
             typedef = bundled_type(name)
             if typedef is not None:
                 return self.define(typedef, tenant=tenant, actor=BUNDLED_ACTOR,
                                    reason=BUNDLED_REASON, principal=principal)
-        return super().type_of(name)
+        etype = self._types.get(name)
+        if etype is None:
+            known = ", ".join(sorted(self._types)) or "none defined"
+            raise NotFound(f"unknown entity type {name!r} (known: {known}); define it first: "
+                           "define(model) or define_type(definition) in Python, POST /types "
+                           "over HTTP, `dmf define FILE.toml` on the command line",
+                           field="type")
+        return etype
+
+    def mark_modified(self, type_name: str) -> None:
+        """Remember that the open write transaction updated or deleted rows of a type."""
+        if not self._modified:
+            self._db.after_commit(self._modified.clear)
+            self._db.on_rollback(self._modified.clear)
+        self._modified.add(type_name)
 
     def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
                tenant: str, actor: str | None = None, reason: str | None = None,
@@ -60,12 +96,12 @@ class TypeRegistry(RowReader):
         (a file's types are).
         """
         typedef = typedef.check()
-        check_type_size(typedef.model_dump(mode="json"), self.limits)
+        check_type_size(typedef.model_dump(mode="json"), self._limits)
         for where, name in [("analyzer", typedef.analyzer)] + [
                 (f"fields.{f}.analyzer", s.analyzer) for f, s in typedef.fields.items()
                 if s.analyzer is not None]:
             check_runnable(name, where)
-        with self.db.write() as con:
+        with self._db.write() as con:
             current = self._types.get(typedef.name)
             clash = [n for n in self._types if n.lower() == typedef.name.lower()
                      and n != typedef.name]
@@ -88,7 +124,7 @@ class TypeRegistry(RowReader):
                     f"changes to {typedef.name} entities; migrate in a transaction of its own "
                     "(or first)", field="fields")
             version = 1 if current is None else current.version + 1
-            seq = self.log.append(
+            seq = self._log.append(
                 con, tenant=tenant, op="define", type_name=typedef.name, entity_id=None,
                 version_before=None if current is None else current.version,
                 version_after=version,
@@ -107,7 +143,7 @@ class TypeRegistry(RowReader):
                 create_type_table(con, new)
             else:
                 add_columns(con, typedef, added)
-                self._mark_modified(typedef.name)
+                self.mark_modified(typedef.name)
             previous = current
             self._types[typedef.name] = new
 
@@ -117,12 +153,12 @@ class TypeRegistry(RowReader):
                 else:
                     self._types[typedef.name] = previous
 
-            self.db.on_rollback(undo)
+            self._db.on_rollback(undo)
             if any(rel.target not in ("*", typedef.name) and rel.target not in self._types
                    for rel in typedef.relations.values()):
-                self.db.before_commit(lambda: self._check_targets(typedef))
+                self._db.before_commit(lambda: self._check_targets(typedef))
             if current is not None and current.typedef.embed != typedef.embed:
-                self._requeue_type(con, new, tenant=None)
+                self._on_embed_change(con, new)
         return new
 
     def _check_targets(self, typedef: TypeDef) -> None:
@@ -134,26 +170,6 @@ class TypeRegistry(RowReader):
                                   f"{rel.target} first or in the same transaction (a file's "
                                   "types are), or target \"*\" for any type",
                                   field=f"relations.{name}.target")
-
-    def _requeue_type(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
-                      tenant: str | None) -> None:
-        """Recompute text hashes and queue every live entity of a type for reindexing."""
-        self._mark_modified(etype.name)
-        rows = con.execute(
-            f"SELECT id, tenant FROM {table_name(etype.name)} WHERE deleted_at IS NULL "
-            + ("AND tenant = ? " if tenant else "") + "ORDER BY id",
-            [tenant] if tenant else [],
-        ).fetchall()
-        for eid, etenant in rows:
-            entity = self._read_live(con, etype, eid, etenant)
-            text = etype.embed_text(entity.fields()) if entity else None
-            match, params = self._row_match(con, table_name(etype.name), eid, etenant)
-            con.execute(
-                f"UPDATE {table_name(etype.name)} SET text_hash = ? WHERE {match}",
-                [None if text is None else sha256_hex(text), *params],
-            )
-            self.log.enqueue(con, self.log.seq, etenant, eid, etype.name,
-                         "upsert" if text is not None else "delete", unique=False)
 
 
 def check_compatible(old: TypeDef, new: TypeDef) -> list[str]:

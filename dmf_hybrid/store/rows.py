@@ -116,9 +116,10 @@ class RowReader(StoreState):
         """The type and erasure seq of an ID in this tenant, or NotFound."""
         eid = check_id(eid, "entity_id")
         row = self._point_row(con, "entity_index", "type, erased_seq", eid, tenant)
-        if row is None or row[0] not in self._types:
+        etype = None if row is None else self.registry.get(row[0])
+        if row is None or etype is None:
             raise NotFound(f"no entity {eid}", entity_id=eid)
-        return self._types[row[0]], row[1]
+        return etype, row[1]
 
     def _current(self, con: duckdb.DuckDBPyConnection, eid: Any, tenant: str,
                  allow_deleted: bool = False, allow_expired: bool = False

@@ -2,10 +2,11 @@
 and the write hooks.
 
 The store is one class built in layers, each a module a reader can take in one sitting and
-each importing only the layers below it: state -> rows (reading entity rows) -> registry
-(types and migrations) -> timetravel (``as_of``) -> queries -> writes (update, delete,
-erase) -> bulk (create) -> relations -> store. The audit log (:mod:`.chain`) is a part the
-state holds, not a layer: only it numbers and chains events.
+each importing only the layers below it: state -> rows (reading entity rows) -> timetravel
+(``as_of``) -> queries -> writes (update, delete, erase) -> bulk (create) -> relations ->
+store. The audit log (:mod:`.chain`) and the type registry (:mod:`.registry`) are parts the
+state holds, not layers: only the log numbers and chains events, only the registry defines
+types.
 """
 
 from __future__ import annotations
@@ -15,16 +16,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import duckdb
-from pydantic import BaseModel
 
 from ..checks import Limits
-from ..errors import (
-    NotFound,
-    ValidationError,
-)
 from ..schema import EntityType
 from .chain import AuditLog, Listener
 from .db import Database
+from .registry import TypeRegistry
 
 #: Called inside the write transaction after each entity mutation, link and unlink with
 #: (con, tenant, op, type name, entity id); writes a hook makes do not call hooks again.
@@ -40,33 +37,21 @@ class StoreState:
     limits: Limits
     #: the store's secret that seals query cursors (``tables.cursor_secret``)
     cursor_key: bytes
-    _types: dict[str, EntityType]
-    _user_models: dict[str, type[BaseModel]]
     #: the audit log: the only holder of the seq, the chain's hashes and the outbox queue
     log: AuditLog
+    #: the entity types (defined and migrated there)
+    registry: TypeRegistry
     write_hooks: list[WriteHook]
     _in_hooks: bool
-    #: types whose rows the open write transaction updated or deleted (see define)
-    _modified: set[str]
 
     def types(self) -> list[EntityType]:
         """Every registered type, by name."""
-        return [self._types[n] for n in sorted(self._types)]
+        return self.registry.types()
 
     def type_of(self, name: Any, tenant: str | None = None, *,
                 principal: str | None = None) -> EntityType:
-        """The registered type of that name, or NotFound listing the known types and saying
-        how to define one (the registry also defines a bundled type for ``tenant``)."""
-        if not isinstance(name, str):
-            raise ValidationError("type must be a type name string", field="type")
-        etype = self._types.get(name)
-        if etype is None:
-            known = ", ".join(sorted(self._types)) or "none defined"
-            raise NotFound(f"unknown entity type {name!r} (known: {known}); define it first: "
-                           "define(model) or define_type(definition) in Python, POST /types "
-                           "over HTTP, `dmf define FILE.toml` on the command line",
-                           field="type")
-        return etype
+        """The registered type of that name, or NotFound (see :meth:`TypeRegistry.type_of`)."""
+        return self.registry.type_of(name, tenant, principal=principal)
 
     def _after_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str,
                      type_name: str, eid: str, principal: str | None) -> None:
@@ -89,10 +74,3 @@ class StoreState:
             yield
         finally:
             self._in_hooks = previous
-
-    def _mark_modified(self, type_name: str) -> None:
-        """Remember that this transaction updated or deleted rows of a type's table."""
-        if not self._modified:
-            self.db.after_commit(self._modified.clear)
-            self.db.on_rollback(self._modified.clear)
-        self._modified.add(type_name)

@@ -16,12 +16,13 @@ from ..checks import Limits
 from ..clock import to_naive_utc, utcnow
 from ..errors import NotFound
 from ..models import AuditEvent, AuditReport
-from ..schema import EntityType
+from ..schema import EntityType, TypeDef
 from .chain import AuditLog
 from .db import Database
 from .embedding_cache import EmbeddingCache
 from .journal import Journal
 from .outbox import Outbox
+from .registry import TypeRegistry
 from .relations import Relations
 from .state import Listener, WriteHook
 from .tables import (
@@ -47,12 +48,8 @@ class Store(Relations):
                  memory_limit: str | None = None) -> None:
         self.db = Database(path, memory_limit)
         self.limits = limits or Limits()
-        self._types: dict[str, EntityType] = {}
-        self._user_models: dict[str, type[BaseModel]] = {}
         self.write_hooks: list[WriteHook] = []
         self._in_hooks = False
-        # types whose rows the open write transaction updated or deleted (see define)
-        self._modified: set[str] = set()
         self.journal = Journal()
         #: the parts the derived indexes read and write (composed, not inherited)
         self.outbox = Outbox(self.db)
@@ -61,7 +58,16 @@ class Store(Relations):
             create_fixed(con)
             self.cursor_key = cursor_secret(con)
         self.log = AuditLog(self.db, self.journal)
-        self._load_registry()
+        self.registry = TypeRegistry(
+            self.db, self.log, self.limits,
+            on_embed_change=lambda con, etype: self._requeue_type(con, etype, tenant=None))
+
+    def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
+               tenant: str, actor: str | None = None, reason: str | None = None,
+               trace_id: str | None = None, principal: str | None = None) -> EntityType:
+        """Register a type or a compatible new version of it (see :meth:`TypeRegistry.define`)."""
+        return self.registry.define(typedef, model, tenant=tenant, actor=actor, reason=reason,
+                                    trace_id=trace_id, principal=principal)
 
     # ---------------------------------------------------------------- the audit log's face
 
@@ -107,7 +113,7 @@ class Store(Relations):
         anyone did); how many. Running it again finds none."""
         now = to_naive_utc(utcnow())
         swept = 0
-        for etype in list(self._types.values()):
+        for etype in self.types():
             params: list[Any] = [now]
             mine = ""
             if tenant is not None:

@@ -23,8 +23,7 @@ from ..errors import (
 from ..models import Entity
 from ..schema import EntityType
 from .expiry import expired, live_sql
-from .registry import TypeRegistry
-from .rows import aware_datetimes, expired_error
+from .rows import RowReader, aware_datetimes, expired_error
 from .sql import (
     SQL_TYPES,
     bind_field,
@@ -82,7 +81,7 @@ def as_of_table_sql(etype: EntityType, tenant: str, seq: int, params: list[Any])
     return f"(SELECT * FROM {rows} WHERE {live_sql(params, seq)}) AS t"
 
 
-class TimeTravel(TypeRegistry):
+class TimeTravel(RowReader):
     """Reading the state as of an audit seq or a time."""
 
     def resolve_as_of(self, as_of: AsOf) -> int | None:
@@ -137,7 +136,7 @@ class TimeTravel(TypeRegistry):
             f"AND seq <= ? AND op IN {ENTITY_OPS!r} ORDER BY seq DESC LIMIT 1",
             [eid, tenant, seq],
         )
-        if row is None or row[0] not in self._types:
+        if row is None or self.registry.get(row[0]) is None:
             raise NotFound(f"no entity {eid} at seq {seq}", entity_id=eid, as_of=seq)
         type_name, after, redacted, _op, at = row
         if redacted or after is None:
@@ -146,7 +145,7 @@ class TimeTravel(TypeRegistry):
         if snap.get("deleted_at") is not None:
             raise NotFound(f"entity {eid} was deleted at seq {at} (as of {seq})",
                            entity_id=eid, deleted_seq=at)
-        entity = self._snapshot_entity(self._types[type_name], snap)
+        entity = self._snapshot_entity(self.type_of(type_name), snap)
         if entity.expires_at is not None:
             when = self.db.fetchone(f"SELECT ts FROM {EVENTS_ALL} WHERE seq = ?", [seq])
             if when is None or expired(entity.expires_at, when[0]):

@@ -174,7 +174,7 @@ class Writes(Queries):
                 version_before=current.version, version_after=version, before=before,
                 after=after, actor=actor, reason=reason, trace_id=trace_id, principal=principal,
             )
-            self._mark_modified(etype.name)
+            self.registry.mark_modified(etype.name)
             sets = ", ".join(f"{q(n)} = ?" for n in etype.fields)
             match, match_params = self._row_match(con, table_name(etype.name), eid, tenant)
             con.execute(
@@ -284,7 +284,7 @@ class Writes(Queries):
             con.execute("UPDATE events SET before = NULL, after = NULL, redacted = TRUE "
                         "WHERE entity_id = ? AND tenant = ? AND seq < ? AND op IN "
                         f"{ENTITY_OPS!r}", [eid, tenant, seq])
-            self._mark_modified(etype.name)
+            self.registry.mark_modified(etype.name)
             match, params = self._row_match(con, table_name(etype.name), eid, tenant)
             con.execute(f"DELETE FROM {table_name(etype.name)} WHERE {match}", params)
             match, params = self._row_match(con, "entity_index", eid, tenant)
@@ -300,8 +300,28 @@ class Writes(Queries):
             return seq
 
     def _hash_in_use(self, con: duckdb.DuckDBPyConnection, text_hash: str) -> bool:
-        for etype in self._types.values():
+        for etype in self.types():
             if con.execute(f"SELECT 1 FROM {table_name(etype.name)} WHERE text_hash = ? LIMIT 1",
                            [text_hash]).fetchone():
                 return True
         return False
+
+    def _requeue_type(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
+                      tenant: str | None) -> None:
+        """Recompute text hashes and queue every live entity of a type for reindexing."""
+        self.registry.mark_modified(etype.name)
+        rows = con.execute(
+            f"SELECT id, tenant FROM {table_name(etype.name)} WHERE deleted_at IS NULL "
+            + ("AND tenant = ? " if tenant else "") + "ORDER BY id",
+            [tenant] if tenant else [],
+        ).fetchall()
+        for eid, etenant in rows:
+            entity = self._read_live(con, etype, eid, etenant)
+            text = etype.embed_text(entity.fields()) if entity else None
+            match, params = self._row_match(con, table_name(etype.name), eid, etenant)
+            con.execute(
+                f"UPDATE {table_name(etype.name)} SET text_hash = ? WHERE {match}",
+                [None if text is None else sha256_hex(text), *params],
+            )
+            self.log.enqueue(con, self.log.seq, etenant, eid, etype.name,
+                         "upsert" if text is not None else "delete", unique=False)
