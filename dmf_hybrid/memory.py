@@ -33,6 +33,7 @@ from .models import (
     ArchiveResult,
     AuditEvent,
     AuditReport,
+    BundleManifest,
     Entity,
     JSONObject,
     JSONValue,
@@ -52,7 +53,7 @@ from .protocol import MemoryAPI
 from .ruledefs import CONSTRAINT_TYPE, RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, load_toml, typedef_from_model
 from .search.engine import SearchEngine
-from .store import Store, archive
+from .store import Store, archive, bundle
 from .store.integrity import (
     rebuild_id_indexes,
     repair_indexes,
@@ -386,6 +387,39 @@ class Memory(MemoryAPI):
         partial.write_text(json.dumps(manifest.model_dump(exclude_none=True), indent=2))
         os.replace(partial, directory / SNAPSHOT_MANIFEST)
         return manifest
+
+    def export(self, dest: str | Path) -> BundleManifest:
+        """Write the whole store (every tenant) to the bundle file ``dest``: engine-neutral
+        JSON Lines (gzip when the name ends in ``.gz``) that :meth:`import_bundle` reads."""
+        return bundle.export_bundle(self._store, Path(dest))
+
+    @classmethod
+    def import_bundle(cls, src: str | Path, path: str | Path, **open_kwargs: Any) -> Memory:
+        """A new memory directory made from a bundle (:meth:`export`): the bundle is checked
+        whole first (its hash chain, counts and every entity against its last event; a bad
+        one is refused naming the first bad event or line, and nothing is written), then
+        written in one transaction; the vector index is rebuilt."""
+        dest = Path(path)
+        if dest.exists() and any(dest.iterdir()):
+            raise Conflict(f"import target {dest} exists and is not empty", field="path")
+        made = not dest.exists()
+        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            manifest = bundle.import_bundle(Path(src), dest / DB_FILE)
+            memory = cls.open(dest, **open_kwargs)
+        except BaseException:
+            if made:
+                shutil.rmtree(dest, ignore_errors=True)
+            else:
+                for child in dest.iterdir():
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+            raise
+        report = memory.verify_audit()
+        if not report.ok or report.last_seq < manifest.last_seq:
+            memory.close()
+            raise ValidationError("the imported audit log does not verify", field="src")
+        memory.reindex()
+        return memory
 
     @classmethod
     def restore_snapshot(cls, src_dir: str | Path, path: str | Path, **open_kwargs: Any

@@ -361,6 +361,18 @@ class SnapshotManifest(BaseModel):
     path: str | None = None
 
 
+class BundleManifest(BaseModel):
+    """A bundle's header (``Memory.export``): its format, the audit chain's last seq and hash,
+    how many records of each kind it holds, and the store settings it carries."""
+
+    format: int
+    store_format: int
+    last_seq: int
+    last_hash: str
+    counts: dict[str, int]
+    meta: dict[str, str] = Field(default_factory=dict)
+
+
 class ReconcileCounts(BaseModel):
     """What ``reconcile`` found and repaired."""
 

@@ -50,14 +50,15 @@ def test_every_command_has_help() -> None:
              app.registered_commands]
     assert {"serve", "ingest", "get", "query", "search", "history", "verify", "reconcile",
             "reindex", "snapshot", "restore-snapshot", "define", "eval", "mcp", "create",
-            "update", "delete", "restore", "link", "unlink", "types", "count"} <= set(names)
+            "update", "delete", "restore", "link", "unlink", "types", "count", "export",
+            "import"} <= set(names)
     for name in names:
         if name == "eval":
             continue  # forwards --help to `python -m evaluation` (see below)
         out = ok(name, "--help")
         assert "Usage" in out
         assert "<bool>" not in out
-        if name not in ("restore-snapshot", "serve"):
+        if name not in ("restore-snapshot", "serve", "export", "import"):
             assert "--url" in out and "--data" in out
 
 
@@ -131,6 +132,12 @@ def test_read_and_maintenance_commands(data: Path, tmp_path: Path) -> None:
     restored = tmp_path / "restored"
     assert "PointOfInterest 2" in ok("restore-snapshot", snap, restored)
     assert json.loads(ok("get", museum.id, "--data", restored, "--json")) == entity
+    exported = json.loads(ok("export", tmp_path / "b.jsonl.gz", "--data", data, "--json"))
+    assert exported["counts"]["entity"] >= 2
+    assert "chain verified" in ok("import", tmp_path / "b.jsonl.gz", tmp_path / "imported")
+    assert json.loads(ok("get", museum.id, "--data", tmp_path / "imported", "--json")) == entity
+    refused = dmf("import", tmp_path / "b.jsonl.gz", tmp_path / "imported")
+    assert refused.exit_code == 1 and "not empty" in refused.output
 
 
 def test_errors_are_clear(data: Path) -> None:

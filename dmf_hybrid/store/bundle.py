@@ -1,0 +1,369 @@
+"""Bundles: a whole store written as engine-neutral JSON Lines, and read back verified.
+
+A bundle holds what the store knows, not how one engine lays it out: the type definitions
+(every version), the rules, the entity IDs, each type's entity rows, the relations and every
+audit event with its hashes (archived ones too), one JSON object per line, gzip-compressed
+when the file name ends in ``.gz``. The first line is the header: the format, the chain's last
+seq and hash, and how many records of each kind follow. Values are JSON: times and dates as
+ISO 8601 text, lists as arrays; the columns a record names are read back by name.
+
+Import reads a bundle twice. The first pass checks everything before anything is written:
+each line's shape, the counts in the header (a truncated bundle is refused), the whole hash
+chain (a tampered event is refused naming the first bad seq), and each entity row against the
+last event of that entity (its version, and its fields and system values as the event's
+snapshot recorded them). The second pass writes a new database file in one transaction. The
+derived parts (vector index, embedding cache, outbox) are not in a bundle: the memory that
+opens the imported file rebuilds them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, cast
+
+import duckdb
+
+from ..errors import Conflict, ValidationError
+from ..models import BundleManifest
+from ..schema import EntityType, TypeDef, build_model
+from . import audit
+from .chain import EVENT_ARCHIVE_DDL
+from .db import ZSTD_MIN_STRING_LENGTH
+from .rules import RULES_DDL
+from .sql import field_values, q
+from .store import Store
+from .tables import (
+    ENTITY_OPS,
+    EVENTS_ALL,
+    EXPIRES_COLUMN,
+    STORE_FORMAT,
+    create_fixed,
+    create_type_table,
+    table_name,
+)
+
+BUNDLE_FORMAT = 1
+#: Record kinds, in the order a bundle holds them, and the table each is read into.
+KINDS = {"type": "schema_types", "rule": "dmf_rules", "id": "entity_index",
+         "entity": None, "relation": "relations", "event": "events"}
+#: The store's ``meta`` keys a bundle carries (the cursor secret stays with its store).
+META_KEYS = ("embedding_model",)
+_BATCH = 2000
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decoder(sql_type: str) -> Any:
+    """A function from a bundle's JSON value to what DuckDB binds for a column of that type."""
+    base = sql_type.removesuffix("[]")
+    one = (dt.datetime.fromisoformat if base.startswith("TIMESTAMP") else
+           dt.date.fromisoformat if base == "DATE" else None)
+    if one is None:
+        return lambda v: v
+    if sql_type.endswith("[]"):
+        return lambda v: None if v is None else [None if x is None else one(x) for x in v]
+    return lambda v: None if v is None else one(v)
+
+
+def _gzipped(path: Path) -> bool:
+    return path.name.endswith(".gz")
+
+
+@contextmanager
+def _open(path: Path, mode: str, gz: bool) -> Iterator[IO[str]]:
+    if gz:
+        with gzip.open(path, mode + "t", encoding="utf-8") as fh:
+            yield cast(IO[str], fh)
+    else:
+        with path.open(mode, encoding="utf-8") as fh:
+            yield fh
+
+
+# ---------------------------------------------------------------- export
+
+
+def export_bundle(store: Store, dest: Path) -> BundleManifest:
+    """Write the whole store to the bundle file ``dest`` (one consistent state: writes wait
+    while it is read)."""
+    if dest.exists():
+        raise Conflict(f"{dest} exists; a bundle is written to a new file", field="dest")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with store.db.no_writes():
+        reader = store.db.reader()
+        tables = {r[0] for r in reader.execute("SHOW TABLES").fetchall()}
+        types = [r[0] for r in reader.execute(
+            "SELECT DISTINCT name FROM schema_types ORDER BY name").fetchall()]
+        sources: list[tuple[str, str, str | None]] = [
+            ("type", "SELECT * FROM schema_types ORDER BY name, version", None),
+            ("rule", "SELECT * FROM dmf_rules ORDER BY name, version", None)
+            if "dmf_rules" in tables else ("rule", "", None),
+            ("id", "SELECT * FROM entity_index ORDER BY tenant, id", None),
+            *[("entity", f"SELECT * FROM {table_name(t)} ORDER BY tenant, id", t)
+              for t in types],
+            ("relation", "SELECT * FROM relations ORDER BY created_seq, tenant, from_id, "
+                         "relation, to_id", None),
+            ("event", f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} ORDER BY seq",
+             None),
+        ]
+        counts = {kind: 0 for kind in KINDS}
+        for kind, sql, _ in sources:
+            if sql:
+                counts[kind] += int(reader.execute(f"SELECT count(*) FROM ({sql})").fetchall()
+                                    [0][0])
+        head = reader.execute(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1"
+                              ).fetchall()
+        meta = dict(reader.execute(
+            f"SELECT key, value FROM meta WHERE key IN ({', '.join('?' * len(META_KEYS))})",
+            list(META_KEYS)).fetchall())
+        manifest = BundleManifest(format=BUNDLE_FORMAT, store_format=STORE_FORMAT,
+                                  last_seq=int(head[0][0]) if head else 0,
+                                  last_hash=str(head[0][1]) if head else audit.GENESIS_HASH,
+                                  counts=counts, meta=meta)
+        partial = dest.with_name(dest.name + ".partial")
+        try:
+            with _open(partial, "w", _gzipped(dest)) as out:
+                out.write(json.dumps({"bundle": "dmf-hybrid", **manifest.model_dump()},
+                                     ensure_ascii=False) + "\n")
+                for kind, sql, type_name in sources:
+                    if sql:
+                        _write_records(reader, out, kind, sql, type_name)
+            partial.replace(dest)
+        finally:
+            partial.unlink(missing_ok=True)
+    return manifest
+
+
+def _write_records(reader: duckdb.DuckDBPyConnection, out: IO[str], kind: str, sql: str,
+                   type_name: str | None) -> None:
+    cursor = reader.execute(sql)
+    names = [d[0] for d in cursor.description]
+    while rows := cursor.fetchmany(_BATCH):
+        for row in rows:
+            record: dict[str, Any] = {"k": kind}
+            if type_name is not None:
+                record["type"] = type_name
+            record["row"] = {n: _encode(v) for n, v in zip(names, row, strict=True)}
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+# ---------------------------------------------------------------- import
+
+
+def _bad(line: int, message: str, **details: Any) -> ValidationError:
+    return ValidationError(f"bundle line {line}: {message}", field="bundle", line=line,
+                           **details)
+
+
+def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every line after the header, shape-checked."""
+    with _open(path, "r", _gzipped(path)) as fh:
+        next(fh, None)
+        for number, text in enumerate(fh, start=2):
+            try:
+                record = json.loads(text)
+            except ValueError:
+                raise _bad(number, "not a JSON object") from None
+            if (not isinstance(record, dict) or record.get("k") not in KINDS
+                    or not isinstance(record.get("row"), dict)):
+                raise _bad(number, "not a bundle record (k, row)")
+            if record["k"] == "entity" and not isinstance(record.get("type"), str):
+                raise _bad(number, "an entity record names its type")
+            yield number, record
+
+
+def read_manifest(path: Path) -> BundleManifest:
+    """The header of a bundle; ValidationError if it is not one this version reads."""
+    if not path.is_file():
+        raise ValidationError(f"{path} is not a file", field="bundle")
+    try:
+        with _open(path, "r", _gzipped(path)) as fh:
+            head = json.loads(fh.readline())
+        if head.pop("bundle") != "dmf-hybrid":
+            raise ValueError
+        manifest = BundleManifest.model_validate(head)
+    except (ValueError, KeyError, TypeError, AttributeError, OSError, EOFError):
+        raise ValidationError(f"{path} is not a dmf-hybrid bundle (no header line)",
+                              field="bundle") from None
+    if manifest.format != BUNDLE_FORMAT or manifest.store_format > STORE_FORMAT:
+        raise ValidationError(f"{path}: bundle format {manifest.format} (store format "
+                              f"{manifest.store_format}) is not one this version reads",
+                              field="bundle")
+    return manifest
+
+
+def check_bundle(path: Path) -> BundleManifest:
+    """Read a whole bundle and check it (counts, the hash chain, every entity row against its
+    last event) without writing anything; its manifest, or ValidationError naming the first
+    problem (the first bad event's seq for the chain). Two streaming passes: nothing but the
+    types and each entity's last snapshot is held in memory."""
+    manifest = read_manifest(path)
+    counts = {kind: 0 for kind in KINDS}
+    types: dict[str, EntityType] = {}
+    erased: set[tuple[str, str]] = set()
+    last: dict[tuple[str, str], tuple[int | None, Any]] = {}  # (tenant, id) -> (version, after)
+    for number, record in _records(path):
+        kind, row = record["k"], record["row"]
+        counts[kind] += 1
+        if kind == "type":
+            try:
+                typedef = TypeDef.model_validate_json(row["definition"])
+                types[typedef.name] = EntityType(typedef, int(row["version"]),
+                                                 build_model(typedef))
+            except (KeyError, TypeError, ValueError):
+                raise _bad(number, "a type record without a valid definition") from None
+        elif kind == "event":
+            key = (row.get("tenant"), row.get("entity_id"))
+            if row.get("op") == "erase":
+                erased.add(key)  # type: ignore[arg-type]
+            if row.get("op") in ENTITY_OPS and key[1] is not None:
+                try:
+                    after = None if row.get("after") is None else json.loads(row["after"])
+                except (TypeError, ValueError):
+                    after = None  # the chain check below names the event
+                last[key] = (row.get("version_after"), after)  # type: ignore[index]
+    for kind, expected in manifest.counts.items():
+        if counts.get(kind, 0) != expected:
+            raise ValidationError(f"bundle holds {counts.get(kind, 0)} {kind} records, its "
+                                  f"header says {expected} (truncated or edited)",
+                                  field="bundle", kind=kind)
+
+    def events() -> Iterator[tuple[Any, ...]]:
+        for number, record in _records(path):
+            row = record["row"]
+            if record["k"] == "entity":
+                _check_entity(number, types.get(record["type"]), row, last)
+            if record["k"] != "event":
+                continue
+            try:
+                values = [row[c] for c in audit.EVENT_COLUMNS]
+                values[1] = dt.datetime.fromisoformat(values[1])
+            except (KeyError, TypeError, ValueError):
+                raise _bad(number, "an event record lacks its columns") from None
+            yield tuple(values)
+
+    report = audit.verify_rows(events(), erased=erased)
+    if not report.ok:
+        raise ValidationError(f"bundle event seq {report.first_bad_seq}: {report.problem}",
+                              field="bundle", first_bad_seq=report.first_bad_seq)
+    if (report.last_seq, report.last_hash) != (manifest.last_seq, manifest.last_hash):
+        raise ValidationError(f"the bundle's chain ends at seq {report.last_seq}, its header "
+                              f"says {manifest.last_seq} (truncated or edited)", field="bundle")
+    return manifest
+
+
+def _check_entity(number: int, etype: EntityType | None, row: dict[str, Any],
+                  last: dict[tuple[str, str], tuple[int | None, Any]]) -> None:
+    """An entity row must be what its entity's last event left (fields and system values)."""
+    if etype is None:
+        raise _bad(number, "an entity of a type the bundle does not define")
+    try:
+        key = (row["tenant"], row["id"])
+        version, snap = last[key]
+    except (KeyError, TypeError):
+        raise _bad(number, "an entity row no event created") from None
+    if snap is None or row.get("version") != version or snap.get("version") != version:
+        raise _bad(number, f"entity {key[1]} is not at the version its events reached",
+                   entity_id=key[1])
+    # text_hash is left out: it is derived, and a type's new embedded text re-hashes its rows
+    # without an event per entity
+    system = {"created_at": row.get("created_at"), "updated_at": row.get("updated_at"),
+              "deleted_at": row.get("deleted_at")}
+    recorded = {k: snap.get(k) for k in system}
+    expires = row.get(EXPIRES_COLUMN)
+    try:
+        data = field_values(etype, [row.get(n) for n in etype.fields])
+        same = (system == recorded and expires == snap.get("expires_at")
+                and etype.model.model_validate(data).model_dump(mode="json")
+                == etype.model.model_validate(snap["data"]).model_dump(mode="json"))
+    except (ValueError, TypeError, KeyError):
+        same = False
+    if not same:
+        raise _bad(number, f"entity {key[1]} differs from its last event's snapshot "
+                   "(edited)", entity_id=key[1])
+
+
+def import_bundle(path: Path, db_file: Path) -> BundleManifest:
+    """Check the bundle (:func:`check_bundle`), then write it into the new database file
+    ``db_file`` in one transaction; nothing is written when the check fails."""
+    manifest = check_bundle(path)
+    if db_file.exists():
+        raise Conflict(f"{db_file} exists; a bundle is imported into a new memory",
+                       field="path")
+    con = duckdb.connect(str(db_file), config={"zstd_min_string_length": ZSTD_MIN_STRING_LENGTH})
+    try:
+        con.execute("BEGIN TRANSACTION")
+        create_fixed(con)
+        con.execute(EVENT_ARCHIVE_DDL)
+        con.execute(RULES_DDL)
+        _write_all(con, path)
+        for key, value in sorted(manifest.meta.items()):
+            if key in META_KEYS:
+                con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
+        con.execute("COMMIT")
+    except BaseException:
+        con.close()
+        db_file.unlink(missing_ok=True)
+        db_file.with_name(db_file.name + ".wal").unlink(missing_ok=True)
+        raise
+    con.close()
+    return manifest
+
+
+def _write_all(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """The second pass: every record into its table (a bundle lists the types first: their
+    tables are made before the first record of another kind)."""
+    latest: dict[str, tuple[int, str]] = {}
+    batches: dict[tuple[str, tuple[str, ...]], list[list[Any]]] = {}
+    decoders: dict[str, dict[str, Any]] = {}
+    tables_made = False
+
+    def make_tables() -> None:
+        for version, definition in latest.values():
+            typedef = TypeDef.model_validate_json(definition)
+            create_type_table(con, EntityType(typedef, version, build_model(typedef)))
+
+    def flush() -> None:
+        for (table, names), rows in batches.items():
+            if table not in decoders:
+                decoders[table] = {d[0]: _decoder(d[1]) for d in con.execute(
+                    f"DESCRIBE {table}").fetchall()}
+            decode = decoders[table]
+            if any(n not in decode for n in names):
+                raise ValidationError(f"bundle rows of {table} name columns it does not have: "
+                                      f"{', '.join(n for n in names if n not in decode)}",
+                                      field="bundle")
+            con.executemany(
+                f"INSERT INTO {table} ({', '.join(q(n) for n in names)}) "
+                f"VALUES ({', '.join('?' * len(names))})",
+                [[decode[n](v) for n, v in zip(names, row, strict=True)] for row in rows])
+        batches.clear()
+
+    pending = 0
+    for _number, record in _records(path):
+        kind, row = record["k"], record["row"]
+        if kind == "type":
+            if int(row["version"]) >= latest.get(row["name"], (0, ""))[0]:
+                latest[row["name"]] = (int(row["version"]), row["definition"])
+        elif not tables_made:
+            make_tables()
+            tables_made = True
+        table = table_name(record["type"]) if kind == "entity" else str(KINDS[kind])
+        batches.setdefault((table, tuple(row)), []).append(list(row.values()))
+        pending += 1
+        if pending >= _BATCH:
+            flush()
+            pending = 0
+    if not tables_made:
+        make_tables()
+    flush()
