@@ -210,8 +210,10 @@ def check_bundle(path: Path) -> BundleManifest:
     manifest = read_manifest(path)
     counts = {kind: 0 for kind in KINDS}
     types: dict[str, EntityType] = {}
-    erased: set[tuple[str, str]] = set()
+    erased: dict[tuple[str, str], int] = {}  # (tenant, id) -> the seq of its erase
     last: dict[tuple[str, str], tuple[int | None, Any]] = {}  # (tenant, id) -> (version, after)
+    created: dict[tuple[str, str], str] = {}  # (tenant, id) -> its type
+    links: dict[int, tuple[Any, ...]] = {}  # seq -> (op, tenant, from, relation, to)
     for number, record in _records(path):
         kind, row = record["k"], record["row"]
         counts[kind] += 1
@@ -223,15 +225,25 @@ def check_bundle(path: Path) -> BundleManifest:
             except (KeyError, TypeError, ValueError):
                 raise _bad(number, "a type record without a valid definition") from None
         elif kind == "event":
-            key = (row.get("tenant"), row.get("entity_id"))
-            if row.get("op") == "erase":
-                erased.add(key)  # type: ignore[arg-type]
-            if row.get("op") in ENTITY_OPS and key[1] is not None:
+            key = (str(row.get("tenant")), str(row.get("entity_id")))
+            op = row.get("op")
+            if op == "erase":
+                erased[key] = int(row.get("seq") or 0)
+            elif op == "create":
+                created.setdefault(key, str(row.get("type")))
+            elif op in ("link", "unlink"):
+                try:
+                    link = json.loads(row.get("meta") or "{}")
+                    links[row["seq"]] = (op, row["tenant"], link["from"], link["relation"],
+                                         link["to"])
+                except (TypeError, ValueError, KeyError):
+                    pass  # the chain check below names the event
+            if op in ENTITY_OPS and row.get("entity_id") is not None:
                 try:
                     after = None if row.get("after") is None else json.loads(row["after"])
                 except (TypeError, ValueError):
                     after = None  # the chain check below names the event
-                last[key] = (row.get("version_after"), after)  # type: ignore[index]
+                last[key] = (row.get("version_after"), after)
     for kind, expected in manifest.counts.items():
         if counts.get(kind, 0) != expected:
             raise ValidationError(f"bundle holds {counts.get(kind, 0)} {kind} records, its "
@@ -243,6 +255,10 @@ def check_bundle(path: Path) -> BundleManifest:
             row = record["row"]
             if record["k"] == "entity":
                 _check_entity(number, types.get(record["type"]), row, last)
+            elif record["k"] == "id":
+                _check_id(number, row, created, erased)
+            elif record["k"] == "relation":
+                _check_relation(number, row, links, erased)
             if record["k"] != "event":
                 continue
             try:
@@ -252,7 +268,7 @@ def check_bundle(path: Path) -> BundleManifest:
                 raise _bad(number, "an event record lacks its columns") from None
             yield tuple(values)
 
-    report = audit.verify_rows(events(), erased=erased)
+    report = audit.verify_rows(events(), erased=set(erased))
     if not report.ok:
         raise ValidationError(f"bundle event seq {report.first_bad_seq}: {report.problem}",
                               field="bundle", first_bad_seq=report.first_bad_seq)
@@ -291,6 +307,29 @@ def _check_entity(number: int, etype: EntityType | None, row: dict[str, Any],
     if not same:
         raise _bad(number, f"entity {key[1]} differs from its last event's snapshot "
                    "(edited)", entity_id=key[1])
+
+
+def _check_id(number: int, row: dict[str, Any], created: dict[tuple[str, str], str],
+              erased: dict[tuple[str, str], int]) -> None:
+    """An ID must be one an event created, of its type, erased at its erase event if at all."""
+    key = (str(row.get("tenant")), str(row.get("id")))
+    if created.get(key) != row.get("type") or erased.get(key) != row.get("erased_seq"):
+        raise _bad(number, f"ID {row.get('id')} is not as its events left it (edited)",
+                   entity_id=row.get("id"))
+
+
+def _check_relation(number: int, row: dict[str, Any], links: dict[int, tuple[Any, ...]],
+                    erased: dict[tuple[str, str], int]) -> None:
+    """A link must have been made by the link event at its ``created_seq``, and ended (if it
+    was) by an unlink of it or an erase of one of its ends at its ``deleted_seq``."""
+    link = tuple(str(row.get(c)) for c in ("tenant", "from_id", "relation", "to_id"))
+    ended = row.get("deleted_seq")
+    ends = {erased.get((link[0], link[1])), erased.get((link[0], link[3]))}
+    if (links.get(int(row.get("created_seq") or 0)) != ("link", *link)
+            or (ended is not None and links.get(ended) != ("unlink", *link)
+                and ended not in ends)):
+        raise _bad(number, f"the link {link[1]} -{link[2]}-> {link[3]} is not as its events "
+                   "left it (edited)")
 
 
 def import_bundle(path: Path, db_file: Path) -> BundleManifest:

@@ -125,6 +125,22 @@ def test_an_edited_entity_row_is_refused(filled: Any, tmp_path: Path) -> None:
     _refused(tmp_path / "edited.jsonl", tmp_path / "x", "version")
 
 
+def test_edited_ids_and_links_are_refused(filled: Any, tmp_path: Path) -> None:
+    mem, ids = filled
+    mem.export(tmp_path / "b.jsonl")
+    records = _records(tmp_path / "b.jsonl")
+    burnt = next(r for r in records if r.get("k") == "id" and r["row"]["id"] == ids["secret"])
+    burnt["row"]["erased_seq"] = None  # the erased ID made usable again
+    _write(tmp_path / "edited.jsonl", records)
+    assert _refused(tmp_path / "edited.jsonl", tmp_path / "x",
+                    "ID .* is not as its events").details["entity_id"] == ids["secret"]
+    burnt["row"]["erased_seq"] = mem.history(ids["secret"])[-1].seq
+    link = next(r for r in records if r.get("k") == "relation")
+    link["row"]["to_id"] = ids["gone"]  # a link nobody made
+    _write(tmp_path / "edited.jsonl", records)
+    _refused(tmp_path / "edited.jsonl", tmp_path / "x", "the link .* is not as its events")
+
+
 def test_truncated_and_foreign_files_are_refused(filled: Any, tmp_path: Path) -> None:
     mem, _ids = filled
     mem.export(tmp_path / "b.jsonl")
