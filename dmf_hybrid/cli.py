@@ -495,24 +495,17 @@ def restore_snapshot(
 
 @app.command(name="export")
 def export_bundle(
-    dest: Annotated[Path, typer.Argument(help="New bundle file (.jsonl, or .jsonl.gz).")],
-    data: DataOpt = None, as_json: JsonOpt = False,
+    dest: Annotated[Path, typer.Argument(help="New bundle file (.jsonl, or .jsonl.gz); with "
+                                              "--url a name under the server's exports/.")],
+    data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Write the whole store (every tenant) to an engine-neutral bundle file."""
-    from .memory import Memory  # start-up cost: DuckDB and Chroma
-
-    settings = settings_from(data_dir=data)
-    if not Path(settings.data_dir).is_dir():
-        raise fail(f"no memory at {settings.data_dir}", 2)
-    try:
-        with Memory.open(settings.data_dir, settings=settings) as mem:
-            manifest = mem.export(dest)
-    except DMFError as exc:
-        raise fail(f"{exc.code}: {exc.message}") from None
+    with target(data, url, api_key) as mem:
+        manifest = mem.export(dest if not url else str(dest))
     if as_json:
-        print_json({"dest": str(dest), **manifest.model_dump()})
+        print_json({"dest": str(dest), **manifest.model_dump(exclude_none=True)})
     else:
-        typer.echo(f"exported to {dest}: last seq {manifest.last_seq}, "
+        typer.echo(f"exported to {manifest.path or dest}: last seq {manifest.last_seq}, "
                    + ", ".join(f"{n} {k}" for k, n in manifest.counts.items()))
 
 

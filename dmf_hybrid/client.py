@@ -62,6 +62,7 @@ from .models import (
     ArchiveResult,
     AuditEvent,
     AuditReport,
+    BundleManifest,
     Entity,
     JSONObject,
     JSONValue,
@@ -457,6 +458,9 @@ class MemoryClient(MemoryAPI):
 
     def flush(self) -> int:
         return int(self._call("POST", "/admin/flush")["applied"])
+
+    def export(self, dest: str | Path) -> BundleManifest:
+        return self._get(BundleManifest, "POST", "/admin/export", json={"name": str(dest)})
 
     def snapshot(self, dest: str | Path) -> SnapshotManifest:
         return self._get(SnapshotManifest, "POST", "/admin/snapshot", json={"name": str(dest)})

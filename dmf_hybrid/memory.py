@@ -389,8 +389,6 @@ class Memory(MemoryAPI):
         return manifest
 
     def export(self, dest: str | Path) -> BundleManifest:
-        """Write the whole store (every tenant) to the bundle file ``dest``: engine-neutral
-        JSON Lines (gzip when the name ends in ``.gz``) that :meth:`import_bundle` reads."""
         return bundle.export_bundle(self._store, Path(dest))
 
     @classmethod

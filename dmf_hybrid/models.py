@@ -371,6 +371,9 @@ class BundleManifest(BaseModel):
     last_hash: str
     counts: dict[str, int]
     meta: dict[str, str] = Field(default_factory=dict)
+    #: over HTTP: the name asked for and the path under the server's data directory
+    name: str | None = None
+    path: str | None = None
 
 
 class ReconcileCounts(BaseModel):

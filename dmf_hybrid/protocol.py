@@ -27,6 +27,7 @@ from .models import (
     ArchiveResult,
     AuditEvent,
     AuditReport,
+    BundleManifest,
     Entity,
     JSONObject,
     JSONValue,
@@ -294,6 +295,15 @@ class MemoryAPI(Protocol):
 
         Embedded: ``dest`` is that directory. HTTP (admin): a name; the server writes
         ``data_dir/snapshots/<dest>``.
+        """
+        ...
+
+    def export(self, dest: str | Path) -> BundleManifest:
+        """Write the whole store (every tenant) to a bundle: engine-neutral JSON Lines of its
+        types, rules, entities, relations and every audit event with its hashes (gzip when
+        the name ends in ``.gz``); ``Memory.import_bundle`` and ``dmf import`` read it back,
+        checked whole first. Embedded: ``dest`` is the new file. HTTP (admin): a name; the
+        server writes ``data_dir/exports/<dest>``.
         """
         ...
 

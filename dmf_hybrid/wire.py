@@ -223,6 +223,13 @@ class SnapshotRequest(Request):
     name: str = Field(description="Letters, digits, '.', '_' and '-'; no path separators.")
 
 
+class ExportRequest(Request):
+    """Write the whole store to the bundle ``<data_dir>/exports/<name>``."""
+
+    name: str = Field(description="Letters, digits, '.', '_' and '-'; no path separators "
+                                  "(a name ending in .gz is gzip-compressed).")
+
+
 class CountsPublic(BaseModel):
     """What a maintenance operation did, as named counts."""
 

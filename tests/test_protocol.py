@@ -12,7 +12,7 @@ from dmf_hybrid import Memory, MemoryAPI, MemoryClient
 
 #: Memory members that cannot cross HTTP (the protocol's docstring names them).
 EMBEDDED_ONLY = {"open", "for_tenant", "transaction", "restore_snapshot", "engine", "reads",
-                 "export", "import_bundle",
+                 "import_bundle",
                  "sweep_every_tenant"}
 #: The client's own additions: the service's health checks.
 CLIENT_ONLY = {"health", "readiness"}

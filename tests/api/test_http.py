@@ -13,6 +13,7 @@ from dmf_hybrid import (
     Forbidden,
     HashEmbedder,
     LimitExceeded,
+    Memory,
     ServiceUnavailable,
     Settings,
     Unauthorized,
@@ -53,7 +54,7 @@ def test_roles_are_403(http_api: Front) -> None:
                       lambda: reader.update(bund.id, {"cost": 1}),
                       lambda: writer.define_type({"name": "X", "fields": {"a": {}}}),
                       writer.reconcile, writer.reindex, writer.flush,
-                      lambda: writer.snapshot("s1")):
+                      lambda: writer.snapshot("s1"), lambda: writer.export("b1")):
         with pytest.raises(Forbidden):
             forbidden()
     assert writer.update(bund.id, {"cost": 1}).version == 2
@@ -148,6 +149,27 @@ def test_snapshot_names(http_api: Front, tmp_path: Path) -> None:
         http_api.mem.snapshot("first.v1")
 
 
+def test_export_writes_a_bundle_under_the_data_directory(http_api: Front,
+                                                         tmp_path: Path) -> None:
+    bund = http_api.mem.create("Poi", POI)
+    for bad in ("../escape", "a/b", "..", ".hidden", "", "x" * 65):
+        with pytest.raises(ValidationError) as err:
+            http_api.mem.export(bad)
+        assert err.value.details["field"] == "name"
+    manifest = http_api.mem.export("all.jsonl.gz")
+    assert manifest.name == "all.jsonl.gz" and manifest.path == "exports/all.jsonl.gz"
+    assert manifest.last_seq == http_api.mem.last_seq() and manifest.counts["entity"] == 1
+    with pytest.raises(Conflict):
+        http_api.mem.export("all.jsonl.gz")
+    bundle = tmp_path / "data" / "exports" / "all.jsonl.gz"
+    imported = Memory.import_bundle(bundle, tmp_path / "imported", embedder=HashEmbedder())
+    try:
+        assert imported.get(bund.id).data.name == POI["name"]
+        assert imported.verify_audit().last_hash == http_api.mem.verify_audit().last_hash
+    finally:
+        imported.close()
+
+
 def test_openapi_documents_every_route(tmp_path: Path) -> None:
     mem = open_memory(None)
     try:
@@ -167,7 +189,8 @@ def test_openapi_documents_every_route(tmp_path: Path) -> None:
                 ("/entities/{entity_id}/related", "get"), ("/search", "post"),
                 ("/entities/{entity_id}/history", "get"), ("/audit/events", "get"),
                 ("/audit/verify", "get"), ("/admin/reconcile", "post"),
-                ("/admin/reindex", "post"), ("/admin/snapshot", "post"), ("/healthz", "get"),
+                ("/admin/reindex", "post"), ("/admin/snapshot", "post"),
+                ("/admin/export", "post"), ("/healthz", "get"),
                 ("/readyz", "get")}
     present = {(p, m) for p, ops in paths.items() for m in ops}
     assert expected <= present

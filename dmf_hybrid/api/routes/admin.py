@@ -1,4 +1,4 @@
-"""Maintenance: reconcile and rebuild the vector index, drain the outbox, snapshot."""
+"""Maintenance: reconcile and rebuild the vector index, drain the outbox, snapshot, export."""
 
 from __future__ import annotations
 
@@ -8,23 +8,23 @@ from fastapi import APIRouter, status
 
 from ...checks import SNAPSHOT_NAME_RE, full_match
 from ...errors import ValidationError
-from ...models import ReconcileCounts, ReindexCounts, SnapshotManifest
-from ...wire import CountsPublic, SnapshotRequest
+from ...models import BundleManifest, ReconcileCounts, ReindexCounts, SnapshotManifest
+from ...wire import CountsPublic, ExportRequest, SnapshotRequest
 from ..deps import AdminMemory, State
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 
 
-def snapshot_dir(base: Path, name: str) -> Path:
-    """``base/snapshots/name``; ValidationError for a name that could leave that directory."""
+def named_path(base: Path, folder: str, name: str, what: str = "snapshot") -> Path:
+    """``base/folder/name``; ValidationError for a name that could leave that directory."""
     if not full_match(SNAPSHOT_NAME_RE, name) or ".." in name:
         raise ValidationError(
-            "snapshot name must be 1-64 letters, digits, '.', '_' or '-', start with a letter "
+            f"{what} name must be 1-64 letters, digits, '.', '_' or '-', start with a letter "
             "or digit and contain no '..'", field="name")
-    root = (base / "snapshots").resolve()
+    root = (base / folder).resolve()
     dest = (root / name).resolve()
     if dest.parent != root:
-        raise ValidationError("snapshot name must stay inside the snapshots directory",
+        raise ValidationError(f"{what} name must stay inside the {folder} directory",
                               field="name")
     return dest
 
@@ -56,7 +56,15 @@ def flush(memory: AdminMemory) -> CountsPublic:
 @router.post("/snapshot", status_code=status.HTTP_201_CREATED)
 def snapshot(body: SnapshotRequest, memory: AdminMemory, state: State) -> SnapshotManifest:
     """Export the database to data_dir/snapshots/<name> (409 if it exists); the manifest."""
-    dest = snapshot_dir(Path(state.settings.data_dir), body.name)
+    dest = named_path(Path(state.settings.data_dir), "snapshots", body.name)
     dest.parent.mkdir(parents=True, exist_ok=True)
     manifest = memory.snapshot(dest)
     return manifest.model_copy(update={"name": body.name, "path": f"snapshots/{body.name}"})
+
+
+@router.post("/export", status_code=status.HTTP_201_CREATED)
+def export(body: ExportRequest, memory: AdminMemory, state: State) -> BundleManifest:
+    """Write the whole store to the bundle data_dir/exports/<name> (.gz: gzip); its header."""
+    dest = named_path(Path(state.settings.data_dir), "exports", body.name, "export")
+    manifest = memory.export(dest)
+    return manifest.model_copy(update={"name": body.name, "path": f"exports/{body.name}"})
