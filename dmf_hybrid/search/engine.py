@@ -272,7 +272,7 @@ class SearchEngine:
                         mode == "vector" or kw is None or not kw.collided)
                     # the keyword leg filters exactly by the list, so it wants one at any size
                     scope.list_large = mode != "vector"
-                    state = None if seq is None else state_at(scope, self.store, self.replayed)
+                    state = None if seq is None else state_at(scope, self.replayed)
                     if state is None or scope.filtered:
                         scope.count = self.filters.count(scope, cacheable=seq is None
                                                          and not db.in_transaction)
@@ -326,7 +326,7 @@ class SearchEngine:
               lap: Callable[[str], None], state: ReplayState | None
               ) -> tuple[dict[str, Ranking], str]:
         if state is not None:
-            replay = replay_legs(scope, self.store, self.indexer, mode, text, qvec, depth, state)
+            replay = replay_legs(scope, self.indexer, mode, text, qvec, depth, state)
             lap("legs_ms")
             return replay, "exact"
         rankings: dict[str, Ranking] = {}

@@ -22,7 +22,6 @@ import numpy as np
 from ..indexer import Indexer
 from ..mirrors.keyword import KeywordIndex, entity_documents, exact_leg, type_analysis
 from ..schema import EntityType
-from ..store import Store
 from ..store.sql import field_values
 from ..store.tables import SYSTEM_COLUMNS
 from ..vector.exact import normalise_rows
@@ -78,7 +77,7 @@ class ReplayCache:
             self._states.clear()
 
 
-def state_at(scope: Scope, store: Store, cache: ReplayCache | None) -> ReplayState:
+def state_at(scope: Scope, cache: ReplayCache | None) -> ReplayState:
     """The tenant's rows of the scope's type at ``scope.seq``: kept, or rebuilt from the log.
 
     An unfiltered scope is given them at once (its count and every row a later step fetches),
@@ -97,7 +96,7 @@ def state_at(scope: Scope, store: Store, cache: ReplayCache | None) -> ReplaySta
     return state
 
 
-def replay_legs(scope: Scope, store: Store, indexer: Indexer, mode: str, text: str,
+def replay_legs(scope: Scope, indexer: Indexer, mode: str, text: str,
                 qvec: np.ndarray | None, depth: int, state: ReplayState
                 ) -> dict[str, Ranking]:
     """Both legs over ``state`` (the tenant's rows at ``scope.seq``), within the scope."""
