@@ -35,12 +35,13 @@ from .tables import (
 
 __all__ = ["Listener", "Store", "WriteHook"]
 
+
 class Store(Relations):
     """DuckDB-backed entities, relations and audit log; the one writer of the database.
 
-    Its layers, bottom up: :mod:`.state`, :mod:`.rows`, :mod:`.registry`,
-    :mod:`.timetravel`, :mod:`.queries`, :mod:`.writes`, :mod:`.bulk`, :mod:`.relations`;
-    the parts it holds: the database (``db``), the audit log (``log``, :mod:`.chain`), the
+    Its layers, bottom up: :mod:`.state`, :mod:`.rows`, :mod:`.timetravel`, :mod:`.queries`,
+    :mod:`.writes`, :mod:`.bulk`, :mod:`.relations`; the parts it holds: the database
+    (``db``), the audit log (``log``, :mod:`.chain`), the type registry (``registry``), the
     outbox reader and the embedding cache.
     """
 
@@ -59,8 +60,7 @@ class Store(Relations):
             self.cursor_key = cursor_secret(con)
         self.log = AuditLog(self.db, self.journal)
         self.registry = TypeRegistry(
-            self.db, self.log, self.limits,
-            on_embed_change=lambda con, etype: self._requeue_type(con, etype, tenant=None))
+            self.db, self.log, self.limits, on_embed_change=self._requeue_type)
 
     def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
                tenant: str, actor: str | None = None, reason: str | None = None,

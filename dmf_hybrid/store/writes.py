@@ -306,15 +306,12 @@ class Writes(Queries):
                 return True
         return False
 
-    def _requeue_type(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
-                      tenant: str | None) -> None:
-        """Recompute text hashes and queue every live entity of a type for reindexing."""
+    def _requeue_type(self, con: duckdb.DuckDBPyConnection, etype: EntityType) -> None:
+        """Recompute text hashes and queue every live entity of a type for reindexing (its
+        embedded text changed)."""
         self.registry.mark_modified(etype.name)
-        rows = con.execute(
-            f"SELECT id, tenant FROM {table_name(etype.name)} WHERE deleted_at IS NULL "
-            + ("AND tenant = ? " if tenant else "") + "ORDER BY id",
-            [tenant] if tenant else [],
-        ).fetchall()
+        rows = con.execute(f"SELECT id, tenant FROM {table_name(etype.name)} "
+                           "WHERE deleted_at IS NULL ORDER BY id").fetchall()
         for eid, etenant in rows:
             entity = self._read_live(con, etype, eid, etenant)
             text = etype.embed_text(entity.fields()) if entity else None
@@ -324,4 +321,4 @@ class Writes(Queries):
                 [None if text is None else sha256_hex(text), *params],
             )
             self.log.enqueue(con, self.log.seq, etenant, eid, etype.name,
-                         "upsert" if text is not None else "delete", unique=False)
+                             "upsert" if text is not None else "delete", unique=False)
