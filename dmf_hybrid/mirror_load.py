@@ -27,7 +27,6 @@ from .store.mirror_reads import (
     LiveRow,
     embedded_count,
     live_row_batches,
-    read_transaction,
     vector_batches,
 )
 
@@ -144,7 +143,7 @@ def read_snapshot(store: Store, etype: EntityType, *, model_id: str, dim: int,
     a type, read in one DuckDB read transaction and so at one committed seq; no lock of this
     process is held. None if commits kept starting while the transaction began (the caller
     reads under its locks instead). Call outside a write transaction."""
-    with read_transaction(store.db, etype, SNAPSHOT_TRIES) as began:
+    with store.db.read_transaction(SNAPSHOT_TRIES) as began:
         if began is None:
             return None
         reader, seq = began

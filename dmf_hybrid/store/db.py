@@ -232,6 +232,30 @@ class Database:
         return self.generation == generation
 
     @contextmanager
+    def read_transaction(self, tries: int) -> Iterator[tuple[Reader, int] | None]:
+        """A read transaction begun between two commits: (its connection, the audit seq of the
+        state it reads), or None if commits kept starting while it began (``tries`` times).
+        Commits go on meanwhile; the transaction keeps reading the state it began at. Call
+        outside a write transaction; it is rolled back at the end (it only reads)."""
+        reader = self.reader()
+        for _ in range(tries):
+            stamp = self.stable()
+            if stamp is None:  # a commit is becoming visible right now
+                continue
+            reader.execute("BEGIN TRANSACTION")
+            try:
+                # DuckDB takes a database's snapshot at the transaction's first read of it; no
+                # commit started between the stamp and this read, so it is the state at the
+                # stamp
+                reader.execute("SELECT count(*) FROM meta WHERE false").fetchall()
+                if self.unchanged(stamp[0]):
+                    yield reader, stamp[1]
+                    return
+            finally:
+                reader.execute("ROLLBACK")
+        yield None
+
+    @contextmanager
     def no_writes(self) -> Iterator[None]:
         """Hold off other threads' write transactions for the duration of the block."""
         with self._lock:

@@ -3,8 +3,8 @@
 The exact vector mirror and the BM25 indexes of a type (outside the store) are loaded from
 a type's live rows, joined to the embedding cache, and brought forward by reading again the
 rows the audit events name. These are those reads; their callers never see SQL. A whole
-load may run in one read transaction (:func:`read_transaction`), so it shows one committed
-state while commits go on.
+load may run in one read transaction (``Database.read_transaction``), so it shows one
+committed state while commits go on.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..schema import EntityType
-from .db import Database, Reader
+from .db import Reader
 from .sql import field_values, key_sql, q
 from .tables import table_name
 
@@ -97,28 +97,3 @@ def vector_batches(reader: Reader, etype: EntityType, model_id: str, batch: int
             f"ON e.model_id = ? AND e.text_hash = t.text_hash WHERE {live}",
             params=[model_id]).to_arrow_reader(batch) as batches:
         yield batches
-
-
-@contextmanager
-def read_transaction(db: Database, etype: EntityType, tries: int
-                     ) -> Iterator[tuple[Reader, int] | None]:
-    """A read transaction begun between two commits: (its connection, the audit seq of the
-    state it reads), or None if commits kept starting while it began (``tries`` times).
-    Call outside a write transaction; it is rolled back at the end (it only reads)."""
-    reader = db.reader()
-    for _ in range(tries):
-        stamp = db.stable()
-        if stamp is None:  # a commit is becoming visible right now
-            continue
-        reader.execute("BEGIN TRANSACTION")
-        try:
-            # DuckDB takes a database's snapshot at the transaction's first read of it; no
-            # commit started between the stamp and this read, so it is the state at the stamp
-            reader.execute(f"SELECT count(*) FROM {table_name(etype.name)} WHERE false"
-                           ).fetchall()
-            if db.unchanged(stamp[0]):
-                yield reader, stamp[1]
-                return
-        finally:
-            reader.execute("ROLLBACK")
-    yield None
