@@ -18,6 +18,7 @@ import pytest
 
 from evaluation import (
     bench_all,
+    bench_bundle,
     bench_coldstart,
     bench_fair,
     bench_http,
@@ -299,3 +300,11 @@ def test_bench_keyword_memory_smoke(tmp_path: Path) -> None:
     assert run["growth_mb"] == round(run["rss_after_mb"] - run["rss_before_mb"], 1)
     paths = write_results({"runs": [run]}, tmp_path / "kw.json", bench_keyword_memory.markdown)
     assert "| words | 6 | 4 |" in paths[1].read_text()
+
+
+def test_bench_bundle_smoke(tmp_path: Path) -> None:
+    doc = bench_bundle.run(entities=120, tenants=2, repeat=1, workdir=tmp_path)
+    assert doc["events"] > 120 * 2 and doc["sizes"]["bundle_mb"] > 0
+    assert all(v > 0 for v in doc["median_s"].values())
+    paths = write_results(doc, tmp_path / "bundle.json", bench_bundle.markdown)
+    assert "bundle (export / import, checked)" in paths[1].read_text()
