@@ -297,9 +297,9 @@ def check_before_seq(value: Any) -> int:
 
 #: C0 control characters other than tab, line feed and carriage return: refused in any string.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
-#: Characters that do not show, or that reorder what is shown: refused in identity fields, where
-#: they would make look-alike identities (zero-width space/joiners, word joiner, BOM, bidi
-#: embeddings, overrides and isolates).
+#: Characters that do not show, or that reorder what is shown: dropped from identity fields,
+#: where they would make look-alike identities (zero-width space/joiners, word joiner, BOM,
+#: left-to-right and right-to-left marks, bidi embeddings, overrides and isolates).
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060\ufeff\u202a-\u202e\u2066-\u2069]")
 
 
@@ -324,14 +324,11 @@ def control_at(value: Any, path: str = "") -> str | None:
     return None
 
 
-def identity_text(value: str, field: str) -> str:
-    """An identity field's text in NFC (composed and decomposed forms are one identity); a
-    ValidationError naming ``field`` when it holds invisible or reordering characters."""
-    bad = _INVISIBLE.search(value)
-    if bad is not None:
-        raise ValidationError(f"{field} holds the invisible character U+{ord(bad.group()):04X}; "
-                              "identity fields may not (look-alike identities)", field=field)
-    return unicodedata.normalize("NFC", value)
+def identity_text(value: str) -> str:
+    """An identity field's text as it is stored and matched: invisible and reordering
+    characters dropped, then NFC, so text that looks the same is one identity (composed and
+    decomposed forms, a stray zero-width space or left-to-right mark)."""
+    return unicodedata.normalize("NFC", _INVISIBLE.sub("", value))
 
 
 def check_data(data: Any, where: str = "data") -> Any:

@@ -6,7 +6,6 @@ coerced to the field's type here; ``store.sql`` compiles the tree with bound par
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -15,7 +14,7 @@ from typing import Any, Literal, Union
 import pydantic
 from pydantic import TypeAdapter
 
-from .checks import check_filter
+from .checks import check_filter, identity_text
 from .errors import FilterError, first_problem
 from .jsonpaths import split_path
 from .schema import INT64_MAX, INT64_MIN, PY_TYPES, EntityType, FieldSpec, fits_int64
@@ -138,12 +137,13 @@ def _coerce(spec: FieldSpec, value: Any, where: str, element: bool = False) -> A
     return coerced
 
 
-def _nfc(operand: Any) -> Any:
-    """A filter operand's text in NFC (a string, or the strings of a list)."""
+def _identity_operand(operand: Any) -> Any:
+    """A filter operand on an identity field as identities are stored (a string, or the
+    strings of a list; see ``checks.identity_text``)."""
     if isinstance(operand, str):
-        return unicodedata.normalize("NFC", operand)
+        return identity_text(operand)
     if isinstance(operand, list):
-        return [_nfc(v) for v in operand]
+        return [_identity_operand(v) for v in operand]
     return operand
 
 
@@ -173,7 +173,7 @@ def _cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
             raise FilterError(f"{op} does not take null", field=where)
         return Cmp(name, op, None, spec, keys)
     if spec.type == "str" and name in (etype.typedef.identity or ()):
-        operand = _nfc(operand)  # identity fields are stored in NFC
+        operand = _identity_operand(operand)  # as identity fields are stored
     if op in ("$in", "$nin"):
         if not isinstance(operand, list):
             raise FilterError(f"{op} takes a list", field=where)

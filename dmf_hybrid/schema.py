@@ -431,7 +431,7 @@ class EntityType:
                         "line feed and carriage return are allowed in text)",
                         field=f"{where}.{name}")
             if name in identity and isinstance(value, str):
-                normal = identity_text(value, f"{where}.{name}")
+                normal = identity_text(value)
                 if normal != value:
                     setattr(instance, name, normal)
             if value is None and not spec.nullable:

@@ -212,8 +212,8 @@ def test_bad_input_raises_and_changes_nothing(
 
 def test_huge_and_odd_strings_are_stored_faithfully(mem: Memory) -> None:
     """Text up to the field value limit (checks.MAX_VALUE_BYTES) round-trips exactly (control
-    characters and, in identity fields, invisible ones are refused: tests/store/test_unicode.py).
-    """
+    characters are refused, and invisible ones dropped from identity fields:
+    tests/store/test_unicode.py)."""
     odd = ["x" * (MAX_VALUE_BYTES - 3), "tab\tand\r\nbreaks", "emoji 🧭 and RTL \u202e",
            "' OR 1=1 --", "\\", " "]
     for i, text in enumerate(odd):
