@@ -20,6 +20,14 @@ from tests.store.test_persistence import _fill, _open_kwargs, _readable_state
 DERIVED = {"embeddings", "outbox", "meta", "event_archive", "events"}
 
 
+MIXED = {"name": "Mixed", "identity": ["n"], "embed": "{n} {words}", "fields": {
+    "n": {"type": "int"}, "x": {"type": "float", "required": False},
+    "when": {"type": "datetime", "required": False}, "day": {"type": "date", "required": False},
+    "days": {"type": "list", "item": "date", "required": False},
+    "doc": {"type": "json", "required": False}, "ok": {"type": "bool", "required": False},
+    "words": {"type": "list", "item": "str", "required": False}}}
+
+
 @pytest.fixture
 def filled(tmp_path: Path) -> Any:
     mem = open_memory(tmp_path / "m")
@@ -27,6 +35,14 @@ def filled(tmp_path: Path) -> Any:
     other = mem.for_tenant("acme", principal="key:00c0ffee")
     other.create("Trip", {"destination": "Paris", "budget": 3})  # the same ID, another tenant
     other.create("Poi", {"name": "东方明珠", "city": "上海", "rating": 4})
+    mem.define_type(MIXED)  # every kind of column, with empty lists and missing values
+    mem.create_many("Mixed", [
+        {"n": 1, "x": 0.5, "when": "2026-01-02T03:04:05.678901", "day": "2026-02-03",
+         "days": ["2026-01-01", "2026-12-31"], "doc": {"a": [1, {"b": None}], "c": "中"},
+         "ok": True, "words": []},
+        {"n": 2, "x": 3, "when": None, "day": None, "days": [], "doc": None, "ok": False,
+         "words": ["x", "y"]}])
+    mem.create("Mixed", {"n": 3})
     archive = mem.archive_events(10, tmp_path / "archive")  # archived events travel too
     assert archive.moved == 9
     yield mem, ids
@@ -62,6 +78,8 @@ def test_a_bundle_imports_as_the_same_store(filled: Any, tmp_path: Path, name: s
         assert _readable_state(imported) == state  # IDs, versions, seqs, hashes, types
         assert [e.model_dump() for e in imported.for_tenant("acme").query("Poi").items] \
             == acme_state
+        assert [e.model_dump() for e in imported.query("Mixed", order_by="n").items] \
+            == [e.model_dump() for e in mem.query("Mixed", order_by="n").items]
         assert {t: r for t, r in dump_rows(imported).items() if t not in DERIVED} == rows
         report = imported.verify_audit()
         assert report.ok and report.last_seq == manifest.last_seq
