@@ -398,20 +398,9 @@ class Memory(MemoryAPI):
         one is refused naming the first bad event or line, and nothing is written), then
         written in one transaction; the vector index is rebuilt."""
         dest = Path(path)
-        if dest.exists() and any(dest.iterdir()):
-            raise Conflict(f"import target {dest} exists and is not empty", field="path")
-        made = not dest.exists()
-        dest.mkdir(parents=True, exist_ok=True)
-        try:
+        with _new_directory(dest, "import"):
             manifest = bundle.import_bundle(Path(src), dest / DB_FILE)
             memory = cls.open(dest, **open_kwargs)
-        except BaseException:
-            if made:
-                shutil.rmtree(dest, ignore_errors=True)
-            else:
-                for child in dest.iterdir():
-                    shutil.rmtree(child) if child.is_dir() else child.unlink()
-            raise
         report = memory.verify_audit()
         if not report.ok or report.last_seq < manifest.last_seq:
             memory.close()
@@ -434,15 +423,9 @@ class Memory(MemoryAPI):
         except (ValueError, KeyError, TypeError):
             raise ValidationError(f"{src}: the snapshot manifest is unreadable",
                                   field="src") from None
-        if dest.exists() and any(dest.iterdir()):
-            raise Conflict(f"restore target {dest} exists and is not empty", field="path")
-        dest.mkdir(parents=True, exist_ok=True)
-        try:
+        with _new_directory(dest, "restore"):
             archive.import_database(src, dest / DB_FILE)
-        except Exception:
-            shutil.rmtree(dest, ignore_errors=True)
-            raise
-        memory = cls.open(dest, **open_kwargs)
+            memory = cls.open(dest, **open_kwargs)
         report = memory.verify_audit()
         if not report.ok or report.last_seq != manifest["last_seq"]:
             memory.close()
@@ -530,6 +513,25 @@ def _as_data(data: Any) -> Any:
     if isinstance(data, BaseModel):
         return data.model_dump()
     return data
+
+
+@contextmanager
+def _new_directory(dest: Path, what: str) -> Iterator[None]:
+    """A memory directory to make in the block: new, or existing and empty (Conflict if not);
+    left as it was found when the block fails."""
+    if dest.exists() and any(dest.iterdir()):
+        raise Conflict(f"{what} target {dest} exists and is not empty", field="path")
+    made = not dest.exists()
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if made:
+            shutil.rmtree(dest, ignore_errors=True)
+        else:
+            for child in dest.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
 
 
 #: mypy checks that Memory is a complete MemoryAPI (no member missing or mistyped).
