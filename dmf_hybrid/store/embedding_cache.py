@@ -15,12 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .db import Database, Reader
-
-#: Hashes per lookup (bound as one list parameter).
-LOOKUP_CHUNK = 20_000
-#: Up to this many hashes are looked up as `text_hash IN (?, ...)` alone, which DuckDB
-#: answers from the column's index; more are scanned for (the list form).
-POINT_LOOKUP_MAX = 64
+from .sql import LOOKUP_CHUNK, POINT_LOOKUP_MAX
 
 
 def vector_matrix(column: Any, rows: int) -> npt.NDArray[np.float32]:

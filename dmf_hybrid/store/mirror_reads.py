@@ -15,17 +15,13 @@ from typing import Any
 
 from ..schema import EntityType
 from .db import Reader
-from .sql import field_values, key_sql, q
+from .sql import LOOKUP_CHUNK, POINT_LOOKUP_MAX, field_values, key_sql, q
 from .tables import table_name
 
 #: (id, tenant, version, text_hash, data, hash(tenant, id)) of one live row
 LiveRow = tuple[str, str, int, str | None, dict[str, Any], int]
 #: (tenant, entity ID)
 Key = tuple[str, str]
-#: Up to this many IDs are looked up through the ID index (``id IN (...)``), more by a join.
-POINT_LOOKUP_MAX = 64
-#: IDs per lookup past that.
-LOOKUP_CHUNK = 20_000
 
 
 def _select(etype: EntityType, live_only: bool = True) -> str:

@@ -19,6 +19,11 @@ SQL_TYPES = {
     "str": "VARCHAR", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",
     "datetime": "TIMESTAMP", "enum": "VARCHAR", "json": "JSON",
 }
+#: Up to this many IDs or hashes are looked up as `col IN (?, ...)` alone, which DuckDB answers
+#: from the column's index; more are scanned for (the list form, or any other condition).
+POINT_LOOKUP_MAX = 64
+#: IDs or hashes per lookup past that (bound as one list parameter).
+LOOKUP_CHUNK = 20_000
 SYSTEM_ORDER_TYPES = {"created_at": "TIMESTAMP", "updated_at": "TIMESTAMP", "version": "INTEGER"}
 
 
