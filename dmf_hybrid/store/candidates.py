@@ -42,7 +42,6 @@ class Candidates:
     def __init__(self, reader: Reader, store: Store, etype: EntityType, tenant: str,
                  seq: int | None, node: FilterNode | None, related: list[str] | None) -> None:
         self.reader, self.etype, self.tenant, self.seq = reader, etype, tenant, seq
-        self._store = store
         self._source_params: list[Any] = []
         self._source = store.source_sql(etype, tenant, seq, self._source_params)
         self.filter_params: list[Any] = []
