@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from . import heap
 from .claims import Claims
 from .embeddings import Embedder
 from .ids import split_vector_id, vector_id
@@ -36,8 +37,8 @@ from .mirror_load import (
     read_snapshot,
     vector_mirror,
 )
-from .mirrors.keyword import KeywordIndex, type_analysis
-from .mirrors.text import TypeAnalyzer
+from .mirrors.keyword import KeywordIndex
+from .mirrors.text import TypeAnalyzer, type_analysis
 from .mirrors.vectors import Key, LocalVectors
 from .models import ReconcileCounts, ReindexCounts
 from .schema import EntityType
@@ -156,6 +157,7 @@ class Indexer:
             self.fault("after_vector_upsert")
         with self._lock:
             self._update_local(etype.name, items, vectors, gone)
+        heap.handled(sum(len(p[4]) for p in items))
 
     def _update_local(self, type_name: str, items: list[Item],
                       vectors: dict[str, np.ndarray], gone: Sequence[Key]) -> None:

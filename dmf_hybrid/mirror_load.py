@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .ids import sha256_hex
-from .mirrors.keyword import KeywordIndex, entity_document, type_analysis
-from .mirrors.text import KeywordDocument, TypeAnalyzer
+from .mirrors.keyword import KeywordIndex
+from .mirrors.text import KeywordDocument, TypeAnalyzer, entity_document, type_analysis
 from .mirrors.vectors import Key, LocalVectors
 from .schema import EntityType, text_of_parts
 from .store import Store

@@ -96,6 +96,25 @@ def test_token_counts_match_the_torch_embedder() -> None:
         assert onnx_model.count_tokens(text) == torch_model.count_tokens(text)
 
 
+def test_a_long_text_is_tokenized_from_its_head_with_the_same_tokens() -> None:
+    """Only a head of a long text is tokenized; its tokens are the whole text's, whatever the
+    text: words, long runs without a break, CJK without spaces, newlines, accents."""
+    import random
+
+    model = OnnxEmbedder()
+    assert model.tokenizer is not None  # loads both tokenizers, not the model
+    rng = random.Random(11)
+    pieces = ["word", "Zürich", "上海博物馆的古代青铜器", "x" * 300, "\n", "\t", "  ", "—", "🎉",
+              "don't", "e-mail", "3.14", "ab" * 60]
+    texts = [" ".join(rng.choice(pieces) for _ in range(rng.randint(0, 3000)))
+             for _ in range(40)]
+    texts += ["y" * 100_000, "上海" * 30_000, "a " * 5000, "q" * 5000 + " " + "word " * 400]
+    whole = [model._cutting.encode(t).ids for t in texts]
+    assert [e.ids for e in model._encode_heads(texts)] == whole
+    assert OnnxEmbedder._head("one two three", 8) == "one two"
+    assert OnnxEmbedder._head("onetwothree", 8) == "onetwothree"
+
+
 def copy_model(tmp_path: Path) -> Path:
     target = tmp_path / "copied-model"
     shutil.copytree(default_model_path(), target)

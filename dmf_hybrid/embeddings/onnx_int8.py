@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 
 #: The ``embedder`` setting that selects the ONNX build of the bundled (or ``model_path``) model.
 ONNX_EMBEDDER = "minilm-onnx"
+#: A long text is tokenized from a head of this many characters per token of the model's
+#: length (doubled while the head has fewer tokens; see ``OnnxEmbedder._encode_heads``).
+HEAD_CHARS_PER_TOKEN = 16
 #: Suffix of an ONNX build's ``model_id`` (``all-MiniLM-L6-v2`` -> ``all-MiniLM-L6-v2-onnx-int8``).
 MODEL_ID_SUFFIX = "-onnx-int8"
 #: Changing how a model is exported or quantised changes this, and so the cache key.
@@ -405,7 +408,7 @@ class OnnxEmbedder(LazyModel):
         # one text per run: int8 activations are scaled per run, so a text that shared a run
         # would get a vector that depends on its company (and padding would cost as much as
         # batching gains at these lengths: 16 queries in one run took 0.8x the time of 16 runs)
-        encodings = self._cutting.encode_batch(items)
+        encodings = self._encode_heads(items)
 
         def embed_row(row: int) -> None:
             out[row] = self._run(session, [(encodings[row].ids, encodings[row].type_ids)])[0]
@@ -419,6 +422,35 @@ class OnnxEmbedder(LazyModel):
                 for _ in pool.map(embed_row, range(len(items))):
                     pass  # re-raises the first failure
         return out
+
+    def _encode_heads(self, texts: list[str]) -> list[Any]:
+        """The truncated encodings of ``texts``, tokenizing only as much of a long text as its
+        first :attr:`max_seq_length` tokens need.
+
+        Tokenizing a whole text of 100 KB to keep 256 tokens cost time and left ~130 MB of
+        the tokenizer's allocations in the process (``evaluation/bench_keyword_memory.py``).
+        A head of the text cut at an ASCII whitespace ends between two words, and the
+        pre-tokenizer splits at whitespace, so the head's tokens are the text's first tokens:
+        when the head alone fills the model's length, its encoding is the text's. Otherwise
+        a head twice as long is tried, up to the whole text.
+        """
+        encodings = self._cutting.encode_batch([self._head(t, HEAD_CHARS_PER_TOKEN * self._max_len)
+                                                for t in texts])
+        for row, text in enumerate(texts):
+            chars = HEAD_CHARS_PER_TOKEN * self._max_len
+            while len(encodings[row].ids) < self._max_len and chars < len(text):
+                chars *= 2
+                encodings[row] = self._cutting.encode(self._head(text, chars))
+        return encodings
+
+    @staticmethod
+    def _head(text: str, chars: int) -> str:
+        """``text`` up to the last ASCII whitespace within its first ``chars`` characters (the
+        whole text if it is that short or has none there)."""
+        if len(text) <= chars:
+            return text
+        cut = max(text.rfind(space, 0, chars + 1) for space in " \t\n\r")
+        return text[:cut] if cut > 0 else text
 
     def _run(self, session: Any, rows: list[tuple[list[int], list[int]]]) -> FloatMatrix:
         width = max(len(ids) for ids, _ in rows)

@@ -23,13 +23,17 @@ lengths itself and computes BM25 at query time with numpy from the *current* sta
 costs a few dictionary operations, scores always equal a from-scratch BM25 of the current
 documents (bit for bit), quality equals bm25s (same formula, same analyzer), and a candidate
 filter is exact (every matching document is scored, then restricted; nothing is over-fetched).
-Costs: about 100 bytes of memory per (document, distinct term) posting (77 MiB for the 830k
-postings of the 100k synthetic documents), and about 240 bytes per distinct term of the index
-(its string, its entry; the posting of a term of one document is one packed int, not a dict):
-high-entropy text, where every word is new, costs ~240 bytes per word up to MAX_DOC_TERMS
-distinct terms per document (docs/benchmarks.md, "Memory against text entropy"); a filter
-costs O(len(candidates)) dictionary look-ups (~0.5 us each, so a 50k-ID filter is dominated by
-them).
+
+Memory. Terms are 64-bit keys (:mod:`.terms`), and postings live in sorted arrays (CSR: the
+distinct term keys, where each one's postings start, slots as int32 and frequencies as uint32):
+8 bytes per posting and 16 per distinct term. A write goes to a small delta (a dict of packed
+ints) that a merge folds into the arrays once it holds more than ``merge_at`` postings or a
+sixteenth of the arrays (linear: the arrays are already sorted); a removed document is marked
+dead, skipped by searches, and its postings dropped at the merge that follows a quarter of them
+dead. 600 texts of 120 KB of random words (1.2 million postings, a million distinct terms): 26 MB
+of arrays, against 192 MB as Python dicts and strings before (docs/benchmarks.md, "Memory against
+text entropy"). A filter costs O(len(candidates)) dictionary look-ups (~0.5 us each, so a
+50k-ID filter is dominated by them).
 
 Scoring is Lucene's BM25 (as in Lucene >= 8 and bm25s ``method="lucene"``)::
 
@@ -44,46 +48,40 @@ document, including those with no terms. Defaults k1 = 0.9, b = 0.4 (Anserini's 
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from dmf_hybrid.errors import ValidationError
 from dmf_hybrid.mirrors.keys import KeyIndex, key_index, positions_of
+from dmf_hybrid.mirrors.terms import (
+    MAX_TERM_CHARS,
+    DocTerms,
+    TfArray,
+    bounded_counts,
+    term_keys,
+)
 from dmf_hybrid.mirrors.text import (
     Analyzer,
     FieldedDocument,
     KeywordDocument,
-    TypeAnalyzer,
-    keyword_document,
 )
-
-if TYPE_CHECKING:
-    from dmf_hybrid.schema import EntityType
 
 DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4
-#: A document's index terms are bounded, so memory follows the number of documents, not the
-#: entropy of their text: at most MAX_DOC_TERMS distinct terms per document (its most frequent,
-#: ties in order of first appearance), each at most MAX_TERM_CHARS characters (a SHA-256 in hex
-#: fits; a run of letters without a break does not). Every term still counts in the document's
-#: length, so BM25's length normalisation sees the whole text. Text of ordinary documents is
-#: far below both (SciFact abstracts: at most a few hundred distinct terms).
-MAX_DOC_TERMS = 2000
-MAX_TERM_CHARS = 64
+#: Postings the delta may always hold before it is merged (see KeywordIndex).
+MERGE_AT = 65_536
 
 _FloatArray = npt.NDArray[np.float64]
 _IntArray = npt.NDArray[np.int64]
 _KeyArray = npt.NDArray[np.uint64]
-_DocTerms = tuple[tuple[str, ...], tuple[int, ...]]
-_NO_TERMS: _DocTerms = ((), ())
+_SlotArray = npt.NDArray[np.int32]
 _Values = tuple[frozenset[str], ...]
 #: Index generations: unique across indexes, so a rebuilt index never matches an old memo.
 _GENERATIONS = itertools.count(1)
@@ -106,7 +104,9 @@ class KeywordIndex:
 
     ``analyzer`` analyses documents and queries (default: an :class:`Analyzer` with
     ``stemmer`` and ``stopwords``); documents are texts or, for a type with field analyzers,
-    the segments its analysis takes.
+    the segments its analysis takes. ``merge_at``: the size of the delta (in postings) that is
+    always small enough to keep; past it, or past a sixteenth of the merged arrays, the delta
+    is merged into them (see the module doc).
     """
 
     def __init__(
@@ -117,32 +117,47 @@ class KeywordIndex:
         stemmer: str | None = "english",
         stopwords: str | None = "en",
         analyzer: TextAnalysis | None = None,
+        merge_at: int = MERGE_AT,
     ) -> None:
         if not (k1 >= 0.0 and math.isfinite(k1)):
             raise ValidationError(f"k1 must be a finite number >= 0, got {k1!r}", field="k1")
         if not 0.0 <= b <= 1.0:
             raise ValidationError(f"b must be between 0 and 1, got {b!r}", field="b")
+        if isinstance(merge_at, bool) or not isinstance(merge_at, int) or merge_at < 1:
+            raise ValidationError(f"merge_at must be a positive integer, got {merge_at!r}",
+                                  field="merge_at")
         self.k1 = float(k1)
         self.b = float(b)
+        self.merge_at = merge_at
         self.analyzer: TextAnalysis = (analyzer if analyzer is not None
                                        else Analyzer(stemmer=stemmer, stopwords=stopwords))
         self._lock = threading.Lock()
-        # A document lives in a slot (an index into the arrays below); freed slots are reused,
-        # lowest first, so the layout depends only on the sequence of writes.
+        # A document lives in a slot (an index into the per-slot arrays); slots are handed out
+        # in increasing order and not reused: a merge renumbers the live ones (keeping their
+        # order), so the layout depends only on the sequence of writes.
         self._slot_of: dict[str, int] = {}
         self._id_of_slot: list[str | None] = []
-        # per slot: its distinct terms and their frequencies (two tuples, not one per posting)
-        self._terms_of_slot: list[_DocTerms] = []
         # per slot: the term sets of its field values (see exact)
         self._values_of_slot: list[_Values] = []
         self._doc_len: _FloatArray = np.zeros(64, dtype=np.float64)
-        self._free_slots: list[int] = []
+        self._live: npt.NDArray[np.bool_] = np.zeros(64, dtype=np.bool_)
+        # per slot: its number of postings, and a digest of its (terms, frequencies)
+        self._postings_of_slot: _IntArray = np.zeros(64, dtype=np.int64)
+        self._digest_of_slot: _KeyArray = np.zeros(64, dtype=np.uint64)
         self._total_len = 0
-        # a term of one document keeps its posting packed in one int (slot << 32 | tf): most
-        # terms of high-entropy text occur once, and a dict per term cost ~230 bytes more
-        self._postings: dict[str, int | dict[int, int]] = {}
-        # numpy copies of postings, made on first use by a query, dropped when the term changes
-        self._posting_arrays: dict[str, tuple[_IntArray, _FloatArray]] = {}
+        # The postings. The merged part is arrays sorted by (term key, slot): the distinct
+        # term keys, where each one's postings start, and the postings' slots and term
+        # frequencies. Writes since the last merge wait in the delta, term key -> packed
+        # postings (one packed int for a term of one document, a list for more).
+        self._terms: _KeyArray = np.zeros(0, dtype=np.uint64)
+        self._starts: _IntArray = np.zeros(1, dtype=np.int64)
+        self._slots: _SlotArray = np.zeros(0, dtype=np.int32)
+        self._tfs: TfArray = np.zeros(0, dtype=np.uint32)
+        self._delta: dict[int, int | list[int]] = {}
+        self._delta_postings = 0
+        # postings (in either part) and slots of documents since removed or replaced
+        self._dead_postings = 0
+        self._dead_slots = 0
         # per slot: the caller's 64-bit key of the document (see upsert), and how many live
         # documents have none; (sorted keys, their slots), built on first use by search_keys
         self._key_of_slot: _KeyArray = np.zeros(64, dtype=np.uint64)
@@ -163,12 +178,12 @@ class KeywordIndex:
         """
         if keys is not None and len(keys) != len(items):
             raise ValidationError("keys must be as long as items", field="keys")
-        analysed: list[tuple[str, _DocTerms, int, int | None, _Values]] = []
+        analysed: list[tuple[str, DocTerms, int, int | None, _Values]] = []
         value_terms = getattr(self.analyzer, "value_terms", None)
         for i, item in enumerate(items):
             entity_id, text = _check_item(item)
             terms = self.analyzer.document_terms(text)
-            counts = _bounded_counts(terms)
+            counts = bounded_counts(terms)
             # a value with a term the postings leave out (longer than MAX_TERM_CHARS) could
             # never be named by a query that finds its document: not kept
             values: _Values = () if value_terms is None else tuple(
@@ -179,13 +194,15 @@ class KeywordIndex:
             for entity_id, counts, length, key, values in analysed:
                 slot = self._slot_of.get(entity_id)
                 if slot is not None:
-                    if self._terms_of_slot[slot] == counts and (
-                            key or 0) == int(self._key_of_slot[slot]):
+                    if (int(self._digest_of_slot[slot]) == counts.digest
+                            and self._doc_len[slot] == length
+                            and (key or 0) == int(self._key_of_slot[slot])):
                         self._values_of_slot[slot] = values
                         continue  # same terms: nothing to do, keep the caches warm
                     self._remove_slot(slot)
                 self._add(entity_id, counts, length, key)
                 self._values_of_slot[self._slot_of[entity_id]] = values
+            self._merge_if_due()
 
     def delete(self, ids: Sequence[str]) -> None:
         """Remove these IDs from the index; unknown IDs are ignored."""
@@ -196,71 +213,121 @@ class KeywordIndex:
                 slot = self._slot_of.get(entity_id)
                 if slot is not None:
                     self._remove_slot(slot)
+            self._merge_if_due()
 
-    def _add(self, entity_id: str, counts: _DocTerms, length: int, key: int | None) -> None:
-        if self._free_slots:
-            slot = heapq.heappop(self._free_slots)
-            self._id_of_slot[slot] = entity_id
-            self._terms_of_slot[slot] = counts
-        else:
-            slot = len(self._id_of_slot)
-            self._id_of_slot.append(entity_id)
-            self._terms_of_slot.append(counts)
-            self._values_of_slot.append(())
-            if slot >= len(self._doc_len):
-                grown = np.zeros(2 * len(self._doc_len), dtype=np.float64)
-                grown[: len(self._doc_len)] = self._doc_len
-                self._doc_len = grown
-                grown_keys = np.zeros(len(grown), dtype=np.uint64)
-                grown_keys[: len(self._key_of_slot)] = self._key_of_slot
-                self._key_of_slot = grown_keys
+    def _add(self, entity_id: str, counts: DocTerms, length: int, key: int | None) -> None:
+        slot = len(self._id_of_slot)
+        self._id_of_slot.append(entity_id)
+        self._values_of_slot.append(())
+        if slot >= len(self._doc_len):
+            self._resize(np.arange(slot), 2 * len(self._doc_len))
         self._slot_of[entity_id] = slot
+        self._live[slot] = True
         self._doc_len[slot] = float(length)
+        self._postings_of_slot[slot] = len(counts.keys)
+        self._digest_of_slot[slot] = counts.digest
         if not key:
             self._unkeyed += 1
         self._key_of_slot[slot] = key or 0
         self._by_key = None
         self.generation = next(_GENERATIONS)
         self._total_len += length
-        postings = self._postings
-        for term, tf in zip(*counts, strict=True):
-            posting = postings.get(term)
+        delta = self._delta
+        for term, tf in zip(counts.keys.tolist(), counts.tfs.tolist(), strict=True):
+            posting = delta.get(term)
+            packed = slot * _TF_SPAN + tf
             if posting is None:
-                postings[term] = _pack(slot, tf)
+                delta[term] = packed
             elif isinstance(posting, int):
-                postings[term] = {**_unpacked(posting), slot: tf}
+                delta[term] = [posting, packed]
             else:
-                posting[slot] = tf
-        arrays = self._posting_arrays
-        if arrays:
-            for term in counts[0]:
-                arrays.pop(term, None)
+                posting.append(packed)
+        self._delta_postings += len(counts.keys)
+
+    def _resize(self, kept: _IntArray, size: int) -> None:
+        """Per-slot arrays of ``size`` slots holding the ``kept`` slots' values, in order."""
+        for name in ("_doc_len", "_live", "_postings_of_slot", "_digest_of_slot",
+                     "_key_of_slot"):
+            old = getattr(self, name)
+            fresh = np.zeros(size, dtype=old.dtype)
+            fresh[:len(kept)] = old[kept]
+            setattr(self, name, fresh)
 
     def _remove_slot(self, slot: int) -> None:
         entity_id = self._id_of_slot[slot]
         assert entity_id is not None
-        postings, arrays = self._postings, self._posting_arrays
-        for term in self._terms_of_slot[slot][0]:
-            posting = postings[term]
-            if isinstance(posting, int):
-                del postings[term]
-            else:
-                del posting[slot]
-                if len(posting) == 1:
-                    postings[term] = _pack(*next(iter(posting.items())))
-            arrays.pop(term, None)
         self._total_len -= int(self._doc_len[slot])
         self._doc_len[slot] = 0.0
+        self._live[slot] = False
+        self._dead_postings += int(self._postings_of_slot[slot])
+        self._dead_slots += 1
         if self._key_of_slot[slot] == 0:
             self._unkeyed -= 1  # (a key of 0 counts as none: DuckDB's hash is 0 in 2^-64)
         self._key_of_slot[slot] = 0
         self._by_key = None
         self.generation = next(_GENERATIONS)
         self._id_of_slot[slot] = None
-        self._terms_of_slot[slot] = _NO_TERMS
         self._values_of_slot[slot] = ()
         del self._slot_of[entity_id]
-        heapq.heappush(self._free_slots, slot)
+
+    def _merge_if_due(self) -> None:
+        merged = len(self._slots)
+        if (self._delta_postings > max(self.merge_at, merged // 16)
+                or self._dead_postings > max(self.merge_at, (merged + self._delta_postings) // 4)
+                or self._dead_slots > max(self.merge_at, len(self._slot_of))):
+            self._merge()
+
+    def _merge(self) -> None:
+        """Fold the delta into the arrays, drop the postings of removed documents and renumber
+        the live slots (in order). Linear but for sorting the delta: the arrays are sorted by
+        (term, slot) already, and every slot of the delta is above every merged one."""
+        n = self._delta_postings
+        terms = np.empty(n, dtype=np.uint64)
+        packed = np.empty(n, dtype=np.int64)
+        at = 0
+        for term, posting in self._delta.items():
+            if isinstance(posting, int):
+                terms[at] = term
+                packed[at] = posting
+                at += 1
+            else:
+                terms[at:at + len(posting)] = term
+                packed[at:at + len(posting)] = posting
+                at += len(posting)
+        order = np.lexsort((packed, terms))  # by term, then slot (the high bits of packed)
+        all_terms = np.concatenate(
+            [np.repeat(self._terms, np.diff(self._starts)), terms[order]])
+        slots = np.concatenate([self._slots, (packed[order] >> 32).astype(np.int32)])
+        tfs = np.concatenate([self._tfs, (packed[order] & (_TF_SPAN - 1)).astype(np.uint32)])
+        del terms, packed, order
+        live = self._live[:len(self._id_of_slot)]
+        keep = live[slots]
+        if not keep.all():
+            all_terms, slots, tfs = all_terms[keep], slots[keep], tfs[keep]
+        if self._dead_slots:
+            slots = (np.cumsum(live) - 1).astype(np.int32)[slots]
+            self._renumber(np.flatnonzero(live))
+        by_term = np.argsort(all_terms, kind="stable")  # two sorted runs: a linear merge
+        all_terms, self._slots, self._tfs = all_terms[by_term], slots[by_term], tfs[by_term]
+        first = np.ones(len(all_terms), dtype=np.bool_)
+        first[1:] = all_terms[1:] != all_terms[:-1]
+        self._terms = all_terms[first]
+        self._starts = np.append(np.flatnonzero(first), len(all_terms)).astype(np.int64)
+        self._delta = {}
+        self._delta_postings = 0
+        self._dead_postings = 0
+
+    def _renumber(self, kept: _IntArray) -> None:
+        """Keep only the live slots ``kept``, in order (the caller renumbers their postings)."""
+        positions = kept.tolist()
+        ids = [self._id_of_slot[s] for s in positions]
+        self._values_of_slot = [self._values_of_slot[s] for s in positions]
+        self._resize(kept, max(64, 2 * len(kept)))
+        self._id_of_slot = ids
+        self._slot_of = {str(entity_id): slot for slot, entity_id in enumerate(ids)}
+        self._dead_slots = 0
+        self._by_key = None
+        self.generation = next(_GENERATIONS)
 
     # ------------------------------------------------------------------ reads
 
@@ -273,6 +340,19 @@ class KeywordIndex:
         """Whether ``entity_id`` is indexed."""
         with self._lock:
             return entity_id in self._slot_of
+
+    def stats(self) -> dict[str, int]:
+        """Its size: live documents, distinct terms and postings merged, postings waiting in
+        the delta, postings and slots of removed documents not yet dropped, and the bytes of
+        its arrays."""
+        with self._lock:
+            arrays = (self._terms, self._starts, self._slots, self._tfs, self._doc_len,
+                      self._live, self._postings_of_slot, self._digest_of_slot,
+                      self._key_of_slot)
+            return {"documents": len(self._slot_of), "terms": len(self._terms),
+                    "postings": len(self._slots), "delta_postings": self._delta_postings,
+                    "dead_postings": self._dead_postings, "dead_slots": self._dead_slots,
+                    "array_bytes": sum(a.nbytes for a in arrays)}
 
     def search(
         self, query: str, k: int, candidates: Collection[str] | None = None
@@ -356,6 +436,7 @@ class KeywordIndex:
         query_counts = Counter(self.analyzer.query_terms(query))
         if not query_counts:
             return []
+        query_keys = term_keys(list(query_counts)).tolist()
         with self._lock:
             n_docs = len(self._slot_of)
             if n_docs == 0:
@@ -369,44 +450,49 @@ class KeywordIndex:
                     return []
                 allowed = np.zeros(len(self._id_of_slot), dtype=np.bool_)
                 allowed[slots] = True
-            scores = self._scores(query_counts, n_docs)
+            scores = self._scores(zip(query_keys, query_counts.values(), strict=True), n_docs)
             if scores is None:
                 return []
             return self._top_k(scores, allowed, k)
 
-    def _scores(self, query_counts: Counter[str], n_docs: int) -> _FloatArray | None:
-        """BM25 of every slot for the query (0 where no term matches); None if nothing matches."""
+    def _scores(self, query: Iterable[tuple[int, int]], n_docs: int) -> _FloatArray | None:
+        """BM25 of every slot for the query's (term key, count) pairs (0 where no term
+        matches); None if nothing matches."""
         avg_len = self._total_len / n_docs
         k1, b = self.k1, self.b
         scores: _FloatArray | None = None
-        for term, qtf in query_counts.items():
-            posting = self._postings.get(term)
-            if not posting:
+        for term, qtf in query:
+            slots, tfs = self._postings(term)
+            df = len(slots)
+            if not df:
                 continue
             if scores is None:
                 scores = np.zeros(len(self._id_of_slot), dtype=np.float64)
-            slots, tfs = self._arrays_for(term, posting)
-            df = len(slots)
             idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
             norm = k1 * (1.0 - b + b * self._doc_len[slots] / avg_len)
             # slots in one posting are distinct, so fancy-index += adds once per document
             scores[slots] += (qtf * idf) * (tfs / (tfs + norm))
         return scores
 
-    def _arrays_for(self, term: str, posting: int | dict[int, int]
-                    ) -> tuple[_IntArray, _FloatArray]:
-        if isinstance(posting, int):
-            slot, tf = divmod(posting, _TF_SPAN)
-            return np.array([slot], dtype=np.int64), np.array([tf], dtype=np.float64)
-        cached = self._posting_arrays.get(term)
-        if cached is None:
-            n = len(posting)
-            cached = (
-                np.fromiter(posting.keys(), dtype=np.int64, count=n),
-                np.fromiter(posting.values(), dtype=np.float64, count=n),
-            )
-            self._posting_arrays[term] = cached
-        return cached
+    def _postings(self, term: int) -> tuple[_IntArray, _FloatArray]:
+        """The (slots, term frequencies) of a term's live postings, merged and in the delta."""
+        at = int(np.searchsorted(self._terms, np.uint64(term)))
+        slots: _IntArray = _NO_SLOTS
+        tfs: _FloatArray = _NO_TFS
+        if at < len(self._terms) and int(self._terms[at]) == term:
+            start, end = int(self._starts[at]), int(self._starts[at + 1])
+            slots = self._slots[start:end].astype(np.int64)
+            tfs = self._tfs[start:end].astype(np.float64)
+        fresh = self._delta.get(term)
+        if fresh is not None:
+            packed = np.array([fresh] if isinstance(fresh, int) else fresh, dtype=np.int64)
+            slots = np.concatenate([slots, packed >> 32])
+            tfs = np.concatenate([tfs, (packed & (_TF_SPAN - 1)).astype(np.float64)])
+        if self._dead_slots:
+            live = self._live[slots]
+            if not live.all():
+                slots, tfs = slots[live], tfs[live]
+        return slots, tfs
 
     def _top_k(
         self, scores: _FloatArray, allowed: npt.NDArray[np.bool_] | None, k: int
@@ -432,25 +518,8 @@ class KeywordIndex:
 
 #: A packed posting is ``slot * _TF_SPAN + tf`` (a term frequency is below 2^32).
 _TF_SPAN = 1 << 32
-
-
-def _pack(slot: int, tf: int) -> int:
-    return slot * _TF_SPAN + tf
-
-
-def _unpacked(posting: int) -> dict[int, int]:
-    slot, tf = divmod(posting, _TF_SPAN)
-    return {slot: tf}
-
-
-def _bounded_counts(terms: Sequence[str]) -> _DocTerms:
-    """A document's (distinct terms, their frequencies) as indexed: terms of at most
-    MAX_TERM_CHARS characters, the MAX_DOC_TERMS most frequent of them."""
-    counter = Counter(t for t in terms if len(t) <= MAX_TERM_CHARS)
-    if len(counter) > MAX_DOC_TERMS:
-        counter = Counter(dict(counter.most_common(MAX_DOC_TERMS)))
-    return tuple(counter), tuple(counter.values())
-
+_NO_SLOTS: _IntArray = np.zeros(0, dtype=np.int64)
+_NO_TFS: _FloatArray = np.zeros(0, dtype=np.float64)
 
 def _check_item(item: tuple[str, KeywordDocument]) -> tuple[str, KeywordDocument]:
     try:
@@ -466,45 +535,6 @@ def _check_item(item: tuple[str, KeywordDocument]) -> tuple[str, KeywordDocument
     if not isinstance(text, str | tuple | FieldedDocument):
         raise ValidationError(f"text of {entity_id!r} must be a string", field="text")
     return entity_id, text
-
-
-def type_analysis(etype: EntityType) -> TypeAnalyzer:
-    """The keyword analysis a type's definition declares (its analyzer, its fields')."""
-    return TypeAnalyzer.of(etype.typedef)
-
-
-def entity_document(analysis: TypeAnalyzer, etype: EntityType, data: Mapping[str, Any],
-                    text: str, parts: list[tuple[str | None, str]] | None = None
-                    ) -> KeywordDocument:
-    """What the keyword index of a type analyses of one entity (``text``: its embed text;
-    ``parts``: its rendered template, if already made): the text (or its segments) and the
-    values of its embedded text fields."""
-    if parts is None:
-        parts = etype.embed_parts(data) or []
-    body = text if not analysis.mixed else keyword_document(analysis, parts)
-    values: list[tuple[str, str]] = []
-    for name, _ in parts:
-        spec = etype.fields.get(name) if name is not None else None
-        if name is None or spec is None or not (spec.type in ("str", "enum") or spec.item == "str"):
-            continue
-        analyzer = analysis.fields.get(name, analysis.analyzer)
-        value = data.get(name)
-        for item in value if isinstance(value, list) else [value]:
-            if item is not None:
-                values.append((analyzer, str(getattr(item, "value", item))))
-    return FieldedDocument(body, tuple(values)) if values else body
-
-
-def entity_documents(etype: EntityType, rows: Sequence[tuple[str, Mapping[str, Any]]]
-                     ) -> list[tuple[str, KeywordDocument]]:
-    """``(entity_id, keyword document)`` of the ``(entity_id, data)`` rows that are embedded."""
-    analysis = type_analysis(etype)
-    docs: list[tuple[str, KeywordDocument]] = []
-    for entity_id, data in rows:
-        text = etype.embed_text(data)
-        if text is not None:
-            docs.append((entity_id, entity_document(analysis, etype, data, text)))
-    return docs
 
 
 def exact_leg(index: KeywordIndex | None, query: str, ranked: Sequence[tuple[str, float]]

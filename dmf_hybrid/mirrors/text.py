@@ -39,10 +39,13 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dmf_hybrid.analyzers import ANALYZERS, DEFAULT_ANALYZER, check_analyzer
 from dmf_hybrid.errors import ServiceUnavailable, ValidationError
+
+if TYPE_CHECKING:
+    from dmf_hybrid.schema import EntityType
 
 TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")
 
@@ -383,3 +386,42 @@ def keyword_document(analysis: TypeAnalyzer, parts: Sequence[tuple[str | None, s
         else:
             segments.append((analyzer, text))
     return tuple(segments)
+
+
+def type_analysis(etype: EntityType) -> TypeAnalyzer:
+    """The keyword analysis a type's definition declares (its analyzer, its fields')."""
+    return TypeAnalyzer.of(etype.typedef)
+
+
+def entity_document(analysis: TypeAnalyzer, etype: EntityType, data: Mapping[str, Any],
+                    text: str, parts: list[tuple[str | None, str]] | None = None
+                    ) -> KeywordDocument:
+    """What the keyword index of a type analyses of one entity (``text``: its embed text;
+    ``parts``: its rendered template, if already made): the text (or its segments) and the
+    values of its embedded text fields."""
+    if parts is None:
+        parts = etype.embed_parts(data) or []
+    body = text if not analysis.mixed else keyword_document(analysis, parts)
+    values: list[tuple[str, str]] = []
+    for name, _ in parts:
+        spec = etype.fields.get(name) if name is not None else None
+        if name is None or spec is None or not (spec.type in ("str", "enum") or spec.item == "str"):
+            continue
+        analyzer = analysis.fields.get(name, analysis.analyzer)
+        value = data.get(name)
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None:
+                values.append((analyzer, str(getattr(item, "value", item))))
+    return FieldedDocument(body, tuple(values)) if values else body
+
+
+def entity_documents(etype: EntityType, rows: Sequence[tuple[str, Mapping[str, Any]]]
+                     ) -> list[tuple[str, KeywordDocument]]:
+    """``(entity_id, keyword document)`` of the ``(entity_id, data)`` rows that are embedded."""
+    analysis = type_analysis(etype)
+    docs: list[tuple[str, KeywordDocument]] = []
+    for entity_id, data in rows:
+        text = etype.embed_text(data)
+        if text is not None:
+            docs.append((entity_id, entity_document(analysis, etype, data, text)))
+    return docs

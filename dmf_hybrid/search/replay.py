@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..indexer import Indexer
-from ..mirrors.keyword import KeywordIndex, entity_documents, exact_leg, type_analysis
+from ..mirrors.keyword import KeywordIndex, exact_leg
+from ..mirrors.text import entity_documents, type_analysis
 from ..schema import EntityType
 from ..store.sql import field_values
 from ..store.tables import SYSTEM_COLUMNS

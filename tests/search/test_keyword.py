@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from dmf_hybrid.errors import ValidationError
-from dmf_hybrid.mirrors.keyword import KeywordIndex
+from dmf_hybrid.mirrors import terms
+from dmf_hybrid.mirrors.keyword import MERGE_AT, KeywordIndex
+from dmf_hybrid.mirrors.terms import MAX_DOC_TERMS, MAX_TERM_CHARS, term_keys
 from dmf_hybrid.mirrors.text import Analyzer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,9 +82,16 @@ def assert_same(got: list[tuple[str, float]], want: list[tuple[str, float]]) -> 
         assert g == pytest.approx(w, rel=1e-12, abs=0.0)
 
 
-def test_scores_equal_reference_after_random_writes() -> None:
+#: Delta sizes for the tests of writes: the default (nothing is merged at these sizes) and
+#: small ones (merges, dropped postings and renumbered slots all along).
+MERGES = [pytest.param(MERGE_AT, id="no-merge"), pytest.param(1, id="merge-always"),
+          pytest.param(7, id="merge-at-7")]
+
+
+@pytest.mark.parametrize("merge_at", MERGES)
+def test_scores_equal_reference_after_random_writes(merge_at: int) -> None:
     rng = random.Random(1234)
-    index = KeywordIndex()
+    index = KeywordIndex(merge_at=merge_at)
     docs: dict[str, str] = {}
     for step in range(300):
         op = rng.random()
@@ -109,9 +118,10 @@ def test_scores_equal_reference_after_random_writes() -> None:
         assert index.search(query, 1000) == fresh.search(query, 1000)
 
 
-def test_candidates_filter_is_exact() -> None:
+@pytest.mark.parametrize("merge_at", MERGES)
+def test_candidates_filter_is_exact(merge_at: int) -> None:
     rng = random.Random(99)
-    index = KeywordIndex()
+    index = KeywordIndex(merge_at=merge_at)
     docs = {f"d{i:03d}": random_text(rng) for i in range(200)}
     index.upsert(list(docs.items()))
     index.delete(["d000", "d001"])
@@ -215,7 +225,9 @@ def test_bad_input_is_rejected_and_changes_nothing() -> None:
 
 _SCRIPT = """
 import json, random, sys
-from dmf_hybrid.mirrors.keyword import KeywordIndex
+from dmf_hybrid.mirrors import terms
+from dmf_hybrid.mirrors.keyword import MERGE_AT, KeywordIndex
+from dmf_hybrid.mirrors.terms import MAX_DOC_TERMS, MAX_TERM_CHARS, term_keys
 rng = random.Random(5)
 words = "memory agent running runs fact graph vector apple banana cherry the of".split()
 index = KeywordIndex()
@@ -246,10 +258,11 @@ def test_deterministic_across_processes() -> None:
     assert any(json.loads(outputs.pop()).values())
 
 
-def test_concurrent_searches_with_writes() -> None:
+@pytest.mark.parametrize("merge_at", MERGES)
+def test_concurrent_searches_with_writes(merge_at: int) -> None:
     rng = random.Random(3)
     docs = {f"d{i}": random_text(rng) for i in range(100)}
-    index = KeywordIndex()
+    index = KeywordIndex(merge_at=merge_at)
     index.upsert(list(docs.items()))
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -296,11 +309,12 @@ def test_bench_ndcg_at_10_matches_hand_computation() -> None:
     assert ndcg_at_10(["x"] * 10 + ["a"], rels) == 0.0  # rank 11 is past the cut
 
 
-def test_candidate_keys_select_exactly_what_candidate_ids_select() -> None:
+@pytest.mark.parametrize("merge_at", MERGES)
+def test_candidate_keys_select_exactly_what_candidate_ids_select(merge_at: int) -> None:
     import numpy as np
 
     rng = random.Random(7)
-    index = KeywordIndex()
+    index = KeywordIndex(merge_at=merge_at)
     key_of = {f"d{i:03d}": 1000 + 7 * i for i in range(200)}
     docs = {eid: random_text(rng) for eid in key_of}
     items = sorted(docs.items())
@@ -355,20 +369,61 @@ def test_a_documents_index_terms_are_bounded_and_its_length_is_not() -> None:
     """At most MAX_DOC_TERMS distinct terms per document (its most frequent) and none longer
     than MAX_TERM_CHARS are indexed, so memory follows the documents, not their entropy; the
     length BM25 normalises by still counts every term."""
-    from dmf_hybrid.mirrors.keyword import MAX_DOC_TERMS, MAX_TERM_CHARS
-
     rare = [f"rare{i:05d}x" for i in range(MAX_DOC_TERMS + 500)]
     frequent = ["zebra"] * 5 + ["quokka"] * 3
     long_ok, too_long = "h" * MAX_TERM_CHARS, "q" * (MAX_TERM_CHARS + 1)
     index = KeywordIndex(stemmer=None, stopwords=None)
     text = " ".join(frequent + rare + [long_ok, long_ok, too_long])
-    index.upsert([("big", text), ("small", "zebra quokka rare00000x")])
-    counts = index._terms_of_slot[index._slot_of["big"]]
-    assert len(counts[0]) == MAX_DOC_TERMS
-    assert counts[0][:3] == ("zebra", "quokka", long_ok)  # the most frequent first
-    assert too_long not in index._postings and long_ok in index._postings
-    assert index._doc_len[index._slot_of["big"]] == len(text.split())
-    assert {d for d, _ in index.search("zebra", 5)} == {"small", "big"}
+    docs = {"big": text, "small": "zebra quokka rare00000x"}
+    index.upsert(list(docs.items()))
+    assert index.stats()["delta_postings"] == MAX_DOC_TERMS + 3
+    # the length counts every term: the score is BM25's over the whole text
+    assert_same(index.search("zebra", 5), reference_bm25(docs, "zebra", stemmer=None))
+    assert {d for d, _ in index.search("quokka", 5)} == {"small", "big"}
+    assert {d for d, _ in index.search(long_ok, 5)} == {"big"}
     assert {d for d, _ in index.search(rare[0], 5)} == {"small", "big"}  # kept: first seen
     assert [d for d, _ in index.search(rare[-1], 5)] == []  # past the bound: not indexed
     assert index.search(too_long, 5) == []
+
+
+def test_term_keys_are_the_same_bits_in_python_and_numpy() -> None:
+    """A query's few terms are keyed in Python, a document's many with numpy: one function."""
+    rng = random.Random(5)
+    alphabet = "abcxyz09_éß中文字\U0001f600"
+    for size in (1, 3, 23, 24, 25, 200):
+        words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 70)))
+                 for _ in range(size)]
+        assert term_keys(words).tolist() == [terms._term_key(t) for t in words]
+    assert len(set(term_keys([f"t{i}" for i in range(50_000)]).tolist())) == 50_000
+
+
+def test_two_terms_with_one_key_make_one_posting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two distinct terms of one document whose keys collide (about n^2/2^65) are one term of
+    the summed frequency, never two postings of one slot."""
+    import numpy as np
+
+    def colliding(terms: list[str]) -> np.ndarray:
+        return np.array([7 if t in ("apple", "pear") else 1000 + i
+                         for i, t in enumerate(terms)], dtype=np.uint64)
+
+    monkeypatch.setattr(terms, "term_keys", colliding)
+    counts = terms.bounded_counts(["apple", "pie", "pear", "pear"])
+    assert counts.keys.tolist() == [7, 1001] and counts.tfs.tolist() == [3, 1]
+
+
+def test_merges_keep_memory_in_arrays() -> None:
+    """Past the delta's bound postings move into arrays; removed documents' postings go at a
+    merge, and the stats say so."""
+    index = KeywordIndex(stemmer=None, stopwords=None, merge_at=10)
+    index.upsert([(f"d{i}", f"common w{i}a w{i}b") for i in range(8)])
+    stats = index.stats()
+    assert stats["postings"] == 24 and stats["delta_postings"] == 0 and stats["terms"] == 17
+    index.delete(["d0"])
+    assert index.stats()["dead_postings"] == 3  # within the bound: kept, skipped by searches
+    assert "d0" not in {d for d, _ in index.search("common w0a", 10)}
+    index.delete([f"d{i}" for i in range(1, 5)])  # 15 dead postings: over it, dropped
+    index.upsert([("late", "common late")])
+    stats = index.stats()
+    assert (stats["documents"], stats["postings"], stats["delta_postings"]) == (4, 9, 2)
+    assert (stats["dead_postings"], stats["dead_slots"]) == (0, 0)
+    assert {d for d, _ in index.search("common", 10)} == {"d5", "d6", "d7", "late"}
