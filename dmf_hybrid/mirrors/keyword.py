@@ -64,7 +64,7 @@ from dmf_hybrid.mirrors.terms import (
     MAX_TERM_CHARS,
     DocTerms,
     TfArray,
-    bounded_counts,
+    bounded_counts_many,
     term_keys,
 )
 from dmf_hybrid.mirrors.text import (
@@ -178,30 +178,29 @@ class KeywordIndex:
         """
         if keys is not None and len(keys) != len(items):
             raise ValidationError("keys must be as long as items", field="keys")
-        analysed: list[tuple[str, DocTerms, int, int | None, _Values]] = []
+        checked = [_check_item(item) for item in items]
         value_terms = getattr(self.analyzer, "value_terms", None)
-        for i, item in enumerate(items):
-            entity_id, text = _check_item(item)
-            terms = self.analyzer.document_terms(text)
-            counts = bounded_counts(terms)
-            # a value with a term the postings leave out (longer than MAX_TERM_CHARS) could
-            # never be named by a query that finds its document: not kept
-            values: _Values = () if value_terms is None else tuple(
-                v for v in value_terms(text) if all(len(t) <= MAX_TERM_CHARS for t in v))
-            analysed.append((entity_id, counts, len(terms), None if keys is None else keys[i],
-                             values))
+        terms = [self.analyzer.document_terms(text) for _, text in checked]
+        # a value with a term the postings leave out (longer than MAX_TERM_CHARS) could
+        # never be named by a query that finds its document: not kept
+        values: list[_Values] = [() if value_terms is None else tuple(
+            v for v in value_terms(text) if all(len(t) <= MAX_TERM_CHARS for t in v))
+            for _, text in checked]
+        analysed = zip([entity_id for entity_id, _ in checked], bounded_counts_many(terms),
+                       map(len, terms), keys if keys is not None else [None] * len(checked),
+                       values, strict=True)
         with self._lock:
-            for entity_id, counts, length, key, values in analysed:
+            for entity_id, counts, length, key, doc_values in analysed:
                 slot = self._slot_of.get(entity_id)
                 if slot is not None:
                     if (int(self._digest_of_slot[slot]) == counts.digest
                             and self._doc_len[slot] == length
                             and (key or 0) == int(self._key_of_slot[slot])):
-                        self._values_of_slot[slot] = values
+                        self._values_of_slot[slot] = doc_values
                         continue  # same terms: nothing to do, keep the caches warm
                     self._remove_slot(slot)
                 self._add(entity_id, counts, length, key)
-                self._values_of_slot[self._slot_of[entity_id]] = values
+                self._values_of_slot[self._slot_of[entity_id]] = doc_values
             self._merge_if_due()
 
     def delete(self, ids: Sequence[str]) -> None:
@@ -436,7 +435,7 @@ class KeywordIndex:
         query_counts = Counter(self.analyzer.query_terms(query))
         if not query_counts:
             return []
-        query_keys = term_keys(list(query_counts)).tolist()
+        query_keys = term_keys(list(query_counts))
         with self._lock:
             n_docs = len(self._slot_of)
             if n_docs == 0:
@@ -450,19 +449,22 @@ class KeywordIndex:
                     return []
                 allowed = np.zeros(len(self._id_of_slot), dtype=np.bool_)
                 allowed[slots] = True
-            scores = self._scores(zip(query_keys, query_counts.values(), strict=True), n_docs)
+            at = np.searchsorted(self._terms, query_keys).tolist()
+            scores = self._scores(zip(query_keys.tolist(), at, query_counts.values(),
+                                      strict=True), n_docs)
             if scores is None:
                 return []
             return self._top_k(scores, allowed, k)
 
-    def _scores(self, query: Iterable[tuple[int, int]], n_docs: int) -> _FloatArray | None:
-        """BM25 of every slot for the query's (term key, count) pairs (0 where no term
-        matches); None if nothing matches."""
+    def _scores(self, query: Iterable[tuple[int, int, int]], n_docs: int
+                ) -> _FloatArray | None:
+        """BM25 of every slot for the query's (term key, its place in the merged keys, count)
+        triples (0 where no term matches); None if nothing matches."""
         avg_len = self._total_len / n_docs
         k1, b = self.k1, self.b
         scores: _FloatArray | None = None
-        for term, qtf in query:
-            slots, tfs = self._postings(term)
+        for term, at, qtf in query:
+            slots, tfs = self._postings(term, at)
             df = len(slots)
             if not df:
                 continue
@@ -474,9 +476,9 @@ class KeywordIndex:
             scores[slots] += (qtf * idf) * (tfs / (tfs + norm))
         return scores
 
-    def _postings(self, term: int) -> tuple[_IntArray, _FloatArray]:
-        """The (slots, term frequencies) of a term's live postings, merged and in the delta."""
-        at = int(np.searchsorted(self._terms, np.uint64(term)))
+    def _postings(self, term: int, at: int) -> tuple[_IntArray, _FloatArray]:
+        """The (slots, term frequencies) of a term's live postings, merged and in the delta
+        (``at``: where the term's key is or would be in the merged keys)."""
         slots: _IntArray = _NO_SLOTS
         tfs: _FloatArray = _NO_TFS
         if at < len(self._terms) and int(self._terms[at]) == term:

@@ -14,7 +14,6 @@ summed frequency, so a slot never appears twice in a posting list.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -41,6 +40,9 @@ _MIX2 = 0x94D049BB133111EB
 _MASK = (1 << 64) - 1
 #: Below this many terms a loop in Python is faster than numpy's per-call overhead.
 _VECTOR_FROM = 24
+#: Terms keyed in one numpy call (a call holds them as UTF-32 padded to the longest).
+KEY_CHUNK = 16_384
+_NO_KEYS: KeyArray = np.zeros(0, dtype=np.uint64)
 
 
 def term_keys(terms: Sequence[str]) -> KeyArray:
@@ -56,6 +58,11 @@ def term_keys(terms: Sequence[str]) -> KeyArray:
         h = np.where(lengths > column, (h ^ codes[:, column]) * prime, h)
     h ^= lengths.astype(np.uint64)
     h *= prime
+    return _mix(h)
+
+
+def _mix(h: KeyArray) -> KeyArray:
+    """SplitMix64's finaliser, in place."""
     h ^= h >> np.uint64(30)
     h *= np.uint64(_MIX1)
     h ^= h >> np.uint64(27)
@@ -89,18 +96,40 @@ class DocTerms(NamedTuple):
 def bounded_counts(terms: Sequence[str]) -> DocTerms:
     """A document's (distinct term keys, their frequencies) as indexed: terms of at most
     MAX_TERM_CHARS characters, the MAX_DOC_TERMS most frequent of them."""
-    counter = Counter(t for t in terms if len(t) <= MAX_TERM_CHARS)
-    if len(counter) > MAX_DOC_TERMS:
-        counter = Counter(dict(counter.most_common(MAX_DOC_TERMS)))
-    keys = term_keys(list(counter))
-    tfs = np.fromiter(counter.values(), dtype=np.uint32, count=len(counter))
-    order = np.argsort(keys, kind="stable")
-    keys, tfs = keys[order], tfs[order]
-    if len(keys) > 1:
-        first = np.ones(len(keys), dtype=np.bool_)
-        first[1:] = keys[1:] != keys[:-1]
-        if not first.all():  # two terms of one document share a key: one posting, tfs summed
-            tfs = np.add.reduceat(tfs, np.flatnonzero(first)).astype(np.uint32)
-            keys = keys[first]
-    digest = hashlib.blake2b(keys.tobytes() + tfs.tobytes(), digest_size=8).digest()
-    return DocTerms(keys, tfs, int.from_bytes(digest, "little"))
+    return bounded_counts_many([terms])[0]
+
+
+def bounded_counts_many(documents: Sequence[Sequence[str]]) -> list[DocTerms]:
+    """:func:`bounded_counts` of each document, keyed and sorted together (numpy's per-call
+    cost, paid once per batch instead of once per document, was most of a short text's)."""
+    counters = []
+    for terms in documents:
+        counter = Counter(t for t in terms if len(t) <= MAX_TERM_CHARS)
+        if len(counter) > MAX_DOC_TERMS:
+            counter = Counter(dict(counter.most_common(MAX_DOC_TERMS)))
+        counters.append(counter)
+    sizes = np.fromiter(map(len, counters), dtype=np.int64, count=len(counters))
+    distinct = [term for counter in counters for term in counter]
+    keys = np.concatenate([term_keys(distinct[i:i + KEY_CHUNK])
+                           for i in range(0, len(distinct), KEY_CHUNK)] or [_NO_KEYS])
+    tfs = np.fromiter((tf for counter in counters for tf in counter.values()),
+                      dtype=np.uint32, count=len(distinct))
+    doc = np.repeat(np.arange(len(counters)), sizes)
+    order = np.lexsort((keys, doc))  # by document, then key
+    keys, tfs, doc = keys[order], tfs[order], doc[order]
+    first = np.ones(len(keys), dtype=np.bool_)
+    first[1:] = (keys[1:] != keys[:-1]) | (doc[1:] != doc[:-1])
+    if not first.all():  # two terms of one document share a key: one posting, tfs summed
+        tfs = np.add.reduceat(tfs, np.flatnonzero(first)).astype(np.uint32)
+        keys, doc = keys[first], doc[first]
+    ends = np.searchsorted(doc, np.arange(len(counters)), side="right").tolist()
+    # a digest of each document's (key, tf) pairs: a sum of mixed pairs, as they are sorted
+    mixed = _mix(keys ^ (tfs.astype(np.uint64) * np.uint64(_MIX1)))
+    digests = np.zeros(len(counters), dtype=np.uint64)
+    np.add.at(digests, doc, mixed)
+    out = []
+    start = 0
+    for end, digest in zip(ends, digests.tolist(), strict=True):
+        out.append(DocTerms(keys[start:end], tfs[start:end], digest))
+        start = end
+    return out
