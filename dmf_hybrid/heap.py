@@ -4,7 +4,7 @@ Indexing large texts allocates and frees a lot (the texts, their terms, the toke
 buffers, numpy's temporaries). glibc's allocator keeps freed memory in the process's heap for
 reuse, and a heap fragmented by a few long-lived objects is never shrunk by itself: 600 texts
 of 120 KB left the service ~70 MB larger than what it still used
-(``evaluation/bench_keyword_memory.py``). After every :data:`TRIM_AFTER` bytes of text handled,
+(``evaluation/bench_keyword_memory.py``). After every :data:`TRIM_AFTER` characters of text handled,
 :func:`handled` asks glibc to return its free pages (``malloc_trim``, a few milliseconds).
 Elsewhere than glibc it does nothing.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: Bytes of text handled between two trims.
+#: Characters of text handled between two trims.
 TRIM_AFTER = 8_000_000
 
 _lock = threading.Lock()
@@ -53,12 +53,12 @@ def trim() -> bool:
     return True
 
 
-def handled(text_bytes: int) -> bool:
-    """Count ``text_bytes`` of text handled; trim once :data:`TRIM_AFTER` have been since the
-    last trim. Whether it trimmed."""
+def handled(chars: int) -> bool:
+    """Count ``chars`` characters of text handled; trim once :data:`TRIM_AFTER` have been since
+    the last trim. Whether it trimmed."""
     global _since_trim
     with _lock:
-        _since_trim += text_bytes
+        _since_trim += chars
         if _since_trim < TRIM_AFTER:
             return False
         _since_trim = 0
