@@ -23,7 +23,7 @@ from typing import Any
 
 from dmf_hybrid import HashEmbedder, Memory
 from dmf_hybrid.vector.exact import ExactIndex
-from evaluation.plotting import environment, markdown_table, write_results
+from evaluation.plotting import environment, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "evaluation" / "results" / "bench_bundle.json"
@@ -133,9 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     doc = run(entities=args.entities, tenants=args.tenants, repeat=args.repeat,
               workdir=args.workdir)
-    print(markdown(doc))
-    paths = write_results(doc, args.out, markdown)
-    print("wrote " + ", ".join(str(p) for p in paths))
+    publish(doc, args.out, markdown)
     return 0
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from dmf_hybrid import MemoryClient
 from dmf_hybrid.config import DEFAULT_EMBEDDER
 from evaluation.bench_http import BENCH_TYPE, TYPE_NAME, make_queries, make_rows, running_server
-from evaluation.plotting import environment, latency_summary, markdown_table, write_results
+from evaluation.plotting import environment, latency_summary, markdown_table, publish
 
 log = logging.getLogger("bench_fair")
 
@@ -196,9 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc = run(embedder=args.embedder, batch=args.batch, samples=args.samples,
               gap_ms=args.gap_ms, history=args.history, updates=args.updates,
               clients=args.as_of_clients, workdir=args.workdir)
-    print(markdown(doc))
-    paths = write_results(doc, args.out, markdown)
-    print("wrote " + ", ".join(str(p) for p in paths))
+    publish(doc, args.out, markdown)
     return 0
 
 

@@ -31,7 +31,7 @@ import httpx
 from dmf_hybrid.config import DEFAULT_EMBEDDER
 from evaluation.bench_http import WORDS, running_server
 from evaluation.chroma_peer import rss_mb
-from evaluation.plotting import environment, markdown_table, write_results
+from evaluation.plotting import environment, markdown_table, publish
 
 log = logging.getLogger("bench_keyword_memory")
 
@@ -125,9 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
            "runs": [run(rows=args.rows, kb=args.kb, shape=shape, embedder=args.embedder,
                         batch=args.batch, workdir=args.workdir)
                     for shape in args.shape or ("words", "letters")]}
-    print(markdown(doc))
-    paths = write_results(doc, args.out, markdown)
-    print("wrote " + ", ".join(str(p) for p in paths))
+    publish(doc, args.out, markdown)
     return 0
 
 

@@ -90,6 +90,18 @@ def write_json(path: Path, document: Mapping[str, Any]) -> Path:
     return path
 
 
+def publish(document: Mapping[str, Any], out: Path,
+            markdown: Callable[[Mapping[str, Any]], str],
+            plot: Callable[[Mapping[str, Any], Path], Path | None] | None = None
+            ) -> list[Path]:
+    """Print a benchmark's markdown table, write its results (:func:`write_results`) and say
+    where; the paths written."""
+    print(markdown(document))
+    paths = write_results(document, out, markdown, plot)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return paths
+
+
 def write_results(document: Mapping[str, Any], out: Path,
                   markdown: Callable[[Mapping[str, Any]], str],
                   plot: Callable[[Mapping[str, Any], Path], Path | None] | None = None
