@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from ..filters import FilterNode
 from ..schema import EntityType
-from .db import Reader
+from .db import Reader, first_row
 from .sql import compile_filter, key_sql, q
 from .store import Store
 from .tables import SYSTEM_COLUMNS, table_name
@@ -56,8 +56,8 @@ class Candidates:
 
     def count(self) -> int:
         """How many candidates there are."""
-        row = self.reader.execute(f"SELECT count(*) FROM {self._source} WHERE {self.filter_sql}",
-                                  self._params).fetchone()
+        row = first_row(self.reader.execute(
+            f"SELECT count(*) FROM {self._source} WHERE {self.filter_sql}", self._params))
         return int(row[0]) if row else 0
 
     def listing(self, by_key: bool) -> npt.NDArray[np.uint64] | list[str]:
@@ -82,8 +82,8 @@ class Candidates:
     def live_rows(self, limit: int) -> list[Row] | None:
         """Every live row of the type in the tenant, unfiltered (None: more than ``limit``)."""
         assert self.seq is None  # the source: the tenant's live rows now
-        count = self.reader.execute(f"SELECT count(*) FROM {self._source}",
-                                    self._source_params).fetchone()
+        count = first_row(self.reader.execute(f"SELECT count(*) FROM {self._source}",
+                                              self._source_params))
         if count is None or int(count[0]) > limit:
             return None
         rows: list[Row] = self.reader.execute(f"SELECT {self._columns} FROM {self._source}",

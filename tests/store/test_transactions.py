@@ -237,3 +237,50 @@ def test_a_plan_commits_every_step_in_one_seq_range(door: MemoryAPI) -> None:
     trip_id = done.results[0]["id"]  # type: ignore[index, call-overload]
     assert [r.entity.id for r in door.related(trip_id, "includes")] == [
         done.results[1]["id"]]  # type: ignore[index, call-overload]
+
+
+def test_reads_from_other_threads_do_not_hold_off_checkpoints(tmp_path: Any) -> None:
+    # a thread's one-row read (a count, as the readiness probe makes) followed by another
+    # thread's commit of a schema change: the read must not keep a transaction open that
+    # blocks checkpoints (DuckDB then skips its automatic ones too, and the WAL and the memory
+    # it pins grow without bound)
+    from pathlib import Path
+
+    from dmf_hybrid.store.db import Database
+
+    db = Database(Path(tmp_path) / "db.duckdb")
+    try:
+        with db.write() as con:
+            con.execute("CREATE TABLE queue (seq BIGINT PRIMARY KEY, done BOOLEAN NOT NULL)")
+            con.execute("INSERT INTO queue VALUES (1, false), (2, true)")
+        counts: list[Any] = []
+        reader = threading.Thread(target=lambda: counts.append(
+            db.fetchone("SELECT count(*) FROM queue WHERE NOT done")))
+        reader.start()
+        reader.join()
+        assert counts == [(1,)]
+        with db.write() as con:
+            con.execute("CREATE TABLE other (a INTEGER)")
+            con.execute("INSERT INTO queue VALUES (3, false)")
+        db.checkpoint()  # raised "Cannot CHECKPOINT: there are other write transactions active"
+        assert db.fetchone("SELECT count(*) FROM queue WHERE NOT done") == (2,)
+        assert db.fetchone("SELECT seq FROM queue WHERE seq > 5") is None
+    finally:
+        db.close()
+
+
+def test_a_search_count_does_not_hold_off_checkpoints(tmp_path: Any) -> None:
+    # the same through Memory: a filtered count on one thread, a new type on another
+    mem = Memory.open(tmp_path / "m")
+    try:
+        mem.define_type({"name": "Note", "identity": ["n"], "fields": {"n": {"type": "int"}}})
+        mem.create("Note", {"n": 1})
+        counts: list[int] = []
+        worker = threading.Thread(target=lambda: counts.append(mem.count("Note", {"n": 1})))
+        worker.start()
+        worker.join()
+        assert counts == [1]
+        mem.define_type({"name": "Other", "identity": ["n"], "fields": {"n": {"type": "int"}}})
+        mem._store.db.checkpoint()
+    finally:
+        mem.close()
