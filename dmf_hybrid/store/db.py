@@ -44,7 +44,7 @@ def first_row(cur: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
     """The first row of the statement ``cur`` just executed, or None; its result consumed.
 
     ``fetchone()`` leaves the result open, and the statement's transaction with it, until the
-    cursor runs its next statement. Once another connection has committed meanwhile, DuckDB
+    cursor runs its next statement. Once a schema change has committed after it, DuckDB
     checkpoints no more (``CHECKPOINT`` fails, "other write transactions active", and commits
     skip the automatic one): the WAL grew without bound and kept what it held in memory
     (74 MB of WAL, 70 MB pinned, after 300 rows of 120 KB behind a readiness probe's count).

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 from dmf_hybrid import DMFError, Memory, MemoryAPI, NotFound, PlanError, VersionConflict
+from dmf_hybrid.store.db import Database
 from tests.store import assert_unchanged, audit_seqs, both_doors, dump
 
 door = both_doors("door")
@@ -239,16 +241,12 @@ def test_a_plan_commits_every_step_in_one_seq_range(door: MemoryAPI) -> None:
         done.results[1]["id"]]  # type: ignore[index, call-overload]
 
 
-def test_reads_from_other_threads_do_not_hold_off_checkpoints(tmp_path: Any) -> None:
+def test_reads_from_other_threads_do_not_hold_off_checkpoints(tmp_path: Path) -> None:
     # a thread's one-row read (a count, as the readiness probe makes) followed by another
     # thread's commit of a schema change: the read must not keep a transaction open that
     # blocks checkpoints (DuckDB then skips its automatic ones too, and the WAL and the memory
     # it pins grow without bound)
-    from pathlib import Path
-
-    from dmf_hybrid.store.db import Database
-
-    db = Database(Path(tmp_path) / "db.duckdb")
+    db = Database(tmp_path / "db.duckdb")
     try:
         with db.write() as con:
             con.execute("CREATE TABLE queue (seq BIGINT PRIMARY KEY, done BOOLEAN NOT NULL)")
@@ -269,7 +267,7 @@ def test_reads_from_other_threads_do_not_hold_off_checkpoints(tmp_path: Any) -> 
         db.close()
 
 
-def test_a_search_count_does_not_hold_off_checkpoints(tmp_path: Any) -> None:
+def test_a_search_count_does_not_hold_off_checkpoints(tmp_path: Path) -> None:
     # the same through Memory: a filtered count on one thread, a new type on another
     mem = Memory.open(tmp_path / "m")
     try:
