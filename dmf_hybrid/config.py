@@ -6,8 +6,9 @@ Nothing else in the package reads ``os.environ``.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -88,6 +89,10 @@ class Settings(BaseSettings):
     )
     model_path: str | None = Field(
         None, description="sentence-transformers model directory; default: the bundled MiniLM."
+    )
+    store_url: str | None = Field(
+        None, description="postgresql://user:password@host:port/database of a PostgreSQL store; "
+        "default: DuckDB, embedded, in data_dir."
     )
     chroma_url: str | None = Field(
         None, description="http://host:port of a Chroma server; default: embedded on disk."
@@ -188,3 +193,13 @@ class Settings(BaseSettings):
         return Limits(max_value_bytes=self.max_value_bytes, max_type_fields=self.max_type_fields,
                       max_type_bytes=self.max_type_bytes,
                       max_default_bytes=self.max_default_bytes)
+
+
+def is_postgres_url(value: Any) -> bool:
+    """Whether ``value`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
+    return isinstance(value, str) and value.lower().startswith(("postgresql://", "postgres://"))
+
+
+def redact(url: str) -> str:
+    """A URL with its password replaced (for errors and logs)."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)

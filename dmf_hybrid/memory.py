@@ -11,7 +11,6 @@ import datetime as dt
 import json
 import logging
 import os
-import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,6 +53,7 @@ from .ruledefs import CONSTRAINT_TYPE, RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, load_toml, typedef_from_model
 from .search.engine import SearchEngine
 from .store import Store, archive, bundle
+from .store.dialect import store_target
 from .store.integrity import (
     rebuild_id_indexes,
     repair_indexes,
@@ -99,6 +99,10 @@ class Memory(MemoryAPI):
              vector_index: VectorIndex | None = None, replay: bool = True) -> Memory:
         """Open (creating if needed) the memory in directory ``path``; None = in memory only.
 
+        ``path`` may instead be a ``postgresql://`` URL (or ``settings.store_url`` set, and
+        ``path`` a directory for what stays local: the embedded Chroma): the store is then
+        that PostgreSQL database.
+
         Opening replays outbox rows a crash left pending and repairs index drift, which may
         load the embedding model; ``replay=False`` leaves that to ``mem.engine.catch_up()``
         (the HTTP service does it in the background, so it answers /healthz at once). After
@@ -106,14 +110,15 @@ class Memory(MemoryAPI):
         anything reads (``store.integrity``).
         """
         settings = settings or Settings()
+        path, url = store_target(path, settings.store_url)
         directory = None if path is None else Path(path)
         if directory is not None:
             if directory.exists() and not directory.is_dir():
                 raise ValidationError(f"{directory} is not a directory", field="path")
             directory.mkdir(parents=True, exist_ok=True)
-        db_file = None if directory is None else directory / DB_FILE
+        db_file = None if directory is None or url is not None else directory / DB_FILE
         recovering = unclean_shutdown(db_file)  # seen before DuckDB replays the WAL
-        store = Store(db_file, settings.limits(), settings.duckdb_memory_limit)
+        store = Store(db_file, settings.limits(), settings.duckdb_memory_limit, url=url)
         try:
             if recovering:
                 repair_indexes(store.db)
@@ -375,6 +380,8 @@ class Memory(MemoryAPI):
     # ---------------------------------------------------------------- snapshots
 
     def snapshot(self, dest: str | Path) -> SnapshotManifest:
+        archive.duckdb_only(self._store, "a snapshot",
+                            "export a bundle instead (export), or back the database up")
         directory = Path(dest)
         if directory.exists() and any(directory.iterdir()):
             raise Conflict(f"snapshot directory {directory} exists and is not empty",
@@ -393,14 +400,18 @@ class Memory(MemoryAPI):
 
     @classmethod
     def import_bundle(cls, src: str | Path, path: str | Path, **open_kwargs: Any) -> Memory:
-        """A new memory directory made from a bundle (:meth:`export`): the bundle is checked
-        whole first (its hash chain, counts and every entity against its last event; a bad
-        one is refused naming the first bad event or line, and nothing is written), then
-        written in one transaction; the vector index is rebuilt."""
-        dest = Path(path)
-        with _new_directory(dest, "import"):
-            manifest = bundle.import_bundle(Path(src), dest / DB_FILE)
-            memory = cls.open(dest, **open_kwargs)
+        """A new memory directory (or a store in the empty PostgreSQL database ``path`` names)
+        made from a bundle (:meth:`export`): the bundle is checked whole first (its hash
+        chain, counts and every entity against its last event; a bad one is refused naming
+        the first bad event or line, and nothing is written), then written in one
+        transaction; the vector index is rebuilt."""
+        if store_target(path, None)[1] is not None:  # into an empty PostgreSQL database
+            manifest = bundle.import_bundle(Path(src), str(path))
+            memory = cls.open(path, **open_kwargs)
+        else:
+            with archive.new_directory(Path(path), "import"):
+                manifest = bundle.import_bundle(Path(src), Path(path) / DB_FILE)
+                memory = cls.open(path, **open_kwargs)
         report = memory.verify_audit()
         if not report.ok or report.last_seq < manifest.last_seq:
             memory.close()
@@ -423,7 +434,7 @@ class Memory(MemoryAPI):
         except (ValueError, KeyError, TypeError):
             raise ValidationError(f"{src}: the snapshot manifest is unreadable",
                                   field="src") from None
-        with _new_directory(dest, "restore"):
+        with archive.new_directory(dest, "restore"):
             archive.import_database(src, dest / DB_FILE)
             memory = cls.open(dest, **open_kwargs)
         report = memory.verify_audit()
@@ -513,25 +524,6 @@ def _as_data(data: Any) -> Any:
     if isinstance(data, BaseModel):
         return data.model_dump()
     return data
-
-
-@contextmanager
-def _new_directory(dest: Path, what: str) -> Iterator[None]:
-    """A memory directory to make in the block: new, or existing and empty (Conflict if not);
-    left as it was found when the block fails."""
-    if dest.exists() and any(dest.iterdir()):
-        raise Conflict(f"{what} target {dest} exists and is not empty", field="path")
-    made = not dest.exists()
-    dest.mkdir(parents=True, exist_ok=True)
-    try:
-        yield
-    except BaseException:
-        if made:
-            shutil.rmtree(dest, ignore_errors=True)
-        else:
-            for child in dest.iterdir():
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-        raise
 
 
 #: mypy checks that Memory is a complete MemoryAPI (no member missing or mistyped).

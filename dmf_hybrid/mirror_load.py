@@ -22,7 +22,7 @@ from .mirrors.vectors import Key, LocalVectors
 from .schema import EntityType, text_of_parts
 from .store import Store
 from .store.db import Reader
-from .store.embedding_cache import vector_matrix
+from .store.dialect import vector_matrix
 from .store.mirror_reads import (
     LiveRow,
     embedded_count,

@@ -1,8 +1,10 @@
-"""Shared fixtures: a fresh memory on real DuckDB (file or in-memory) with the test embedder."""
+"""Shared fixtures: a fresh memory on a real engine (DuckDB, file or in-memory, and the test
+session's own PostgreSQL) with the test embedder."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -10,8 +12,9 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from dmf_hybrid import HashEmbedder, Memory, MemoryAPI
+from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, Settings
 from dmf_hybrid.vector.exact import ExactIndex
+from evaluation.pgserver import PgServer, binaries
 
 INDEXES = Path(__file__).resolve().parent.parent / "indexes"
 
@@ -43,18 +46,57 @@ def define_travel(mem: MemoryAPI) -> None:
                                                                   "cardinality": "one"}})
 
 
-def travel_memory(path: Path) -> Iterator[Memory]:
-    """A memory in ``path``: DuckDB file, in-memory exact vectors, hash embedder, travel types."""
-    m = Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex())
+def travel_memory(path: Path, store_url: str | None = None) -> Iterator[Memory]:
+    """A memory in ``path`` (DuckDB file; or, given ``store_url``, that PostgreSQL database),
+    in-memory exact vectors, hash embedder, travel types."""
+    m = Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex(),
+                    settings=Settings(store_url=store_url))
     define_travel(m)
     yield m
     m.close()
 
 
+#: The engines the engine-parametrized fixtures run on (DMF_TEST_ENGINES narrows them).
+ENGINES = os.environ.get("DMF_TEST_ENGINES", "duckdb,postgresql").split(",")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """The test session's PostgreSQL server (started on first use)."""
+    bin_dir = binaries()
+    if bin_dir is None:
+        pytest.fail("PostgreSQL's server binaries are missing: `make test` installs them "
+                    "(apt-get install postgresql, as root)")
+    server = PgServer(bin_dir)
+    yield server
+    server.stop()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that uses ``engine`` (through ``mem`` or ``store_url`` too) runs on each."""
+    if "engine" in metafunc.fixturenames:
+        metafunc.parametrize("engine", ENGINES, indirect=True)
+
+
 @pytest.fixture
-def mem(tmp_path: Path) -> Iterator[Memory]:
-    """A memory in a temp directory: DuckDB file, in-memory exact vectors, hash embedder."""
-    yield from travel_memory(tmp_path / "mem")
+def engine(request: pytest.FixtureRequest) -> str:
+    """The engine a test runs on (DuckDB when a fixture asks for it by name at run time)."""
+    return str(getattr(request, "param", "duckdb"))
+
+
+@pytest.fixture
+def store_url(engine: str, request: pytest.FixtureRequest) -> str | None:
+    """None on DuckDB; on PostgreSQL the URL of a fresh database."""
+    if engine == "duckdb":
+        return None
+    server: PgServer = request.getfixturevalue("pg_server")
+    return server.fresh()
+
+
+@pytest.fixture
+def mem(tmp_path: Path, store_url: str | None) -> Iterator[Memory]:
+    """A memory on each engine: in-memory exact vectors, hash embedder, travel types."""
+    yield from travel_memory(tmp_path / "mem", store_url)
 
 
 @pytest.fixture

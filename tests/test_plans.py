@@ -13,17 +13,12 @@ from hypothesis import strategies as st
 
 from dmf_hybrid import LimitExceeded, Memory, PlanError
 from dmf_hybrid.plans import lookup, parse_ref, resolve, validate_plan
+from tests.store import dump_rows
 
 
 def dump(mem: Memory) -> dict[str, Any]:
     """Every row of every table, in a stable order, plus the seq counter."""
-    db = mem._store.db
-    tables = [r[0] for r in db.fetchall(
-        "SELECT table_name FROM information_schema.tables ORDER BY table_name")]
-    out: dict[str, Any] = {"last_seq": mem.last_seq()}
-    for table in tables:
-        out[table] = db.fetchall(f'SELECT * FROM "{table}" ORDER BY ALL')
-    return out
+    return {"last_seq": mem.last_seq(), **dump_rows(mem)}
 
 
 def problems_of(exc: pytest.ExceptionInfo[PlanError]) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from .db import ZSTD_MIN_STRING_LENGTH
 from .state import WriteHook
 from .store import Store
 from .tables import ENTITY_OPS, EVENTS_ALL
+from .txn import Connection
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +72,20 @@ def archive_files(store: Store) -> list[ArchiveFile]:
     return [ArchiveFile(**dict(zip(keys, r, strict=True))) for r in rows]
 
 
+def duckdb_only(store: Store, what: str, instead: str) -> None:
+    """Conflict unless the store is DuckDB's (``what`` needs DuckDB's files)."""
+    if store.db.dialect.name != "duckdb":
+        raise Conflict(f"{what} works on the embedded DuckDB store; this store is on "
+                       f"PostgreSQL: {instead}", field="store_url")
+
+
 def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: str,
                    actor: str | None = None, reason: str | None = None,
                    principal: str | None = None) -> ArchiveResult:
     """Move the hot events with ``seq < before_seq`` into a Parquet file under ``dest``."""
     before_seq = check_before_seq(before_seq)
+    duckdb_only(store, "moving audit events into Parquet files",
+                "the log stays in the database (partition or back it up there)")
     if not isinstance(dest, (str, Path)) or not str(dest):
         raise ValidationError("dest must be a directory path", field="dest")
     directory = Path(dest)
@@ -84,8 +94,8 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
     with store.db.write() as con:
         before_seq = min(before_seq, store.last_seq + 1)
         first, last, count = con.execute(
-            "SELECT min(seq), max(seq), count(*) FROM events WHERE seq < ?", [before_seq]
-        ).fetchone() or (None, None, 0)
+            "SELECT coalesce(min(seq), 0), coalesce(max(seq), 0), count(*) FROM events "
+            "WHERE seq < ?", [before_seq]).fetchone()
         if not count:
             return ArchiveResult(moved=0)
         if last - first + 1 != count:  # pragma: no cover - the hot log is gap-free
@@ -128,13 +138,13 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
 
 def redaction_hook(store: Store) -> WriteHook:
     """The write hook that makes an erase reach the archive files (:func:`redact_archived`)."""
-    def hook(con: duckdb.DuckDBPyConnection, tenant: str, op: str, type_name: str,
+    def hook(con: Connection, tenant: str, op: str, type_name: str,
              entity_id: str, _principal: str | None) -> None:
         redact_archived(con, store, tenant, op, type_name, entity_id)
     return hook
 
 
-def redact_archived(con: duckdb.DuckDBPyConnection, store: Store, tenant: str, op: str,
+def redact_archived(con: Connection, store: Store, tenant: str, op: str,
                     _type_name: str, entity_id: str) -> None:
     """Write hook: an erase also redacts the entity's snapshots in the archive files."""
     if op != "erase":
@@ -195,7 +205,7 @@ def import_database(src: Path, db_file: Path) -> None:
 
 
 @contextmanager
-def _exporting(store: Store, con: duckdb.DuckDBPyConnection, dest: Path) -> Iterator[None]:
+def _exporting(store: Store, con: Connection, dest: Path) -> Iterator[None]:
     """Around EXPORT DATABASE: export a hot-only view, then copy the archive files along."""
     con.execute(f"CREATE OR REPLACE VIEW {EVENTS_ALL} AS SELECT {_COLS} FROM events")
     try:
@@ -231,3 +241,22 @@ def _restore_files(con: duckdb.DuckDBPyConnection, src: Path, directory: Path) -
         # named relative to the new memory directory, which holds the database file
         con.execute("UPDATE event_archive SET file = ? WHERE file = ?",
                     [f"{SNAPSHOT_DIR}/{source.name}", old])
+
+
+@contextmanager
+def new_directory(dest: Path, what: str) -> Iterator[None]:
+    """A memory directory to make in the block: new, or existing and empty (Conflict if not);
+    left as it was found when the block fails."""
+    if dest.exists() and any(dest.iterdir()):
+        raise Conflict(f"{what} target {dest} exists and is not empty", field="path")
+    made = not dest.exists()
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if made:
+            shutil.rmtree(dest, ignore_errors=True)
+        else:
+            for child in dest.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise

@@ -17,11 +17,11 @@ import datetime as dt
 import json
 from typing import Any
 
-import duckdb
-
 from ..clock import to_aware_utc, to_naive_utc
 from ..ids import canonical_json, content_hash, sha256_hex
 from ..models import AuditEvent, AuditReport
+from .dialect import dialect_of
+from .txn import Connection
 
 GENESIS_HASH = "0" * 64
 EVENT_COLUMNS = (
@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS events (
 """
 #: Stores made before the principal column existed gain it (NULL for their old events).
 EVENTS_MIGRATION = "ALTER TABLE events ADD COLUMN IF NOT EXISTS principal VARCHAR"
-def archived_columns(con: duckdb.DuckDBPyConnection, path: str) -> dict[str, str]:
+def archived_columns(con: Connection, path: str) -> dict[str, str]:
     """Each event column's expression over an archive file (older files lack ``principal``)."""
     present = {d[0] for d in con.execute(f"SELECT * FROM read_parquet('{path}') LIMIT 0"
                                          ).description}
@@ -105,7 +105,7 @@ def make_event(
     )
 
 
-def insert_events(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -> None:
+def insert_events(con: Connection, rows: list[tuple[Any, ...]]) -> None:
     """Append event rows (already chained) to the events table."""
     if not rows:
         return
@@ -113,17 +113,8 @@ def insert_events(con: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]]) -
     if len(rows) == 1:
         con.execute(f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({marks})", rows[0])
         return
-    import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
-
-    table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(EVENT_COLUMNS)})
-    con.register("_events_batch", table)
-    try:
-        con.execute(
-            f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) "
-            f"SELECT {', '.join(EVENT_COLUMNS)} FROM _events_batch"
-        )
-    finally:
-        con.unregister("_events_batch")
+    dialect_of(con).insert_rows(con, f"events ({', '.join(EVENT_COLUMNS)})", EVENT_COLUMNS,
+                                rows)
 
 
 def row_to_event(row: tuple[Any, ...]) -> AuditEvent:

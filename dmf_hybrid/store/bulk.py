@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import duckdb
-
 from ..checks import (
     DEFAULT_ON_CONFLICT,
     check_audit,
@@ -32,9 +30,10 @@ from .sql import (
 from .tables import (
     SYSTEM_COLUMNS,
     SYSTEM_TYPES,
-    arrow_insert,
+    insert_rows,
     table_name,
 )
+from .txn import Connection
 from .writes import Prepared, Writes
 
 
@@ -109,7 +108,7 @@ class BulkLoad(Writes):
                               principal=principal, ttl=ttl, expires_at=expires_at)
         return updated.model_copy(update={"differs": entity.differs})
 
-    def _insert_batch(self, con: duckdb.DuckDBPyConnection, etype: EntityType, tenant: str,
+    def _insert_batch(self, con: Connection, etype: EntityType, tenant: str,
                       prepared: list[Prepared], on_conflict: str,
                       actor: str | None, reason: str | None, trace_id: str | None,
                       principal: str | None, ttl: Any = None,
@@ -198,7 +197,7 @@ class BulkLoad(Writes):
                            "them", entity_id=current.id, differs=differs)
         return current.model_copy(update={"created": False, "differs": differs})
 
-    def _bulk_insert(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
+    def _bulk_insert(self, con: Connection, etype: EntityType,
                      rows: list[tuple[Any, ...]]) -> None:
         index_rows = [(r[0], etype.name, r[1], None) for r in rows]
         # columns by name: a table made before a system column existed has it after its fields
@@ -209,24 +208,12 @@ class BulkLoad(Writes):
                             rows)
             con.executemany("INSERT INTO entity_index VALUES (?, ?, ?, ?)", index_rows)
             return
-        import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
-
-        columns = list(SYSTEM_COLUMNS) + list(etype.fields)
-        arrays = {}
-        for i, col in enumerate(columns):
-            values = [r[i] for r in rows]
-            if all(v is None for v in values):
-                arrays[col] = pa.nulls(len(values))
-            else:
-                arrays[col] = pa.array(values)
-        con.register("_batch", pa.table(arrays))
-        try:
-            casts = ", ".join(
-                [f"CAST({q(c)} AS {t})" for c, t in zip(SYSTEM_COLUMNS, SYSTEM_TYPES, strict=True)]
-                + [f"CAST({q(n)} AS {sql_type(s)})" for n, s in etype.fields.items()]
-            )
-            con.execute(f"INSERT INTO {table_name(etype.name)} ({names}) "
-                        f"SELECT {casts} FROM _batch")
-        finally:
-            con.unregister("_batch")
-        arrow_insert(con, "entity_index", ["id", "type", "tenant", "erased_seq"], index_rows)
+        columns = [*SYSTEM_COLUMNS, *etype.fields]
+        dialect = self.db.dialect
+        casts = ", ".join(
+            [f"CAST({q(c)} AS {t})" for c, t in zip(SYSTEM_COLUMNS, SYSTEM_TYPES, strict=True)]
+            + [f"CAST({q(n)} AS {sql_type(s, dialect)})" for n, s in etype.fields.items()])
+        dialect.insert_columns(con, f"{table_name(etype.name)} ({names})",
+                               {c: [r[i] for r in rows] for i, c in enumerate(columns)},
+                               select=casts)
+        insert_rows(con, "entity_index", ["id", "type", "tenant", "erased_seq"], index_rows)

@@ -34,6 +34,7 @@ from ..schema import EntityType, TypeDef, build_model
 from . import audit
 from .chain import EVENT_ARCHIVE_DDL
 from .db import ZSTD_MIN_STRING_LENGTH
+from .dialect import DUCKDB, dialect_of, redact
 from .rules import RULES_DDL
 from .sql import field_values, q
 from .store import Store
@@ -46,6 +47,7 @@ from .tables import (
     create_type_table,
     table_name,
 )
+from .txn import Connection
 
 BUNDLE_FORMAT = 1
 #: Record kinds, in the order a bundle holds them, and the table each is read into.
@@ -89,7 +91,7 @@ def export_bundle(store: Store, dest: Path) -> BundleManifest:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with store.db.no_writes():
         reader = store.db.reader()
-        tables = {r[0] for r in reader.execute("SHOW TABLES").fetchall()}
+        tables = set(store.db.tables())
         types = [r[0] for r in reader.execute(
             "SELECT DISTINCT name FROM schema_types ORDER BY name").fetchall()]
         sources: list[tuple[str, str, str | None]] = [
@@ -107,7 +109,7 @@ def export_bundle(store: Store, dest: Path) -> BundleManifest:
         counts = {kind: 0 for kind in KINDS}
         for kind, sql, _ in sources:
             if sql:
-                counts[kind] += int(reader.execute(f"SELECT count(*) FROM ({sql})").fetchall()
+                counts[kind] += int(reader.execute(f"SELECT count(*) FROM ({sql}) AS s").fetchall()
                                     [0][0])
         head = reader.execute(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1"
                               ).fetchall()
@@ -132,7 +134,7 @@ def export_bundle(store: Store, dest: Path) -> BundleManifest:
     return manifest
 
 
-def _write_records(reader: duckdb.DuckDBPyConnection, out: IO[str], kind: str, sql: str,
+def _write_records(reader: Connection, out: IO[str], kind: str, sql: str,
                    type_name: str | None) -> None:
     cursor = reader.execute(sql)
     names = [d[0] for d in cursor.description]
@@ -320,23 +322,21 @@ def _check_relation(number: int, row: dict[str, Any], links: dict[int, tuple[Any
                    "left it (edited)")
 
 
-def import_bundle(path: Path, db_file: Path) -> BundleManifest:
+def import_bundle(path: Path, db_file: Path | str) -> BundleManifest:
     """Check the bundle (:func:`check_bundle`), then write it into the new database file
-    ``db_file`` in one transaction; nothing is written when the check fails."""
+    ``db_file`` (or the empty PostgreSQL database at that URL) in one transaction; nothing is
+    written when the check fails."""
     manifest = check_bundle(path)
+    if isinstance(db_file, str):
+        _import_into_postgres(path, db_file, manifest)
+        return manifest
     if db_file.exists():
         raise Conflict(f"{db_file} exists; a bundle is imported into a new memory",
                        field="path")
     con = duckdb.connect(str(db_file), config={"zstd_min_string_length": ZSTD_MIN_STRING_LENGTH})
     try:
         con.execute("BEGIN TRANSACTION")
-        create_fixed(con)
-        con.execute(EVENT_ARCHIVE_DDL)
-        con.execute(RULES_DDL)
-        _write_all(con, path)
-        for key, value in sorted(manifest.meta.items()):
-            if key in META_KEYS:
-                con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
+        _fill(con, path, manifest)
         con.execute("COMMIT")
     except BaseException:
         con.close()
@@ -347,7 +347,34 @@ def import_bundle(path: Path, db_file: Path) -> BundleManifest:
     return manifest
 
 
-def _write_all(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+def _import_into_postgres(path: Path, url: str, manifest: BundleManifest) -> None:
+    """:func:`import_bundle` into an empty PostgreSQL database (DDL is transactional there:
+    a failure leaves the database empty)."""
+    from .postgres import PgDatabase  # psycopg is only needed for PostgreSQL
+
+    db = PgDatabase(url)  # the owner's lock: no service may have the store open meanwhile
+    try:
+        if db.tables():
+            raise Conflict(f"the PostgreSQL database at {redact(url)} is not empty; a bundle is "
+                           "imported into a new store", field="store_url")
+        with db.write() as con:
+            _fill(con, path, manifest)
+    finally:
+        db.close()
+
+
+def _fill(con: Connection, path: Path, manifest: BundleManifest) -> None:
+    """Inside the importing transaction: the store's tables, the bundle's rows, its meta."""
+    create_fixed(con)
+    con.execute(EVENT_ARCHIVE_DDL)
+    con.execute(RULES_DDL)
+    _write_all(con, path)
+    for key, value in sorted(manifest.meta.items()):
+        if key in META_KEYS:
+            con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
+
+
+def _write_all(con: Connection, path: Path) -> None:
     """The second pass: every record into its table (a bundle lists the types first: their
     tables are made before the first record of another kind)."""
     import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
@@ -362,27 +389,33 @@ def _write_all(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             typedef = TypeDef.model_validate_json(definition)
             create_type_table(con, EntityType(typedef, version, build_model(typedef)))
 
+    dialect = dialect_of(con)
+
     def flush() -> None:
         for (table, names), rows in batches.items():
             if table not in sql_types:
-                sql_types[table] = {d[0]: str(d[1]) for d in con.execute(
-                    f"DESCRIBE {table}").fetchall()}
+                sql_types[table] = dialect.column_types(con, table)
             types = sql_types[table]
             if any(n not in types for n in names):
                 raise ValidationError(f"bundle rows of {table} name columns it does not have: "
                                       f"{', '.join(n for n in names if n not in types)}",
                                       field="bundle")
+            if dialect is not DUCKDB:  # a COPY: the server reads each value's text
+                dialect.insert_columns(
+                    con, f"{table} ({', '.join(q(n) for n in names)})",
+                    {f"c{i}": [row[i] for row in rows] for i in range(len(names))})
+                continue
             # one Arrow table of the JSON values per batch, cast by DuckDB to the columns'
             # types (ISO text to times and dates too; an executemany wrote ~1,400 rows/s)
             columns = {f"c{i}": pa.array([row[i] for row in rows]) for i in range(len(names))}
-            con.register("_bundle_batch", pa.table(columns))
+            con.register("_bundle_batch", pa.table(columns))  # type: ignore[attr-defined]
             try:
                 con.execute(
                     f"INSERT INTO {table} ({', '.join(q(n) for n in names)}) SELECT "
                     + ", ".join(f"CAST(c{i} AS {types[n]})" for i, n in enumerate(names))
                     + " FROM _bundle_batch")
             finally:
-                con.unregister("_bundle_batch")
+                con.unregister("_bundle_batch")  # type: ignore[attr-defined]
         batches.clear()
 
     pending = 0

@@ -12,16 +12,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from ..checks import check_id, check_seq_bounds
 from ..clock import utcnow
 from ..errors import NotFound
 from ..models import AuditEvent, AuditReport
 from . import audit
-from .db import Database
 from .journal import Journal
-from .tables import EVENTS_ALL, arrow_insert
+from .tables import EVENTS_ALL, insert_rows
+from .txn import Connection, Transactions
 
 #: Every reader of the audit log reads the ``events_all`` view: the hot ``events`` table plus
 #: the archived Parquet files listed in ``event_archive`` (see dmf_hybrid.store.archive).
@@ -41,7 +39,7 @@ _OP, _TYPE, _TENANT, _ENTITY = (audit.EVENT_COLUMNS.index(c)
 class AuditLog:
     """The hash-chained audit log of a database, its head and its outbox queue."""
 
-    def __init__(self, db: Database, journal: Journal) -> None:
+    def __init__(self, db: Transactions, journal: Journal) -> None:
         self.db = db
         #: what the events this process committed were about (``journal.Journal``)
         self.journal = journal
@@ -82,12 +80,12 @@ class AuditLog:
 
     # ---------------------------------------------------------------- appending
 
-    def append(self, con: duckdb.DuckDBPyConnection, **fields: Any) -> int:
+    def append(self, con: Connection, **fields: Any) -> int:
         """Append one audit event (make_event's fields but seq, ts and prev_hash) inside the
         open transaction; its seq."""
         return int(self.append_many(con, [fields], utcnow())[0][0])
 
-    def append_many(self, con: duckdb.DuckDBPyConnection, events: list[dict[str, Any]],
+    def append_many(self, con: Connection, events: list[dict[str, Any]],
                     ts: dt.datetime) -> list[tuple[Any, ...]]:
         """Append events (make_event's fields but seq, ts and prev_hash), in order, inside the
         open transaction: each takes the next seq and chains to the one before; the head
@@ -113,7 +111,7 @@ class AuditLog:
 
     # ---------------------------------------------------------------- the outbox
 
-    def enqueue(self, con: duckdb.DuckDBPyConnection, seq: int, tenant: str, eid: str,
+    def enqueue(self, con: Connection, seq: int, tenant: str, eid: str,
                 type_name: str, op: str, unique: bool = True) -> None:
         """An outbox row for the derived indexes (``unique`` False: keyed past the largest,
         for schema-wide requeues that share one event's seq)."""
@@ -128,7 +126,7 @@ class AuditLog:
             )
         self._queue([(seq, tenant, eid, type_name, op)])
 
-    def enqueue_many(self, con: duckdb.DuckDBPyConnection, rows: list[OutboxEntry]) -> None:
+    def enqueue_many(self, con: Connection, rows: list[OutboxEntry]) -> None:
         """Outbox rows of a bulk write, each keyed by its own event's seq."""
         if not rows:
             return
@@ -136,7 +134,7 @@ class AuditLog:
             con.executemany("INSERT INTO outbox (seq, tenant, entity_id, type, op) "
                             "VALUES (?,?,?,?,?)", rows)
         else:
-            arrow_insert(con, "outbox (seq, tenant, entity_id, type, op)", _OUTBOX_COLUMNS,
+            insert_rows(con, "outbox (seq, tenant, entity_id, type, op)", _OUTBOX_COLUMNS,
                          rows)
         self._queue(rows)
 
@@ -177,7 +175,7 @@ class AuditLog:
                 return resolved.relative_to(root).as_posix()
         return str(resolved)
 
-    def relativize_archives(self, con: duckdb.DuckDBPyConnection) -> None:
+    def relativize_archives(self, con: Connection) -> None:
         """Stores that recorded archives by absolute path name those inside the directory
         relative to it (a copy made before this cannot be told from the original)."""
         for (entry,) in con.execute("SELECT file FROM event_archive ORDER BY file").fetchall():
@@ -185,7 +183,7 @@ class AuditLog:
             if relative != entry:
                 con.execute("UPDATE event_archive SET file = ? WHERE file = ?", [relative, entry])
 
-    def refresh_events_view(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+    def refresh_events_view(self, con: Connection) -> list[str]:
         """(Re)create the events_all view; returns the archive files it could not find."""
         cols = ", ".join(audit.EVENT_COLUMNS)
         files = [r[0] for r in con.execute(
@@ -193,6 +191,9 @@ class AuditLog:
         located = {f: str(self.archive_location(f).resolve()) for f in files}
         present = [f for f in files if Path(located[f]).is_file() and "'" not in located[f]]
         sql = f"SELECT {cols} FROM events"
+        if self.db.dialect.name != "duckdb":  # archive files are DuckDB's (Parquet)
+            con.execute(f"CREATE OR REPLACE VIEW {EVENTS_ALL} AS {sql}")
+            return files
         groups: dict[str, list[str]] = {}  # archives written before a column existed lack it
         for f in present:
             columns = ", ".join(audit.archived_columns(con, located[f]).values())
@@ -209,7 +210,7 @@ class AuditLog:
         eid = check_id(eid, "entity_id")
         rows = self.db.fetchall(
             f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE tenant = ? AND "
-            "(entity_id = ? OR json_extract_string(meta, '$.to') = ?) ORDER BY seq",
+            f"(entity_id = ? OR {self.db.dialect.json_text('meta', 'to')} = ?) ORDER BY seq",
             [tenant, eid, eid])
         if not rows:
             raise NotFound(f"no entity {eid}", entity_id=eid)

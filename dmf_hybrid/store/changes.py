@@ -23,10 +23,9 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import duckdb
-
 from .journal import Journal
 from .tables import ENTITY_OPS
+from .txn import Connection
 
 #: Longest range of events read to carry caches over; past it they start over (a bulk load).
 MAX_EVENTS = 4096
@@ -63,7 +62,7 @@ class ChangeFeed:
         self._memo: OrderedDict[tuple[int, int], Changes | None] = OrderedDict()
         self._lock = threading.Lock()
 
-    def between(self, con: duckdb.DuckDBPyConnection, after: int, upto: int) -> Changes | None:
+    def between(self, con: Connection, after: int, upto: int) -> Changes | None:
         """What the events with ``after < seq <= upto`` changed; None if that is not known.
 
         ``upto`` must be a committed seq (the caller read it from :meth:`Database.stable`):

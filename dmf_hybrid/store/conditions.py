@@ -145,7 +145,7 @@ class ConditionParser:
                 raise self.error("'-' takes a number")
             return _Expr(f"(-{inner.sql})", inner.params, "number")
         if kind == "num":
-            return _Expr("CAST(? AS DOUBLE)", [float(value)], "number")
+            return _Expr("CAST(? AS DOUBLE PRECISION)", [float(value)], "number")
         if value == "(":
             inner = self.expr()
             self.expect(")")
@@ -246,7 +246,8 @@ class ConditionParser:
             start = f"try_cast({start} AS TIME)"
         visits = (f"(SELECT x.id AS id, CAST(x.{q(named['day'])} AS DATE) AS d, "
                   f"(date_part('hour', {start}) * 60 + date_part('minute', {start})) AS s, "
-                  f"CAST(x.{q(named['hours'])} AS DOUBLE) * 60 AS len FROM {_reached(etype)})")
+                  f"CAST(x.{q(named['hours'])} AS DOUBLE PRECISION) * 60 AS len "
+                  f"FROM {_reached(etype)})")
         sql = (f"(WITH v AS MATERIALIZED {visits} SELECT count(*) FROM v AS a JOIN v AS b "
                "ON a.id < b.id AND a.d = b.d AND a.s < b.s + b.len AND b.s < a.s + a.len)")
         return _Expr(sql, [TENANT, ENTITY, relation], "number")
@@ -255,7 +256,7 @@ class ConditionParser:
 def _typed_column(parser: ConditionParser, col: str, type_name: str, fname: str, ftype: str
                   ) -> tuple[str, list[Any], str]:
     if ftype in ("int", "float"):
-        return f"CAST({col} AS DOUBLE)", [], "number"
+        return f"CAST({col} AS DOUBLE PRECISION)", [], "number"
     if ftype == "date":
         return f"CAST({col} AS DATE)", [], "date"
     if ftype == "datetime":

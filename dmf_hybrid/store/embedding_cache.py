@@ -9,28 +9,17 @@ never embeds again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from .db import Database, Reader
 from .sql import LOOKUP_CHUNK, POINT_LOOKUP_MAX
-
-
-def vector_matrix(column: Any, rows: int) -> npt.NDArray[np.float32]:
-    """A (rows, dim) float32 matrix from an Arrow list<float> column (or array)."""
-    if hasattr(column, "combine_chunks"):
-        column = column.combine_chunks()
-    flat = column.flatten().to_numpy(zero_copy_only=False)
-    matrix: npt.NDArray[np.float32] = np.asarray(flat, dtype=np.float32).reshape(rows, -1)
-    return matrix
+from .txn import Reader, Transactions
 
 
 class EmbeddingCache:
     """Cached vectors of the store's database."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Transactions) -> None:
         self._db = db
 
     def vectors(self, model: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
@@ -49,13 +38,11 @@ class EmbeddingCache:
                 "(SELECT unnest(CAST(? AS VARCHAR[])))", [model, part]).fetchall()]
             if not present:
                 continue
-            # Arrow through a relation (an execute() result copies the rows once more); it may
-            # start here because the execute() above was read to its end
-            table = reader.sql(
-                "SELECT text_hash, vector FROM embeddings WHERE model_id = ? AND text_hash IN "
-                "(SELECT unnest(CAST(? AS VARCHAR[])))", params=[model, present]).to_arrow_table()
-            matrix = vector_matrix(table.column("vector"), table.num_rows)
-            for h, vec in zip(table.column("text_hash").to_pylist(), matrix, strict=True):
+            # it may start here because the execute() above was read to its end
+            names, matrix = self._db.dialect.vectors(
+                reader, "SELECT text_hash, vector FROM embeddings WHERE model_id = ? AND "
+                "text_hash IN (SELECT unnest(CAST(? AS VARCHAR[])))", [model, present])
+            for h, vec in zip(names, matrix, strict=True):
                 found[h] = vec
         return found
 
@@ -77,7 +64,7 @@ class EmbeddingCache:
                 "SELECT text_hash, model_id, vector FROM embeddings WHERE text_hash IN "
                 f"({', '.join('?' * len(present))})", present).fetchall():
             if m == model:
-                found[h] = np.asarray(vector, dtype=np.float32)
+                found[h] = self._db.dialect.vector(vector)
         return found
 
     def put(self, model: str, items: list[tuple[str, np.ndarray]]) -> None:
@@ -85,8 +72,6 @@ class EmbeddingCache:
         meanwhile are kept as they are."""
         if not items:
             return
-        import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
-
         with self._db.write() as con:
             few = len(items) <= POINT_LOOKUP_MAX
             if few:  # a write's few vectors: drop those cached meanwhile, insert the rest plain
@@ -96,17 +81,5 @@ class EmbeddingCache:
                 if not items:
                     return
             matrix = np.ascontiguousarray(np.stack([v for _, v in items]), dtype=np.float32)
-            n, dim = matrix.shape
-            offsets = pa.array(np.arange(0, (n + 1) * dim, dim, dtype=np.int32))
-            table = pa.table({
-                "model_id": pa.array([model] * n),
-                "text_hash": pa.array([h for h, _ in items]),
-                "dim": pa.array(np.full(n, dim, dtype=np.int32)),
-                "vector": pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1))),
-            })
-            con.register("_vec_batch", table)
-            try:
-                con.execute("INSERT INTO embeddings SELECT * FROM _vec_batch"
-                            + ("" if few else " ON CONFLICT DO NOTHING"))
-            finally:
-                con.unregister("_vec_batch")
+            self._db.dialect.insert_vectors(con, model, [h for h, _ in items], matrix,
+                                            skip_existing=not few)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import duckdb
 from pydantic import BaseModel
 
 from ..clock import utcnow
@@ -23,9 +22,10 @@ from .expiry import live_sql
 from .rows import aware_datetimes
 from .sql import q
 from .tables import table_name
+from .txn import Connection
 
 
-def fill_group_context(con: duckdb.DuckDBPyConnection, etype: EntityType, tenant: str,
+def fill_group_context(con: Connection, etype: EntityType, tenant: str,
                        rows: Sequence[Any]) -> list[Any]:
     """``rows`` with the context field filled where the type has one and the row leaves it
     empty; rows that do not validate are passed on unchanged (creating them reports why)."""
@@ -64,7 +64,7 @@ def _text(etype: EntityType, values: Mapping[str, Any]) -> str:
     return etype.embed_text({**values, ctx.field: ""}) or ""
 
 
-def _stored_texts(con: duckdb.DuckDBPyConnection, etype: EntityType, tenant: str,
+def _stored_texts(con: Connection, etype: EntityType, tenant: str,
                   group: tuple[Any, ...], new: Sequence[int]) -> dict[int, str]:
     """{order: text} of the group's live stored rows that can precede a new row of an order
     in ``new`` (the ``turns`` nearest below each)."""

@@ -14,9 +14,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..schema import EntityType
-from .db import Reader
+from .dialect import dialect_of
 from .sql import LOOKUP_CHUNK, POINT_LOOKUP_MAX, field_values, key_sql, q
 from .tables import table_name
+from .txn import Reader
 
 #: (id, tenant, version, text_hash, data, hash(tenant, id)) of one live row
 LiveRow = tuple[str, str, int, str | None, dict[str, Any], int]
@@ -24,10 +25,10 @@ LiveRow = tuple[str, str, int, str | None, dict[str, Any], int]
 Key = tuple[str, str]
 
 
-def _select(etype: EntityType, live_only: bool = True) -> str:
+def _select(reader: Reader, etype: EntityType, live_only: bool = True) -> str:
     """SELECT of the live rows of a type, as :func:`live_row` reads them; with ``live_only``
     False, of every row, ``deleted_at IS NULL`` first and no WHERE (the caller's own)."""
-    columns = (f"id, tenant, version, text_hash, {key_sql()}, "
+    columns = (f"id, tenant, version, text_hash, {key_sql(dialect=dialect_of(reader))}, "
                + ", ".join(q(n) for n in etype.fields))
     if live_only:
         return f"SELECT {columns} FROM {table_name(etype.name)} WHERE deleted_at IS NULL"
@@ -42,7 +43,7 @@ def live_row(etype: EntityType, row: Sequence[Any]) -> LiveRow:
 def live_rows(reader: Reader, etype: EntityType, keys: Sequence[Key] | None = None
               ) -> list[LiveRow]:
     """The live rows of a type (all, or those of the (tenant, id) ``keys``), by ID then tenant."""
-    base = _select(etype)
+    base = _select(reader, etype)
     rows: list[tuple[Any, ...]] = []
     if keys is None:
         rows = reader.execute(base + " ORDER BY id, tenant").fetchall()
@@ -53,7 +54,7 @@ def live_rows(reader: Reader, etype: EntityType, keys: Sequence[Key] | None = No
         unique = sorted({eid for _, eid in wanted})
         if 0 < len(unique) <= POINT_LOOKUP_MAX:  # `id IN (...)` alone: the id index
             found = reader.execute(
-                _select(etype, live_only=False)
+                _select(reader, etype, live_only=False)
                 + f" WHERE id IN ({', '.join('?' * len(unique))})", unique).fetchall()
             rows = sorted((r[1:] for r in found if r[0] and (r[2], r[1]) in wanted),
                           key=lambda r: (r[0], r[1]))
@@ -67,7 +68,7 @@ def live_rows(reader: Reader, etype: EntityType, keys: Sequence[Key] | None = No
 
 def live_row_batches(reader: Reader, etype: EntityType, batch: int) -> Iterator[list[LiveRow]]:
     """Every live row of a type, by ID then tenant, ``batch`` at a time."""
-    cursor = reader.execute(_select(etype) + " ORDER BY id, tenant")
+    cursor = reader.execute(_select(reader, etype) + " ORDER BY id, tenant")
     while rows := cursor.fetchmany(batch):
         yield [live_row(etype, r) for r in rows]
 
@@ -86,10 +87,10 @@ def vector_batches(reader: Reader, etype: EntityType, model_id: str, batch: int
     type with a text, joined to the embedding cache of ``model_id`` (vector null: not
     cached); the connection is held until the block ends, also when a batch fails."""
     live = "t.deleted_at IS NULL AND t.text_hash IS NOT NULL"
-    # Arrow through a relation (an execute() result copies every row once more)
-    with reader.sql(
-            f"SELECT t.id, {key_sql('t.')} AS key, t.tenant, t.text_hash, e.vector "
-            f"FROM {table_name(etype.name)} AS t LEFT JOIN embeddings AS e "
+    dialect = dialect_of(reader)
+    with dialect.record_batches(
+            reader, f"SELECT t.id, {key_sql('t.', dialect)} AS key, t.tenant, t.text_hash, "
+            f"e.vector FROM {table_name(etype.name)} AS t LEFT JOIN embeddings AS e "
             f"ON e.model_id = ? AND e.text_hash = t.text_hash WHERE {live}",
-            params=[model_id]).to_arrow_reader(batch) as batches:
+            [model_id], batch) as batches:
         yield batches

@@ -7,7 +7,7 @@ the two leaves the row pending, and it is applied again (applying is idempotent)
 
 from __future__ import annotations
 
-from .db import Database
+from .txn import Transactions
 
 #: (seq, type, tenant, entity ID) of one pending change
 OutboxRow = tuple[int, str, str, str]
@@ -16,7 +16,7 @@ OutboxRow = tuple[int, str, str, str]
 class Outbox:
     """The outbox of the store's database."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Transactions) -> None:
         self._db = db
 
     def pending(self, limit: int) -> list[OutboxRow]:

@@ -45,10 +45,11 @@ class Queries(TimeTravel):
         fingerprint = query_fingerprint(etype.name, where, order, seq)
         params: list[Any] = []
         source = self.source_sql(etype, tenant, seq, params)
-        clauses = [compile_filter(node, params)]
+        clauses = [compile_filter(node, params, dialect=self.db.dialect)]
         if cursor:
             values, last_id = decode_cursor(self.cursor_key, cursor, fingerprint)
-            clauses.append(keyset_sql(etype, order, values, last_id, params))
+            clauses.append(keyset_sql(etype, order, values, last_id, params,
+                                      dialect=self.db.dialect))
         sql = (f"SELECT {self._select_cols(etype)} FROM {source} WHERE "
                + " AND ".join(clauses) + f" {order_sql(order)} LIMIT {limit + 1}")
         rows = self.db.fetchall(sql, params)
@@ -72,7 +73,7 @@ class Queries(TimeTravel):
             params.append(tenant)
             live = live_sql(params, now or utcnow())
             return f"(SELECT * FROM {table_name(etype.name)} WHERE tenant = ? AND {live}) AS t"
-        return as_of_table_sql(etype, tenant, seq, params)
+        return as_of_table_sql(etype, tenant, seq, params, self.db.dialect)
 
     def count(self, tenant: str, type_name: str, where: Any = None,
               as_of: AsOf = None) -> int:
@@ -81,6 +82,7 @@ class Queries(TimeTravel):
         node = parse_filter(etype, where)
         params: list[Any] = []
         source = self.source_sql(etype, tenant, self.resolve_as_of(as_of), params)
-        sql = f"SELECT count(*) FROM {source} WHERE {compile_filter(node, params)}"
+        where = compile_filter(node, params, dialect=self.db.dialect)
+        sql = f"SELECT count(*) FROM {source} WHERE {where}"
         row = self.db.fetchone(sql, params)
         return int(row[0]) if row else 0

@@ -14,6 +14,7 @@ from typing import Any
 from ..models import AuditEvent, AuditReport, Entity
 from ..schema import EntityType
 from .audit import EVENT_COLUMNS, row_to_event
+from .dialect import Dialect
 from .integrity import unreachable_by_id, unreachable_count, unreachable_problem
 from .store import Store
 from .tables import EVENTS_ALL
@@ -21,7 +22,6 @@ from .tables import EVENTS_ALL
 __all__ = ["EventSelection", "Reads"]
 
 _EVENT_COLUMNS = ", ".join(EVENT_COLUMNS)
-_LINK_TARGET = "json_extract_string(meta, '$.to')"
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class EventSelection:
     other_than: str | None = None
     about: Sequence[str] | None = None
 
-    def where(self, tenant: str) -> tuple[str, list[Any]]:
+    def where(self, tenant: str, dialect: Dialect) -> tuple[str, list[Any]]:
         """The SQL condition and its bound values."""
         sql = (f"tenant = ? AND seq > ? AND seq <= ? "
                f"AND op IN ({', '.join('?' * len(self.ops))})")
@@ -50,9 +50,22 @@ class EventSelection:
             params.append(self.other_than)
         if self.about is not None:
             marks = ", ".join("?" * len(self.about))
-            sql += f" AND (entity_id IN ({marks}) OR {_LINK_TARGET} IN ({marks}))"
+            target = dialect.json_text("meta", "to")
+            sql += f" AND (entity_id IN ({marks}) OR {target} IN ({marks}))"
             params += [*self.about, *self.about]
         return sql, params
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions of characters)."""
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1,
+                               previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
 
 
 class Reads:
@@ -71,7 +84,7 @@ class Reads:
     def events(self, selection: EventSelection, *, newest_first: bool = False,
                limit: int | None = None) -> list[AuditEvent]:
         """The selected events of this tenant, by seq (``newest_first``: descending)."""
-        where, params = selection.where(self.tenant)
+        where, params = selection.where(self.tenant, self._store.db.dialect)
         order = "DESC" if newest_first else "ASC"
         tail = "" if limit is None else f" LIMIT {int(limit)}"
         rows = self._fetchall(f"SELECT {_EVENT_COLUMNS} FROM {EVENTS_ALL} WHERE {where} "
@@ -80,14 +93,14 @@ class Reads:
 
     def nth_event_seq(self, selection: EventSelection, n: int) -> int | None:
         """The seq of the selected event after ``n`` others (by seq), None if fewer."""
-        where, params = selection.where(self.tenant)
+        where, params = selection.where(self.tenant, self._store.db.dialect)
         row = self._fetchone(f"SELECT seq FROM {EVENTS_ALL} WHERE {where} ORDER BY seq "
                              "LIMIT 1 OFFSET ?", [*params, int(n)])
         return None if row is None else int(row[0])
 
     def last_changed(self, selection: EventSelection, limit: int) -> list[str]:
         """IDs of the entities of the selected events, newest last event first (then ID)."""
-        where, params = selection.where(self.tenant)
+        where, params = selection.where(self.tenant, self._store.db.dialect)
         rows = self._fetchall(
             f"SELECT entity_id, max(seq) AS last FROM {EVENTS_ALL} WHERE {where} "
             "AND entity_id IS NOT NULL GROUP BY entity_id ORDER BY last DESC, entity_id "
@@ -97,9 +110,14 @@ class Reads:
     def similar_ids(self, text: str, limit: int = 3) -> list[tuple[str, str]]:
         """(ID, type) of this tenant's entities (not erased) whose IDs are nearest ``text``
         by edit distance, then by ID."""
-        rows = self._fetchall(
-            "SELECT id, type FROM entity_index WHERE tenant = ? AND erased_seq IS NULL "
-            "ORDER BY levenshtein(id, ?), id LIMIT ?", [self.tenant, text, int(limit)])
+        if self._store.db.dialect.name == "duckdb":
+            rows = self._fetchall(
+                "SELECT id, type FROM entity_index WHERE tenant = ? AND erased_seq IS NULL "
+                "ORDER BY levenshtein(id, ?), id LIMIT ?", [self.tenant, text, int(limit)])
+        else:  # PostgreSQL's levenshtein is an extension: rank here (an error path's hint)
+            rows = sorted(self._fetchall(
+                "SELECT id, type FROM entity_index WHERE tenant = ? AND erased_seq IS NULL",
+                [self.tenant]), key=lambda r: (edit_distance(r[0], text), r[0]))[:limit]
         return [(str(i), str(t)) for i, t in rows]
 
     def resolve_as_of(self, as_of: Any) -> int | None:

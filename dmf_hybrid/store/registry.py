@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import duckdb
 from pydantic import BaseModel
 
 from ..analyzers import check_runnable
@@ -21,17 +20,17 @@ from ..clock import to_naive_utc, utcnow
 from ..errors import NotFound, SchemaError, ValidationError
 from ..schema import EntityType, TypeDef, build_model
 from .chain import AuditLog
-from .db import Database
 from .tables import add_columns, create_type_table
+from .txn import Connection, Transactions
 
 #: Re-queues a type's entities after its embedded text changed (inside the defining write).
-EmbedChange = Callable[[duckdb.DuckDBPyConnection, EntityType], None]
+EmbedChange = Callable[[Connection, EntityType], None]
 
 
 class TypeRegistry:
     """The entity types of one database, by name."""
 
-    def __init__(self, db: Database, log: AuditLog, limits: Limits,
+    def __init__(self, db: Transactions, log: AuditLog, limits: Limits,
                  on_embed_change: EmbedChange) -> None:
         self._db, self._log, self._limits = db, log, limits
         self._on_embed_change = on_embed_change
@@ -41,9 +40,8 @@ class TypeRegistry:
         #: types whose rows the open write transaction updated or deleted (see define)
         self._modified: set[str] = set()
         rows = db.fetchall(
-            "SELECT name, version, definition FROM schema_types "
-            "QUALIFY row_number() OVER (PARTITION BY name ORDER BY version DESC) = 1 "
-            "ORDER BY name"
+            "SELECT DISTINCT ON (name) name, version, definition FROM schema_types "
+            "ORDER BY name, version DESC"
         )
         for name, version, definition in rows:
             typedef = TypeDef.model_validate_json(definition)

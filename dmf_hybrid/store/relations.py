@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import duckdb
-
 from ..checks import (
     AsOf,
     check_audit,
@@ -21,6 +19,7 @@ from ..errors import (
 from ..models import Related
 from ..schema import EntityType
 from .bulk import BulkLoad
+from .txn import Connection
 
 
 class Relations(BulkLoad):
@@ -65,7 +64,7 @@ class Relations(BulkLoad):
             self._after_write(con, tenant, "link", from_type.name, from_id, principal)
             return True
 
-    def _relation_spec(self, con: duckdb.DuckDBPyConnection, tenant: str, from_id: Any,
+    def _relation_spec(self, con: Connection, tenant: str, from_id: Any,
                        relation: Any, verb: str = "link") -> tuple[EntityType, Any]:
         try:
             from_type, _ = self._current(con, from_id, tenant)

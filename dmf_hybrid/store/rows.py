@@ -8,8 +8,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import duckdb
-
 from ..checks import (
     check_id,
 )
@@ -30,6 +28,7 @@ from .tables import (
     SYSTEM_COLUMNS,
     table_name,
 )
+from .txn import Connection
 
 #: Where a row of :data:`SYSTEM_COLUMNS` then the fields keeps each system column.
 _ID_AT, _TENANT_AT, _VERSION_AT, _CREATED_AT, _UPDATED_AT, _DELETED_AT, _EXPIRES_AT = (
@@ -79,7 +78,7 @@ class RowReader(StoreState):
         )
 
     @staticmethod
-    def _point_row(con: duckdb.DuckDBPyConnection, table: str, cols: str, eid: str,
+    def _point_row(con: Connection, table: str, cols: str, eid: str,
                    tenant: str) -> tuple[Any, ...] | None:
         """The columns ``cols`` of this tenant's row of ``eid`` in a table, or None.
 
@@ -93,7 +92,7 @@ class RowReader(StoreState):
         return None
 
     @staticmethod
-    def _row_match(con: duckdb.DuckDBPyConnection, table: str, eid: str, tenant: str
+    def _row_match(con: Connection, table: str, eid: str, tenant: str
                    ) -> tuple[str, list[Any]]:
         """A WHERE condition (and its parameters) for this tenant's row of ``eid`` in a table.
 
@@ -105,13 +104,13 @@ class RowReader(StoreState):
             return "id = ?", [eid]
         return "id = ? AND tenant = ?", [eid, tenant]
 
-    def _read_live(self, con: duckdb.DuckDBPyConnection, etype: EntityType, eid: str,
+    def _read_live(self, con: Connection, etype: EntityType, eid: str,
                    tenant: str) -> Entity | None:
         row = self._point_row(con, table_name(etype.name), self._select_cols(etype), eid,
                               tenant)
         return None if row is None else self.row_to_entity(etype, row)
 
-    def _lookup(self, con: duckdb.DuckDBPyConnection, eid: Any, tenant: str) -> tuple[
+    def _lookup(self, con: Connection, eid: Any, tenant: str) -> tuple[
             EntityType, int | None]:
         """The type and erasure seq of an ID in this tenant, or NotFound."""
         eid = check_id(eid, "entity_id")
@@ -121,7 +120,7 @@ class RowReader(StoreState):
             raise NotFound(f"no entity {eid}", entity_id=eid)
         return etype, row[1]
 
-    def _current(self, con: duckdb.DuckDBPyConnection, eid: Any, tenant: str,
+    def _current(self, con: Connection, eid: Any, tenant: str,
                  allow_deleted: bool = False, allow_expired: bool = False
                  ) -> tuple[EntityType, Entity]:
         """The type and current row of an ID; NotFound if it is missing, erased, or (unless

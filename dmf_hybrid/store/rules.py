@@ -54,8 +54,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
-
 from ..checks import RULE_NAME_RE, full_match
 from ..clock import to_naive_utc, utcnow
 from ..errors import NotFound, SchemaError
@@ -68,6 +66,7 @@ from .conditions import ENTITY, TENANT, ConditionParser
 from .sql import compile_filter
 from .store import Store
 from .tables import table_name
+from .txn import Connection
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +130,7 @@ def compile_rule(store: Store, rule: RuleDef, version: int) -> CompiledRule:
     parser = ConditionParser(rule, trigger, store)
     lhs, op, rhs = parser.condition()
     tail: list[Any] = []
-    where = compile_filter(node, tail, alias="e.")
+    where = compile_filter(node, tail, alias="e.", dialect=store.db.dialect)
     sql = (f"SELECT value, threshold, coalesce(value {op} threshold, FALSE) FROM ("
            f"SELECT {lhs.sql} AS value, {rhs.sql} AS threshold FROM {table_name(trigger.name)} "
            f"AS e WHERE e.id = ? AND e.tenant = ? AND e.deleted_at IS NULL AND {where}) AS c")
@@ -208,9 +207,8 @@ class RuleEngine:
         with store.db.write() as con:
             con.execute(RULES_DDL)
         rows = store.db.fetchall(
-            "SELECT name, version, definition FROM dmf_rules "
-            "QUALIFY row_number() OVER (PARTITION BY name ORDER BY version DESC) = 1 "
-            "ORDER BY name")
+            "SELECT DISTINCT ON (name) name, version, definition FROM dmf_rules "
+            "ORDER BY name, version DESC")
         for name, version, definition in rows:
             try:
                 self._rules[name] = compile_rule(store, RuleDef.model_validate_json(definition),
@@ -262,7 +260,7 @@ class RuleEngine:
             self._back_fill(con, compiled, principal)
         return compiled
 
-    def _back_fill(self, con: duckdb.DuckDBPyConnection, rule: CompiledRule,
+    def _back_fill(self, con: Connection, rule: CompiledRule,
                    principal: str | None) -> None:
         """Evaluate ``rule`` for every live entity of its trigger type (in ID order)."""
         table = table_name(rule.definition.trigger.type)
@@ -272,7 +270,7 @@ class RuleEngine:
             for tenant, eid in subjects:
                 self.evaluate(con, rule, tenant, eid, principal)
 
-    def on_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str, type_name: str,
+    def on_write(self, con: Connection, tenant: str, op: str, type_name: str,
                  entity_id: str, principal: str | None) -> None:
         """The write hook: evaluate the rules this mutation may affect (what they write
         records the principal of the write that set them off)."""
@@ -294,7 +292,7 @@ class RuleEngine:
                 done.add((rule.name, eid))
                 self.evaluate(con, rule, tenant, eid, principal)
 
-    def _sources(self, con: duckdb.DuckDBPyConnection, tenant: str, type_name: str,
+    def _sources(self, con: Connection, tenant: str, type_name: str,
                  relation: str, to_id: str) -> list[str]:
         # an erase ends the links in its own event: those still count as this write's links
         rows = con.execute(
@@ -305,7 +303,7 @@ class RuleEngine:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def evaluate(self, con: duckdb.DuckDBPyConnection, rule: CompiledRule, tenant: str,
+    def evaluate(self, con: Connection, rule: CompiledRule, tenant: str,
                  entity_id: str, principal: str | None = None) -> str | None:
         """Evaluate one rule for one entity and apply it; the outcome, None if nothing changed."""
         row = con.execute(rule.sql, rule.params(entity_id, tenant)).fetchone()

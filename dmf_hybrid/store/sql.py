@@ -14,11 +14,10 @@ from ..filters import BoolOp, Cmp, FilterNode
 from ..ids import canonical_json, content_hash
 from ..jsonpaths import jsonpath
 from ..schema import EntityType, FieldSpec
+from .dialect import DUCKDB, Dialect
 
-SQL_TYPES = {
-    "str": "VARCHAR", "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "date": "DATE",
-    "datetime": "TIMESTAMP", "enum": "VARCHAR", "json": "JSON",
-}
+#: The DuckDB column type of each field type (``Dialect.types`` has each engine's).
+SQL_TYPES = DUCKDB.types
 #: Up to this many IDs or hashes are looked up as `col IN (?, ...)` alone, which DuckDB answers
 #: from the column's index; more are scanned for (the list form, or any other condition).
 POINT_LOOKUP_MAX = 64
@@ -27,11 +26,9 @@ LOOKUP_CHUNK = 20_000
 SYSTEM_ORDER_TYPES = {"created_at": "TIMESTAMP", "updated_at": "TIMESTAMP", "version": "INTEGER"}
 
 
-def sql_type(spec: FieldSpec) -> str:
-    """The DuckDB column type of a field."""
-    if spec.type == "list":
-        return f"{SQL_TYPES[spec.item or 'str']}[]"
-    return SQL_TYPES[spec.type]
+def sql_type(spec: FieldSpec, dialect: Dialect = DUCKDB) -> str:
+    """The column type of a field."""
+    return dialect.sql_type(spec.type, spec.item)
 
 
 def q(name: str) -> str:
@@ -39,9 +36,9 @@ def q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def key_sql(alias: str = "") -> str:
+def key_sql(alias: str = "", dialect: Dialect = DUCKDB) -> str:
     """The SQL of the 64-bit key the mirrors find an entity row by (``alias``: "t." etc.)."""
-    return f"hash({alias}tenant, {alias}id)"
+    return dialect.row_key(alias)
 
 
 def bind_value(value: Any) -> Any:
@@ -71,7 +68,8 @@ def field_values(etype: EntityType, values: Sequence[Any]) -> dict[str, Any]:
     return data
 
 
-def compile_filter(node: FilterNode | None, params: list[Any], alias: str = "") -> str:
+def compile_filter(node: FilterNode | None, params: list[Any], alias: str = "",
+                   dialect: Dialect = DUCKDB) -> str:
     """SQL for a parsed filter (a WHERE condition), appending its bound values to ``params``.
 
     A comparison with NULL is NULL, not FALSE, and is left so: the language has only AND and
@@ -82,15 +80,16 @@ def compile_filter(node: FilterNode | None, params: list[Any], alias: str = "") 
         return "TRUE"
     if isinstance(node, BoolOp):
         joiner = " AND " if node.op == "$and" else " OR "
-        return "(" + joiner.join(compile_filter(n, params, alias) for n in node.items) + ")"
-    return _compile_cmp(node, params, alias)
+        return "(" + joiner.join(compile_filter(n, params, alias, dialect)
+                                 for n in node.items) + ")"
+    return _compile_cmp(node, params, alias, dialect)
 
 
-def _compile_cmp(node: Cmp, params: list[Any], alias: str) -> str:
+def _compile_cmp(node: Cmp, params: list[Any], alias: str, dialect: Dialect) -> str:
     col = f"{alias}{q(node.field)}"
     if node.spec.type == "json":
-        return _compile_json_cmp(node, col, params)
-    typ = sql_type(node.spec)
+        return _compile_json_cmp(node, col, params, dialect)
+    typ = sql_type(node.spec, dialect)
     op, value = node.op, node.value
     if value is None:
         return f"({col} IS NULL)" if op == "$eq" else f"({col} IS NOT NULL)"
@@ -105,9 +104,8 @@ def _compile_cmp(node: Cmp, params: list[Any], alias: str) -> str:
     if op == "$contains":
         params.append(bind_value(value))
         if node.spec.type == "list":
-            item = SQL_TYPES[node.spec.item or "str"]
-            return f"(list_contains({col}, CAST(? AS {item})))"
-        return f"(contains({col}, CAST(? AS VARCHAR)))"
+            return dialect.list_contains(col, dialect.types[node.spec.item or "str"])
+        return dialect.text_contains(col)
     params.append(bind_value(value))
     sql_op = {"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}.get(op)
     if sql_op is not None:
@@ -122,11 +120,11 @@ def order_sql(order: list[tuple[str, bool]], alias: str = "") -> str:
     return "ORDER BY " + ", ".join(parts)
 
 
-def column_type(etype: EntityType, name: str) -> str:
+def column_type(etype: EntityType, name: str, dialect: Dialect = DUCKDB) -> str:
     """The SQL type of an orderable column (a field or a system column)."""
     if name in SYSTEM_ORDER_TYPES:
         return SYSTEM_ORDER_TYPES[name]
-    return sql_type(etype.fields[name])
+    return sql_type(etype.fields[name], dialect)
 
 
 def query_fingerprint(type_name: str, where: Any, order: list[tuple[str, bool]],
@@ -171,11 +169,12 @@ def decode_cursor(key: bytes, cursor: str, fingerprint: str) -> tuple[list[Any],
 
 
 def keyset_sql(etype: EntityType, order: list[tuple[str, bool]], values: list[Any], last_id: str,
-               params: list[Any], alias: str = "") -> str:
+               params: list[Any], alias: str = "", dialect: Dialect = DUCKDB) -> str:
     """SQL selecting rows strictly after (values, last_id) in ``order_sql`` order."""
     if len(values) != len(order):
         raise FilterError("cursor belongs to a different query", field="cursor")
-    keys = [(name, desc, column_type(etype, name), _cursor_value(column_type(etype, name), value))
+    keys = [(name, desc, column_type(etype, name, dialect),
+             _cursor_value(column_type(etype, name), value))
             for (name, desc), value in zip(order, values, strict=True)]
     keys.append(("id", False, "VARCHAR", last_id))
     disjuncts = []
@@ -225,54 +224,106 @@ def _cursor_value(typ: str, value: Any) -> Any:
 JSON_NUMBER_TYPES = "('BIGINT', 'UBIGINT', 'HUGEINT', 'DOUBLE')"
 
 
-def _json_equals(at: Callable[[], str], value: Any, params: list[Any], op: str = "=") -> str:
-    """SQL: the JSON value ``at()`` is of ``value``'s kind and compares by ``op`` with it.
+class _JsonSql:
+    """The SQL of tests at a path inside a json field, DuckDB's forms (JSON text columns).
 
-    ``at`` writes the value's expression (binding its path) each time it is used. A string
-    equals only a string, a number only a number (compared as DOUBLE), a boolean only a
-    boolean; TRY_CAST because DuckDB does not promise to evaluate an AND left to right.
+    Each method takes ``at``, which writes the value's expression (binding its path) each
+    time it is called, in the order the expressions appear in the SQL.
     """
-    kind, cast, typ = (("= 'BOOLEAN'", "TRY_CAST({} AS BOOLEAN)", "BOOLEAN")
-                       if isinstance(value, bool) else
-                       ("= 'VARCHAR'", "({} ->> '$')", "VARCHAR") if isinstance(value, str) else
-                       (f"IN {JSON_NUMBER_TYPES}", "TRY_CAST({} AS DOUBLE)", "DOUBLE"))
-    test = f"(json_type({at()}) {kind} AND {cast.format(at())} {op} CAST(? AS {typ}))"
-    params.append(value if isinstance(value, bool | str) else float(value))
-    return test
+
+    def path(self, col: str) -> str:
+        return f"json_extract({col}, CAST(? AS VARCHAR))"
+
+    def is_null(self, at: Callable[[], str]) -> str:
+        first, second = at(), at()
+        return f"(json_type({first}) IS NULL OR json_type({second}) = 'NULL')"
+
+    def equals(self, at: Callable[[], str], value: Any, params: list[Any], op: str = "=") -> str:
+        """The value is of ``value``'s kind and compares by ``op`` with it: a string equals
+        only a string, a number only a number (as DOUBLE), a boolean only a boolean; TRY_CAST
+        because DuckDB does not promise to evaluate an AND left to right."""
+        kind, cast, typ = (("= 'BOOLEAN'", "TRY_CAST({} AS BOOLEAN)", "BOOLEAN")
+                           if isinstance(value, bool) else
+                           ("= 'VARCHAR'", "({} ->> '$')", "VARCHAR") if isinstance(value, str)
+                           else (f"IN {JSON_NUMBER_TYPES}", "TRY_CAST({} AS DOUBLE)", "DOUBLE"))
+        test = f"(json_type({at()}) {kind} AND {cast.format(at())} {op} CAST(? AS {typ}))"
+        params.append(value if isinstance(value, bool | str) else float(value))
+        return test
+
+    def has_member(self, at: Callable[[], str], member: Callable[[], str]) -> str:
+        """The value is an array with an element ``e`` for which ``member()`` holds."""
+        array = at()
+        return f"(len(list_filter(TRY_CAST({array} AS JSON[]), lambda e: {member()})) > 0)"
+
+    def has_text(self, at: Callable[[], str]) -> str:
+        """The value is a string containing the bound text."""
+        kind, text = at(), at()
+        return (f"(json_type({kind}) = 'VARCHAR' "
+                f"AND contains({text} ->> '$', CAST(? AS VARCHAR)))")
 
 
-def _compile_json_cmp(node: Cmp, col: str, params: list[Any]) -> str:
+class _JsonbSql(_JsonSql):
+    """PostgreSQL's forms (JSONB columns; the same JSONPath): a value is cast only when it is
+    of the kind (CASE), since a cast of another kind fails rather than giving NULL."""
+
+    def path(self, col: str) -> str:
+        return f"jsonb_path_query_first({col}, CAST(? AS jsonpath))"
+
+    def is_null(self, at: Callable[[], str]) -> str:
+        first, second = at(), at()
+        return f"({first} IS NULL OR jsonb_typeof({second}) = 'null')"
+
+    def equals(self, at: Callable[[], str], value: Any, params: list[Any], op: str = "=") -> str:
+        kind, typ = (("boolean", "BOOLEAN") if isinstance(value, bool) else
+                     ("string", "VARCHAR") if isinstance(value, str) else
+                     ("number", "DOUBLE PRECISION"))
+        target = "{} #>> '{{}}'" if kind == "string" else f"CAST({{}} AS {typ})"
+        probe, cast = at(), at()
+        test = (f"(CASE WHEN jsonb_typeof({probe}) = '{kind}' THEN {target.format(cast)} END "
+                f"{op} CAST(? AS {typ}))")
+        params.append(value if isinstance(value, bool | str) else float(value))
+        return test
+
+    def has_member(self, at: Callable[[], str], member: Callable[[], str]) -> str:
+        probe, array = at(), at()
+        return (f"EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof({probe}) "
+                f"= 'array' THEN {array} END) AS e WHERE {member()})")
+
+    def has_text(self, at: Callable[[], str]) -> str:
+        kind, text = at(), at()
+        return (f"(jsonb_typeof({kind}) = 'string' "
+                f"AND strpos({text} #>> '{{}}', CAST(? AS VARCHAR)) > 0)")
+
+
+def _compile_json_cmp(node: Cmp, col: str, params: list[Any], dialect: Dialect) -> str:
     """SQL for a comparison at a path inside a json field (the path a bound parameter).
 
     A missing path, like JSON null, matches ``null``; ``$ne`` / ``$nin`` hold where the
     positive test does not, so they match a missing path too.
     """
+    forms = _JsonSql() if dialect is DUCKDB else _JsonbSql()
+
     def at() -> str:
         if not node.path:
             return col
         params.append(jsonpath(node.path))
-        return f"json_extract({col}, CAST(? AS VARCHAR))"
+        return forms.path(col)
 
     op, value = node.op, node.value
     negate = op in ("$ne", "$nin")
     if value is None:
-        test = f"(json_type({at()}) IS NULL OR json_type({at()}) = 'NULL')"
+        test = forms.is_null(at)
     elif op in ("$in", "$nin"):
         if not value:
             return "TRUE" if negate else "FALSE"
-        test = "(" + " OR ".join(_json_equals(at, v, params) for v in value) + ")"
+        test = "(" + " OR ".join(forms.equals(at, v, params) for v in value) + ")"
     elif op == "$contains":
-        array = at()
-        member = _json_equals(lambda: "e", value, params)
-        test = f"(len(list_filter(TRY_CAST({array} AS JSON[]), lambda e: {member})) > 0"
+        test = forms.has_member(at, lambda: forms.equals(lambda: "e", value, params))
         if isinstance(value, str):
-            kind = at()
-            text = at()
+            test = f"({test} OR {forms.has_text(at)}"
             params.append(value)
-            test += (f" OR (json_type({kind}) = 'VARCHAR' "
-                     f"AND contains({text} ->> '$', CAST(? AS VARCHAR)))")
-        test += ")"
+            test += ")"
     else:
         sql_op = {"$eq": "=", "$ne": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
-        test = _json_equals(at, value, params, sql_op)
+        test = forms.equals(at, value, params, sql_op)
     return f"(NOT coalesce({test}, FALSE))" if negate else f"coalesce({test}, FALSE)"

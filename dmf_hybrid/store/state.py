@@ -15,25 +15,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import duckdb
-
 from ..checks import Limits
 from ..schema import EntityType
 from .chain import AuditLog, Listener
-from .db import Database
 from .registry import TypeRegistry
+from .txn import Connection, Transactions
 
 #: Called inside the write transaction after each entity mutation, link and unlink with
 #: (con, tenant, op, type name, entity id); writes a hook makes do not call hooks again.
 #: (connection, tenant, op, type, entity ID, principal of the write) -> None
-WriteHook = Callable[[duckdb.DuckDBPyConnection, str, str, str, str, str | None], None]
+WriteHook = Callable[[Connection, str, str, str, str, str | None], None]
 __all__ = ["Listener", "StoreState", "WriteHook"]
 
 
 class StoreState:
     """The attributes every layer of the store shares (set by ``Store.__init__``)."""
 
-    db: Database
+    db: Transactions
     limits: Limits
     #: the store's secret that seals query cursors (``tables.cursor_secret``)
     cursor_key: bytes
@@ -53,7 +51,7 @@ class StoreState:
         """The registered type of that name, or NotFound (see :meth:`TypeRegistry.type_of`)."""
         return self.registry.type_of(name, tenant, principal=principal)
 
-    def _after_write(self, con: duckdb.DuckDBPyConnection, tenant: str, op: str,
+    def _after_write(self, con: Connection, tenant: str, op: str,
                      type_name: str, eid: str, principal: str | None) -> None:
         """Run the write hooks (not for writes the hooks themselves make); what they write
         records the ``principal`` of the write that set them off."""

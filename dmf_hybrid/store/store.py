@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import duckdb
 from pydantic import BaseModel
 
 from ..checks import Limits
@@ -32,6 +31,7 @@ from .tables import (
     cursor_secret,
     table_name,
 )
+from .txn import Connection, Transactions
 
 __all__ = ["Listener", "Store", "WriteHook"]
 
@@ -46,8 +46,16 @@ class Store(Relations):
     """
 
     def __init__(self, path: Path | None, limits: Limits | None = None,
-                 memory_limit: str | None = None) -> None:
-        self.db = Database(path, memory_limit)
+                 memory_limit: str | None = None, url: str | None = None) -> None:
+        """The store in the DuckDB file ``path`` (None: in memory), or, given ``url``, in that
+        PostgreSQL database."""
+        self.db: Transactions
+        if url is not None:
+            from .postgres import PgDatabase  # psycopg is only needed for PostgreSQL
+
+            self.db = PgDatabase(url)
+        else:
+            self.db = Database(path, memory_limit)
         self.limits = limits or Limits()
         self.write_hooks: list[WriteHook] = []
         self._in_hooks = False
@@ -86,7 +94,7 @@ class Store(Relations):
         """The seq of the newest committed event (this thread's own, in its transaction)."""
         return self.log.committed_seq
 
-    def append_event(self, con: duckdb.DuckDBPyConnection, **fields: Any) -> int:
+    def append_event(self, con: Connection, **fields: Any) -> int:
         """Append one audit event (make_event's fields) inside the open transaction; its seq."""
         return self.log.append(con, **fields)
 

@@ -6,13 +6,13 @@ import logging
 import secrets
 from typing import Any
 
-import duckdb
-
 from ..errors import DMFError
 from ..ids import DEFAULT_TENANT
 from ..schema import EntityType, FieldSpec, TypeDef
 from .audit import EVENTS_DDL, EVENTS_MIGRATION
+from .dialect import dialect_of
 from .sql import bind_field, q, sql_type
+from .txn import Connection
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ FIXED_DDL = [
         type VARCHAR NOT NULL, op VARCHAR NOT NULL, done BOOLEAN NOT NULL DEFAULT FALSE)""",
     """CREATE TABLE IF NOT EXISTS embeddings (
         model_id VARCHAR NOT NULL, text_hash VARCHAR NOT NULL, dim INTEGER NOT NULL,
-        vector FLOAT[] NOT NULL, PRIMARY KEY (model_id, text_hash))""",
+        vector {vector} NOT NULL, PRIMARY KEY (model_id, text_hash))""",
     EMBEDDINGS_HASH_DDL,
 ]
 
@@ -81,7 +81,7 @@ def table_name(type_name: str) -> str:
     return q(f"ent_{type_name}")
 
 
-def create_fixed(con: duckdb.DuckDBPyConnection) -> None:
+def create_fixed(con: Connection) -> None:
     """Create the fixed tables if missing, and migrate an older store to STORE_FORMAT."""
     con.execute(META_DDL)  # its store_format says how the other tables look
     row = con.execute("SELECT value FROM meta WHERE key = 'store_format'").fetchone()
@@ -93,6 +93,8 @@ def create_fixed(con: duckdb.DuckDBPyConnection) -> None:
     if found < 2:
         _migrate_entity_index(con)
     for ddl in FIXED_DDL:
+        con.execute(ddl.replace("{vector}", dialect_of(con).vector_type))
+    for ddl in dialect_of(con).log_indexes:
         con.execute(ddl)
     if found < 3:
         _add_expiry_columns(con)
@@ -102,7 +104,7 @@ def create_fixed(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("UPDATE meta SET value = ? WHERE key = 'store_format'", [str(STORE_FORMAT)])
 
 
-def cursor_secret(con: duckdb.DuckDBPyConnection) -> bytes:
+def cursor_secret(con: Connection) -> bytes:
     """The store's own key for query cursors (made once, kept in ``meta``; snapshots keep it)."""
     row = con.execute("SELECT value FROM meta WHERE key = 'cursor_secret'").fetchone()
     if row is None:
@@ -111,7 +113,7 @@ def cursor_secret(con: duckdb.DuckDBPyConnection) -> bytes:
     return bytes.fromhex(str(row[0]))
 
 
-def _migrate_entity_index(con: duckdb.DuckDBPyConnection) -> None:
+def _migrate_entity_index(con: Connection) -> None:
     """Format 1 -> 2: rebuild entity_index keyed by (tenant, id) (in the caller's transaction).
 
     DuckDB cannot change a primary key in place: a new table is filled, the old one dropped
@@ -133,7 +135,7 @@ def _migrate_entity_index(con: duckdb.DuckDBPyConnection) -> None:
     log.info("store migrated to format 2: entity IDs are unique per tenant")
 
 
-def _add_expiry_columns(con: duckdb.DuckDBPyConnection) -> None:
+def _add_expiry_columns(con: Connection) -> None:
     """Format 2 -> 3: every entity table gains the (empty) expiry column."""
     names = [r[0] for r in con.execute("SELECT DISTINCT name FROM schema_types ORDER BY name")
              .fetchall()]
@@ -144,13 +146,13 @@ def _add_expiry_columns(con: duckdb.DuckDBPyConnection) -> None:
         log.info("store migrated to format 3: entities may expire")
 
 
-def _column_ddl(name: str, spec: FieldSpec) -> str:
-    return f"{q(name)} {sql_type(spec)}"
+def _column_ddl(con: Connection, name: str, spec: FieldSpec) -> str:
+    return f"{q(name)} {sql_type(spec, dialect_of(con))}"
 
 
-def create_type_table(con: duckdb.DuckDBPyConnection, etype: EntityType) -> None:
+def create_type_table(con: Connection, etype: EntityType) -> None:
     """Create the typed table of an entity type."""
-    cols = ", ".join(_column_ddl(n, s) for n, s in etype.fields.items())
+    cols = ", ".join(_column_ddl(con, n, s) for n, s in etype.fields.items())
     # No PRIMARY KEY here: (tenant, id) pairs are unique through entity_index's primary key,
     # and DuckDB 1.4 failed to commit an UPDATE of a list column of a keyed table while any
     # reader held an older snapshot ("write-write conflict on key"; 2.0.1 commits it). A
@@ -165,30 +167,25 @@ def create_type_table(con: duckdb.DuckDBPyConnection, etype: EntityType) -> None
                 f"ON {table_name(etype.name)} (id)")
 
 
-def add_columns(con: duckdb.DuckDBPyConnection, typedef: TypeDef, added: list[str]) -> None:
+def add_columns(con: Connection, typedef: TypeDef, added: list[str]) -> None:
     """Add new fields to a type's table; existing rows get the field's default."""
     # every ALTER before any UPDATE: DuckDB 1.4 refused to commit a transaction that alters a
     # table after updating or deleting rows of it ("another transaction has altered this table")
     for name in added:
         spec = typedef.fields[name]
-        con.execute(f"ALTER TABLE {table_name(typedef.name)} ADD COLUMN {_column_ddl(name, spec)}")
+        con.execute(f"ALTER TABLE {table_name(typedef.name)} ADD COLUMN "
+                    f"{_column_ddl(con, name, spec)}")
     for name in added:
         spec = typedef.fields[name]
         if spec.default is not None:
             con.execute(
-                f"UPDATE {table_name(typedef.name)} SET {q(name)} = CAST(? AS {sql_type(spec)})",
+                f"UPDATE {table_name(typedef.name)} SET {q(name)} = "
+                f"CAST(? AS {sql_type(spec, dialect_of(con))})",
                 [bind_field(spec, spec.default)],
             )
 
 
-def arrow_insert(con: duckdb.DuckDBPyConnection, target: str, columns: list[str],
-                 rows: list[tuple[Any, ...]]) -> None:
-    """Insert many rows through one Arrow table (``target``: a table, with a column list)."""
-    import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
-
-    table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)})
-    con.register("_batch", table)
-    try:
-        con.execute(f"INSERT INTO {target} SELECT * FROM _batch")
-    finally:
-        con.unregister("_batch")
+def insert_rows(con: Connection, target: str, columns: list[str],
+                rows: list[tuple[Any, ...]]) -> None:
+    """Insert many rows in one bulk statement (``target``: a table, with a column list)."""
+    dialect_of(con).insert_rows(con, target, columns, rows)

@@ -22,10 +22,10 @@ from ..errors import (
 )
 from ..models import Entity
 from ..schema import EntityType
+from .dialect import DUCKDB, Dialect
 from .expiry import expired, live_sql
 from .rows import RowReader, aware_datetimes, expired_error
 from .sql import (
-    SQL_TYPES,
     bind_field,
     q,
     sql_type,
@@ -39,44 +39,46 @@ from .tables import (
 ENTITY_OPS_SQL = "('create', 'update', 'append', 'delete', 'restore', 'erase')"
 
 
-def _field_expr(name: str, spec: Any, params: list[Any]) -> str:
-    typ = sql_type(spec)
-    path = f"'$.data.{name}'"
-    if spec.type in ("list", "json"):
-        expr = f"CAST(json_extract(after, {path}) AS {typ})"
-    elif spec.type == "bool":
-        expr = f"CAST(json_extract(after, {path}) AS BOOLEAN)"
+def _field_expr(name: str, spec: Any, params: list[Any], dialect: Dialect) -> str:
+    typ = sql_type(spec, dialect)
+    if spec.type in ("list", "json", "bool"):
+        expr = dialect.json_cast(dialect.json_value("after", "data", name), spec.type, spec.item)
     else:
-        expr = f"CAST(json_extract_string(after, {path}) AS {SQL_TYPES[spec.type]})"
+        expr = f"CAST({dialect.json_text('after', 'data', name)} AS {typ})"
     if spec.default is None:
         return f"{expr} AS {q(name)}"
     # a field added by a later migration is missing from older snapshots: read its default
     params.append(bind_field(spec, spec.default))
-    return (f"CASE WHEN json_exists(after, {path}) THEN {expr} "
+    return (f"CASE WHEN {dialect.json_has('after', 'data', name)} THEN {expr} "
             f"ELSE CAST(? AS {typ}) END AS {q(name)}")
 
 
-def as_of_table_sql(etype: EntityType, tenant: str, seq: int, params: list[Any]) -> str:
+def as_of_table_sql(etype: EntityType, tenant: str, seq: int, params: list[Any],
+                    dialect: Dialect = DUCKDB) -> str:
     """A FROM-clause source with the same columns as the type's table: its live rows at
     ``seq`` (an entity whose expiry had come by the time of that event is not live)."""
-    fields = ", ".join(_field_expr(n, s, params) for n, s in etype.fields.items())
+    fields = ", ".join(_field_expr(n, s, params, dialect) for n, s in etype.fields.items())
     params.extend([tenant, etype.name, seq])
-    rows = f"""(SELECT
-        json_extract_string(after, '$.id') AS id,
-        json_extract_string(after, '$.tenant') AS tenant,
-        CAST(json_extract(after, '$.version') AS INTEGER) AS version,
-        CAST(json_extract_string(after, '$.created_at') AS TIMESTAMP) AS created_at,
-        CAST(json_extract_string(after, '$.updated_at') AS TIMESTAMP) AS updated_at,
-        CAST(json_extract_string(after, '$.deleted_at') AS TIMESTAMP) AS deleted_at,
-        CAST(NULL AS BIGINT) AS deleted_seq,
-        json_extract_string(after, '$.text_hash') AS text_hash,
-        CAST(json_extract_string(after, '$.expires_at') AS TIMESTAMP) AS {EXPIRES_COLUMN},
-        {fields}
-      FROM (
-        SELECT after, redacted FROM events_all
+
+    def text(key: str, typ: str | None = None) -> str:
+        value = dialect.json_text("after", key)
+        return value if typ is None else f"CAST({value} AS {typ})"
+
+    latest = f"""SELECT DISTINCT ON (entity_id) after, redacted FROM events_all
         WHERE tenant = ? AND type = ? AND seq <= ? AND op IN {ENTITY_OPS_SQL}
-        QUALIFY row_number() OVER (PARTITION BY entity_id ORDER BY seq DESC) = 1
-      ) AS latest
+        ORDER BY entity_id, seq DESC"""
+    rows = f"""(SELECT
+        {text('id')} AS id,
+        {text('tenant')} AS tenant,
+        {text('version', 'INTEGER')} AS version,
+        {text('created_at', 'TIMESTAMP')} AS created_at,
+        {text('updated_at', 'TIMESTAMP')} AS updated_at,
+        {text('deleted_at', 'TIMESTAMP')} AS deleted_at,
+        CAST(NULL AS BIGINT) AS deleted_seq,
+        {text('text_hash')} AS text_hash,
+        {text('expires_at', 'TIMESTAMP')} AS {EXPIRES_COLUMN},
+        {fields}
+      FROM ({latest}) AS latest
       WHERE NOT redacted AND after IS NOT NULL) AS r"""
     return f"(SELECT * FROM {rows} WHERE {live_sql(params, seq)}) AS t"
 

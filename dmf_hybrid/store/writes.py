@@ -8,7 +8,6 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import duckdb
 from pydantic import BaseModel
 
 from ..checks import (
@@ -43,6 +42,7 @@ from .tables import (
     EXPIRES_COLUMN,
     table_name,
 )
+from .txn import Connection
 
 #: The shape of the IDs derived from identity fields (``ids.entity_id``).
 DERIVED_ID_RE = re.compile(rf"^[A-Za-z][A-Za-z0-9]*_[0-9a-f]{{{ID_HASH_HEX}}}$")
@@ -197,7 +197,7 @@ class Writes(Queries):
                 updated_at=now, deleted_at=deleted_at, expires_at=expires,
             )
 
-    def _text_hash(self, con: duckdb.DuckDBPyConnection, etype: EntityType, eid: str,
+    def _text_hash(self, con: Connection, etype: EntityType, eid: str,
                    tenant: str) -> str | None:
         row = self._point_row(con, table_name(etype.name), "text_hash", eid, tenant)
         return None if row is None else row[0]
@@ -272,7 +272,8 @@ class Writes(Queries):
                 raise NotFound(f"entity {eid} was erased at seq {erased_seq}", entity_id=eid)
             version = self._point_row(con, table_name(etype.name), "version", eid, tenant)
             hashes = [r[0] for r in con.execute(
-                "SELECT DISTINCT json_extract_string(after, '$.text_hash') FROM events_all "
+                f"SELECT DISTINCT {self.db.dialect.json_text('after', 'text_hash')} "
+                "FROM events_all "
                 "WHERE entity_id = ? AND tenant = ? AND after IS NOT NULL", [eid, tenant],
             ).fetchall() if r[0]]
             seq = self.log.append(
@@ -299,14 +300,14 @@ class Writes(Queries):
             self._after_write(con, tenant, "erase", etype.name, eid, principal)
             return seq
 
-    def _hash_in_use(self, con: duckdb.DuckDBPyConnection, text_hash: str) -> bool:
+    def _hash_in_use(self, con: Connection, text_hash: str) -> bool:
         for etype in self.types():
             if con.execute(f"SELECT 1 FROM {table_name(etype.name)} WHERE text_hash = ? LIMIT 1",
                            [text_hash]).fetchone():
                 return True
         return False
 
-    def _requeue_type(self, con: duckdb.DuckDBPyConnection, etype: EntityType) -> None:
+    def _requeue_type(self, con: Connection, etype: EntityType) -> None:
         """Recompute text hashes and queue every live entity of a type for reindexing (its
         embedded text changed)."""
         self.registry.mark_modified(etype.name)

@@ -164,16 +164,22 @@ def http_front(kind: str, app: FastAPI, mem: Memory) -> Iterator[Front]:
                 t.close()
 
 
-@pytest.fixture(params=["memory", "asgi", "uvicorn"])
+@pytest.fixture(params=["memory", "asgi", "uvicorn", "uvicorn-postgresql"])
 def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Front]:
-    """The same memory behind each front door (see the module docstring)."""
-    mem = open_memory(None)  # in-memory DuckDB: writes are ~3x faster than on a file
+    """The same memory behind each front door (see the module docstring); the last, the
+    service on the PostgreSQL engine."""
+    door, _, engine = str(request.param).partition("-")
+    if engine:
+        url = request.getfixturevalue("pg_server").fresh()
+        mem = open_memory(None, settings=Settings(store_url=url))
+    else:
+        mem = open_memory(None)  # in-memory DuckDB: writes are ~3x faster than on a file
     try:
-        if request.param == "memory":
+        if door == "memory":
             yield Front("memory", mem, mem.for_tenant("other"), embedded=mem)
             return
         app = create_app(_settings(tmp_path), mem)
-        with http_front(request.param, app, mem) as front:
+        with http_front(door, app, mem) as front:
             yield front
     finally:
         mem.close()

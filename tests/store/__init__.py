@@ -78,13 +78,15 @@ def both_doors(name: str = "mem", define: Callable[[MemoryAPI], None] = define_t
 
 
 def dump_rows(mem: MemoryAPI) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table of the memory's DuckDB, fully ordered."""
+    """Every row of every table of the memory's store, fully ordered."""
     db = behind(mem)._store.db
-    tables = [r[0] for r in db.fetchall("SHOW TABLES")]
+    duck = db.dialect.name == "duckdb"
     # vectors compare by hash: converting every float to Python costs more than the test
-    columns = {"embeddings": "model_id, text_hash, dim, hash(vector)"}
-    return {t: db.fetchall(f'SELECT {columns.get(t, "*")} FROM "{t}" ORDER BY ALL')
-            for t in tables}
+    columns = {"embeddings": "model_id, text_hash, dim, "
+                             + ("hash(vector)" if duck else "md5(vector)")}
+    order = "ALL" if duck else "CAST(r AS text)"
+    return {t: db.fetchall(f'SELECT {columns.get(t, "*")} FROM "{t}" AS r ORDER BY {order}')
+            for t in db.tables()}
 
 
 def dump(mem: MemoryAPI) -> dict[str, Any]:
@@ -94,9 +96,11 @@ def dump(mem: MemoryAPI) -> dict[str, Any]:
     per-table entries say which table changed when two fingerprints differ.
     """
     store = behind(mem)._store
-    tables = [r[0] for r in store.db.fetchall("SHOW TABLES")]
+    tables = store.db.tables()
+    row_hash = ("hash(r)" if store.db.dialect.name == "duckdb"
+                else "hashtextextended(CAST(r AS text), 0)")
     sql = " UNION ALL ".join(
-        f"SELECT '{t}', count(*), sum(hash(\"{t}\")) FROM \"{t}\"" for t in tables)
+        f"SELECT '{t}', count(*), sum({row_hash}) FROM \"{t}\" AS r" for t in tables)
     return {
         "tables": {t: (n, h) for t, n, h in store.db.fetchall(sql)},
         "seq": store.last_seq,

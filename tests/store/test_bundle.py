@@ -28,6 +28,17 @@ MIXED = {"name": "Mixed", "identity": ["n"], "embed": "{n} {words}", "fields": {
     "words": {"type": "list", "item": "str", "required": False}}}
 
 
+def fill_mixed(mem: Memory) -> None:
+    """The type with every kind of column, and rows with empty lists and missing values."""
+    mem.define_type(MIXED)
+    mem.create_many("Mixed", [
+        {"n": 1, "x": 0.5, "when": "2026-01-02T03:04:05.678901", "day": "2026-02-03",
+         "days": ["2026-01-01", "2026-12-31"], "doc": {"a": [1, {"b": None}], "c": "中"},
+         "ok": True, "words": []},
+        {"n": 2, "x": 3, "when": None, "day": None, "days": [], "doc": None, "ok": False,
+         "words": ["x", "y"]}])
+
+
 @pytest.fixture
 def filled(tmp_path: Path) -> Any:
     mem = open_memory(tmp_path / "m")
@@ -35,13 +46,7 @@ def filled(tmp_path: Path) -> Any:
     other = mem.for_tenant("acme", principal="key:00c0ffee")
     other.create("Trip", {"destination": "Paris", "budget": 3})  # the same ID, another tenant
     other.create("Poi", {"name": "东方明珠", "city": "上海", "rating": 4})
-    mem.define_type(MIXED)  # every kind of column, with empty lists and missing values
-    mem.create_many("Mixed", [
-        {"n": 1, "x": 0.5, "when": "2026-01-02T03:04:05.678901", "day": "2026-02-03",
-         "days": ["2026-01-01", "2026-12-31"], "doc": {"a": [1, {"b": None}], "c": "中"},
-         "ok": True, "words": []},
-        {"n": 2, "x": 3, "when": None, "day": None, "days": [], "doc": None, "ok": False,
-         "words": ["x", "y"]}])
+    fill_mixed(mem)
     mem.create("Mixed", {"n": 3})
     archive = mem.archive_events(10, tmp_path / "archive")  # archived events travel too
     assert archive.moved == 9

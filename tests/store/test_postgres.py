@@ -1,0 +1,259 @@
+"""The PostgreSQL engine: opening by URL, clear errors, one owning process, what stays DuckDB's,
+a bundle that moves a store between the engines, and no acknowledged write lost to kill -9.
+
+The behaviour suites run on both engines through the ``mem`` fixture; these are the things
+only the shared engine has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dmf_hybrid import Conflict, HashEmbedder, Memory, Settings, StoreLocked, ValidationError
+from dmf_hybrid.errors import ServiceUnavailable
+from dmf_hybrid.vector.exact import ExactIndex
+from evaluation.pgserver import PgServer, free_port
+from tests.conftest import define_travel
+from tests.store import dump_rows
+from tests.store.test_bundle import DERIVED, fill_mixed
+from tests.store.test_persistence import _fill, _readable_state
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _open(url: str, path: Path | None = None) -> Memory:
+    return Memory.open(url if path is None else path, embedder=HashEmbedder(),
+                       vector_index=ExactIndex(),
+                       settings=Settings(store_url=url) if path is not None else None)
+
+
+def test_a_store_opened_by_url_keeps_everything_across_reopening(pg_server: PgServer,
+                                                                  tmp_path: Path) -> None:
+    url = pg_server.fresh()
+    mem = _open(url)
+    ids = _fill(mem)
+    state, seq = _readable_state(mem), mem.last_seq()
+    mem.close()
+    # the same store through settings.store_url, with a directory for what stays local
+    again = _open(url, tmp_path / "local")
+    try:
+        assert _readable_state(again) == state and again.last_seq() == seq
+        assert again.verify_audit().ok
+        assert again.search("Poi", "Louvre in Paris", k=1).hits[0].entity.id == ids["louvre"]
+        again.update(ids["trip"], {"budget": 1})  # the chain goes on from the stored head
+        assert again.last_seq() == seq + 1 and again.verify_audit().ok
+        assert not (tmp_path / "local" / "memory.duckdb").exists()
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("url", ["postgresql://", "postgresql://u@127.0.0.1:notaport/db"])
+def test_a_malformed_store_url_is_a_clear_error(url: str) -> None:
+    with pytest.raises((ValidationError, ServiceUnavailable), match="store_url"):
+        _open(url)
+
+
+def test_an_unreachable_store_url_names_the_setting(tmp_path: Path) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/nothing"
+    with pytest.raises(ServiceUnavailable, match="store_url") as exc:
+        _open(url, tmp_path)
+    assert exc.value.details["field"] == "store_url"
+
+
+def test_a_store_url_of_another_kind_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="store_url must be a postgresql:// URL"):
+        Memory.open(tmp_path, settings=Settings(store_url="mysql://x@localhost/db"))
+    assert not (tmp_path / "memory.duckdb").exists()
+
+
+def test_one_process_owns_a_store(pg_server: PgServer) -> None:
+    url = pg_server.fresh()
+    mem = _open(url)
+    try:
+        with pytest.raises(StoreLocked, match="open in another process"):
+            _open(url)
+        script = textwrap.dedent(f"""
+            from dmf_hybrid import Memory, StoreLocked
+            try:
+                Memory.open({url!r})
+            except StoreLocked as exc:
+                print("locked:", exc.message)
+        """)
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             timeout=120, cwd=ROOT)
+        assert "locked:" in out.stdout and "--url" in out.stdout, out.stderr
+    finally:
+        mem.close()
+    _open(url).close()  # closing let the store go
+
+
+def test_what_needs_duckdb_files_says_so_and_changes_nothing(pg_server: PgServer,
+                                                             tmp_path: Path) -> None:
+    mem = _open(pg_server.fresh())
+    try:
+        define_travel(mem)
+        mem.create("Trip", {"destination": "Paris"})
+        before = dump_rows(mem)
+        with pytest.raises(Conflict, match="PostgreSQL: export a bundle"):
+            mem.snapshot(tmp_path / "snap")
+        with pytest.raises(Conflict, match="PostgreSQL"):
+            mem.archive_events(2, tmp_path / "archive")
+        assert dump_rows(mem) == before
+        assert not (tmp_path / "snap").exists() and not (tmp_path / "archive").exists()
+    finally:
+        mem.close()
+
+
+def test_a_bundle_moves_a_store_from_postgresql_to_duckdb(pg_server: PgServer,
+                                                           tmp_path: Path) -> None:
+    mem = _open(pg_server.fresh())
+    try:
+        ids = _fill(mem)
+        mem.for_tenant("acme").create("Poi", {"name": "东方明珠", "city": "上海", "rating": 4})
+        fill_mixed(mem)  # every kind of column, with empty lists and missing values
+        state, rows = _readable_state(mem), dump_rows(mem)
+        mixed = [e.model_dump() for e in mem.query("Mixed", order_by="n").items]
+        manifest = mem.export(tmp_path / "store.jsonl.gz")
+    finally:
+        mem.close()
+    moved = Memory.import_bundle(tmp_path / "store.jsonl.gz", tmp_path / "duck",
+                                 embedder=HashEmbedder(), vector_index=ExactIndex())
+    try:
+        assert _readable_state(moved) == state  # IDs, versions, seqs, hashes, types
+        assert [e.model_dump() for e in moved.query("Mixed", order_by="n").items] == mixed
+        assert moved.verify_audit().ok and moved.last_seq() == manifest.last_seq
+        same = {t: r for t, r in rows.items() if t not in DERIVED | {"dmf_rules"}}
+        assert {t: r for t, r in dump_rows(moved).items() if t in same} == same
+        assert moved.search("Poi", "Louvre in Paris", k=1).hits[0].entity.id == ids["louvre"]
+    finally:
+        moved.close()
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from dmf_hybrid import HashEmbedder, Memory
+    from dmf_hybrid.vector.exact import ExactIndex
+    from tests.conftest import define_travel
+    mem = Memory.open(sys.argv[1], embedder=HashEmbedder(), vector_index=ExactIndex())
+    if not mem.types():
+        define_travel(mem)
+    round_ = sys.argv[2]
+    for i in range(100_000):
+        poi = mem.create("Poi", {"name": f"r{round_} n{i} lighthouse", "city": f"c{round_}"})
+        print(poi.id, flush=True)  # acknowledged: the call returned
+""")
+
+
+def test_kill_9_loses_no_acknowledged_write(pg_server: PgServer) -> None:
+    url = pg_server.fresh()
+    acked: dict[str, str] = {}
+    for round_ in range(2):
+        proc = subprocess.Popen([sys.executable, "-c", _WRITER, url, str(round_)], cwd=ROOT,
+                                stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.stdout is not None
+        for _ in range(60):
+            line = proc.stdout.readline()
+            assert line, "the writer stopped early"
+            acked[line.strip()] = str(round_)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    mem = _open(url)  # the killed writers' lock went with their sessions
+    try:
+        assert mem.verify_audit().ok
+        for eid, round_ in acked.items():
+            assert mem.get(eid).data.city == f"c{round_}"  # by ID
+        for round_ in ("0", "1"):
+            found = {e.id for e in mem.query("Poi", {"city": f"c{round_}"}, limit=1000).items}
+            assert {e for e, r in acked.items() if r == round_} <= found  # by filter
+        for eid in list(acked)[::15]:
+            name = mem.get(eid).data.name
+            assert eid in {h.entity.id for h in mem.search("Poi", name, k=5).hits}  # by search
+        assert json.loads(mem.verify_audit().model_dump_json())["ok"]
+    finally:
+        mem.close()
+
+
+def test_connections_the_server_dropped_are_made_again(pg_server: PgServer) -> None:
+    import psycopg
+
+    url = pg_server.fresh()
+    mem = _open(url)
+    try:
+        define_travel(mem)
+        first = mem.create("Trip", {"destination": "Paris"})
+        mem.get(first.id)
+        with psycopg.connect(url, autocommit=True) as admin:  # what a restart does to them
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                          "datname = current_database() AND pid <> pg_backend_pid()")
+        second = mem.create("Trip", {"destination": "Rome"})  # the writer comes back
+        assert [mem.get(e.id).id for e in (first, second)] == [first.id, second.id]
+        assert mem.verify_audit().ok and mem.last_seq() == second_seq(mem)
+        with pytest.raises(StoreLocked):
+            _open(url)  # the writer holds the owner's lock again
+    finally:
+        mem.close()
+
+
+def second_seq(mem: Memory) -> int:
+    """The seq of the newest event, read from the log itself."""
+    return mem.events(since_seq=0, limit=10_000)[-1].seq
+
+
+def test_dmf_migrate_moves_a_store_to_postgresql_and_back(pg_server: PgServer,
+                                                          tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from dmf_hybrid.cli import app
+
+    source = Memory.open(tmp_path / "duck", embedder=HashEmbedder(), vector_index=ExactIndex())
+    try:
+        ids = _fill(source)
+        acme = source.for_tenant("acme")
+        acme.create("Trip", {"destination": "Paris", "budget": 3})  # the same ID, another tenant
+        acme.create("Poi", {"name": "东方明珠", "city": "上海", "rating": 4})
+        state, rows = _readable_state(source), dump_rows(source)
+        acme_pois = [e.model_dump() for e in acme.query("Poi").items]
+    finally:
+        source.close()
+    url = pg_server.fresh()
+    runner = CliRunner()
+    env = {"DMF_EMBEDDER": "hash", "DMF_DATA_DIR": None, "DMF_STORE_URL": None}
+    there = runner.invoke(app, ["migrate", "--from", str(tmp_path / "duck"), "--to", url,
+                                "--json"], env=env)
+    assert there.exit_code == 0, there.output
+    back = runner.invoke(app, ["migrate", "--from", url, "--to", str(tmp_path / "back"),
+                               "--json"], env=env)
+    assert back.exit_code == 0, back.output
+    assert json.loads(there.output)["last_hash"] == json.loads(back.output)["last_hash"]
+    for where in (url, tmp_path / "back"):
+        mem = _open(url) if where == url else Memory.open(
+            where, embedder=HashEmbedder(), vector_index=ExactIndex())
+        try:
+            assert _readable_state(mem) == state  # IDs, versions, seqs, hashes, types
+            assert [e.model_dump() for e in mem.for_tenant("acme").query("Poi").items] \
+                == acme_pois
+            same = {t: sorted(map(repr, r)) for t, r in rows.items()
+                    if t not in DERIVED - {"events"}}  # in the order of neither engine
+            assert "events" in same and "relations" in same
+            assert {t: sorted(map(repr, r)) for t, r in dump_rows(mem).items()
+                    if t in same} == same
+            assert mem.verify_audit().ok
+            assert mem.search("Poi", "Louvre in Paris", k=1).hits[0].entity.id == ids["louvre"]
+        finally:
+            mem.close()
+    again = runner.invoke(app, ["migrate", "--from", str(tmp_path / "duck"), "--to", url],
+                          env=env)  # the target holds a store now: refused, left as it was
+    assert again.exit_code != 0 and "not empty" in again.output
+    missing = runner.invoke(app, ["migrate", "--from", str(tmp_path / "nothing"), "--to", url],
+                            env=env)
+    assert missing.exit_code == 2 and "no memory directory" in missing.output
+    assert not (tmp_path / "nothing").exists()
