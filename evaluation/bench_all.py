@@ -7,6 +7,7 @@ that none inherits another's warm caches or loaded model:
 name       module                           what it measures
 =========  ===============================  =================================================
 store      ``evaluation.bench_store``       create / update / get / query / as_of, 10k rows
+engines    ``evaluation.bench_engines``     the same on DuckDB and PostgreSQL side by side
 search     ``evaluation.bench_search``      filtered vector search vs Chroma ``where``, ingest
 keyword    ``evaluation.bench_keyword``     the BM25 leg vs bm25s on SciFact and synthetic
 http       ``evaluation.bench_http``        POST /search at 1, 4, 16 clients, real server
@@ -80,6 +81,9 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
             Step("store", "evaluation.bench_store",
                  [("--sizes", "1000"), ("--samples", "20"), ("--queries", "10"),
                   ("--asof-queries", "3"), out("store")], 300),
+            Step("engines", "evaluation.bench_engines",
+                 [("--sizes", "1000"), ("--samples", "20"), ("--queries", "10"),
+                  ("--asof-queries", "3"), out("engines")], 300),
             Step("search", "evaluation.bench_search",
                  [("--n", "2000"), ("--queries", "5"), ("--skip-model",), out("search")], 300),
             Step("keyword", "evaluation.bench_keyword",
@@ -103,6 +107,7 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
     # MiniLM embeds only ~10 texts/s there, so the model-backed steps stay at 1000 entities.
     return [
         Step("store", "evaluation.bench_store", [("--sizes", "10000"), out("store")], 240),
+        Step("engines", "evaluation.bench_engines", [("--sizes", "10000"), out("engines")], 300),
         Step("search", "evaluation.bench_search",
              [("--n", "10000"), ("--queries", "30"), ("--sample", "300"), out("search")], 480),
         Step("keyword", "evaluation.bench_keyword",

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from dmf_hybrid import HashEmbedder, Memory  # noqa: E402
+from dmf_hybrid import HashEmbedder, Memory, Settings  # noqa: E402
 from dmf_hybrid.vector.exact import ExactIndex  # noqa: E402
 
 DEFAULT_OUT = ROOT / "evaluation" / "results" / "bench_store.json"
@@ -100,12 +100,15 @@ def timed(call: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
     return time.perf_counter() - start
 
 
-def bench_size(size: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """Every measurement on a fresh store of ``size`` entities."""
+def bench_size(size: int, args: argparse.Namespace, workdir: Path,
+               store_url: str | None = None) -> dict[str, Any]:
+    """Every measurement on a fresh store of ``size`` entities (in DuckDB, or in the empty
+    PostgreSQL database ``store_url``)."""
     rng = random.Random(args.seed)
     directory = workdir / f"store-{size}"
     shutil.rmtree(directory, ignore_errors=True)
-    mem = Memory.open(directory, embedder=HashEmbedder(), vector_index=ExactIndex())
+    mem = Memory.open(directory, embedder=HashEmbedder(), vector_index=ExactIndex(),
+                      settings=Settings(store_url=store_url))
     try:
         typedef = dict(BENCH_TYPE)
         if args.embed:
@@ -177,8 +180,17 @@ def bench_size(size: int, args: argparse.Namespace, workdir: Path) -> dict[str, 
         results["as_of_vs_live"] = round(
             results["query_as_of"]["p50_ms"] / max(results["query_live_same"]["p50_ms"], 1e-9),
             1)
-        results["db_mb"] = round(sum(f.stat().st_size for f in directory.rglob("*")
-                                     if f.is_file()) / 1e6, 1)
+        if args.embed:  # hybrid search with a filter, exact over the filtered candidates
+            texts = [f"item {rng.randrange(size)} lorem" for _ in range(args.queries)]
+            results["search"] = summarise([
+                timed(mem.search, "BenchItem", text, where={"category": rng.choice(CATEGORIES)},
+                      k=10) for text in texts])
+        if store_url is None:
+            results["db_mb"] = round(sum(f.stat().st_size for f in directory.rglob("*")
+                                         if f.is_file()) / 1e6, 1)
+        else:
+            row = mem._store.db.fetchone("SELECT pg_database_size(current_database())")
+            results["db_mb"] = round(int(row[0]) / 1e6, 1) if row else 0.0
         return results
     finally:
         mem.close()

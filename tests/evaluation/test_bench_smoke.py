@@ -175,8 +175,8 @@ def test_bench_load_writes_smoke(tmp_path: Path) -> None:
 def test_bench_all_plans_every_benchmark(tmp_path: Path) -> None:
     for quick in (False, True):
         steps = bench_all.plan(tmp_path, tmp_path / "scifact", quick)
-        assert [s.name for s in steps] == ["store", "search", "keyword", "http", "coldstart",
-                                           "embed", "loadwrites"]
+        assert [s.name for s in steps] == ["store", "engines", "search", "keyword", "http",
+                                           "coldstart", "embed", "loadwrites"]
         for step in steps:
             name = "load_writes" if step.name == "loadwrites" else step.name
             assert ("--out", str(tmp_path / f"bench_{name}.json")) in step.flags
@@ -308,3 +308,19 @@ def test_bench_bundle_smoke(tmp_path: Path) -> None:
     assert all(v > 0 for v in doc["median_s"].values())
     paths = write_results(doc, tmp_path / "bundle.json", bench_bundle.markdown)
     assert "bundle (export / import, checked)" in paths[1].read_text()
+
+
+def test_bench_engines_measures_both_engines_side_by_side(tmp_path: Path) -> None:
+    from evaluation import bench_engines
+
+    out = tmp_path / "engines.json"
+    assert bench_engines.main(["--sizes", "1000", "--samples", "5", "--queries", "3",
+                               "--asof-queries", "2", "--out", str(out)]) == 0
+    document = json.loads(out.read_text())
+    results = document["results"]["1000"]
+    assert set(results) == {"duckdb", "postgresql"}
+    for engine in ("duckdb", "postgresql"):
+        assert results[engine]["create_many"]["n"] == 1000
+        assert results[engine]["search"]["calls"] == 3 and results[engine]["events"] > 1000
+    table = out.with_suffix(".md").read_text()
+    assert "| 1,000 | get |" in table and out.with_suffix(".png").is_file()
