@@ -159,7 +159,11 @@ class PostgresDialect(Dialect):
                        ) -> Iterator[Any]:
         import pyarrow as pa
 
-        cur = reader.execute(sql, params)
+        if reader.raw.info.transaction_status == TransactionStatus.IDLE:
+            cur = reader.execute(sql, params)
+        else:  # in a read transaction (a whole type's load): a server-side cursor streams
+            cur = reader.raw.cursor(name="dmf_record_batches")
+            cur.execute(translate(sql), params)
         names = [d[0] for d in cur.description]
 
         def batches() -> Iterator[Any]:
@@ -176,7 +180,10 @@ class PostgresDialect(Dialect):
                         cols[name] = pa.array(values)
                 yield pa.record_batch(cols)
 
-        yield batches()
+        try:
+            yield batches()
+        finally:
+            cur.close()
 
 
 POSTGRES = PostgresDialect()
