@@ -51,14 +51,16 @@ def test_every_command_has_help() -> None:
     assert {"serve", "ingest", "get", "query", "search", "history", "verify", "reconcile",
             "reindex", "snapshot", "restore-snapshot", "define", "eval", "mcp", "create",
             "update", "delete", "restore", "link", "unlink", "types", "count", "export",
-            "import"} <= set(names)
+            "import", "migrate"} <= set(names)
     for name in names:
         if name == "eval":
             continue  # forwards --help to `python -m evaluation` (see below)
         out = ok(name, "--help")
         assert "Usage" in out
         assert "<bool>" not in out
-        if name not in ("restore-snapshot", "serve", "import"):
+        if name == "migrate":  # from one store to another: both named, neither served
+            assert "--from" in out and "--to" in out
+        elif name not in ("restore-snapshot", "serve", "import"):
             assert "--url" in out and "--data" in out
 
 
