@@ -67,6 +67,12 @@ class Dialect:
         """Each column of ``table`` (a name as the store writes it, maybe quoted) and its type."""
         return {str(d[0]): str(d[1]) for d in con.execute(f"DESCRIBE {table}").fetchall()}
 
+    def latest_per(self, key: str, columns: str, source: str, where: str) -> str:
+        """A query of ``columns`` of the newest row (by seq) of each ``key`` in ``source``."""
+        # DuckDB: a window (as_of queries took 1.6x as long with DISTINCT ON at 10,000)
+        return (f"SELECT {columns} FROM {source} WHERE {where} QUALIFY row_number() "
+                f"OVER (PARTITION BY {key} ORDER BY seq DESC) = 1")
+
     def json_cast(self, value: str, type_name: str, item: str | None = None) -> str:
         """A JSON value (:meth:`json_value`) as the column type of a field type."""
         return f"CAST({value} AS {self.sql_type(type_name, item)})"

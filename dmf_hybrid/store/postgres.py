@@ -90,6 +90,10 @@ class PostgresDialect(Dialect):
             "SELECT column_name, data_type FROM information_schema.columns WHERE "
             "table_schema = current_schema() AND table_name = ?", [name]).fetchall()}
 
+    def latest_per(self, key: str, columns: str, source: str, where: str) -> str:
+        return (f"SELECT DISTINCT ON ({key}) {columns} FROM {source} WHERE {where} "
+                f"ORDER BY {key}, seq DESC")
+
     def json_cast(self, value: str, type_name: str, item: str | None = None) -> str:
         if type_name == "json":
             return f"NULLIF({value}, 'null'::jsonb)"

@@ -64,9 +64,9 @@ def as_of_table_sql(etype: EntityType, tenant: str, seq: int, params: list[Any],
         value = dialect.json_text("after", key)
         return value if typ is None else f"CAST({value} AS {typ})"
 
-    latest = f"""SELECT DISTINCT ON (entity_id) after, redacted FROM events_all
-        WHERE tenant = ? AND type = ? AND seq <= ? AND op IN {ENTITY_OPS_SQL}
-        ORDER BY entity_id, seq DESC"""
+    latest = dialect.latest_per(
+        "entity_id", "after, redacted", "events_all",
+        f"tenant = ? AND type = ? AND seq <= ? AND op IN {ENTITY_OPS_SQL}")
     rows = f"""(SELECT
         {text('id')} AS id,
         {text('tenant')} AS tenant,
