@@ -50,12 +50,14 @@ def serve(app: Any) -> AbstractContextManager[str]:
     return serve_in_thread(app, timeout=START_TIMEOUT, access_log=False)
 
 
-def open_memory(path: Path | None, vectors: str = "exact") -> Any:
-    """A memory with the hash embedder; ``vectors`` = "exact" (in memory) or "chroma" (on disk)."""
-    from dmf_hybrid import HashEmbedder, Memory
+def open_memory(path: Path | None, vectors: str = "exact", store_url: str | None = None) -> Any:
+    """A memory with the hash embedder; ``vectors`` = "exact" (in memory) or "chroma" (on disk);
+    the store in DuckDB, or in the PostgreSQL database ``store_url``."""
+    from dmf_hybrid import HashEmbedder, Memory, Settings
     from dmf_hybrid.vector.exact import ExactIndex
 
-    kwargs: dict[str, Any] = {"embedder": HashEmbedder()}
+    kwargs: dict[str, Any] = {"embedder": HashEmbedder(),
+                              "settings": Settings(store_url=store_url)}
     if vectors == "exact":
         kwargs["vector_index"] = ExactIndex()
     return Memory.open(path, **kwargs)
@@ -296,10 +298,12 @@ def _check_audit(client: httpx.Client, figures: ConcurrencyFigures) -> list[dict
 
 def run_concurrency(workdir: Path, writers: int = 12, updates: int = 5, counters: int = 3,
                     transfer_threads: int = 2, transfers: int = 8, readers: int = 3,
-                    vectors: str = "exact", seed: int = 0) -> ConcurrencyFigures:
-    """Concurrent If-Match writers, transfer plans and readers against one server."""
+                    vectors: str = "exact", seed: int = 0, store_url: str | None = None
+                    ) -> ConcurrencyFigures:
+    """Concurrent If-Match writers, transfer plans and readers against one server (its store
+    in DuckDB, or in the PostgreSQL database ``store_url``)."""
     figures = ConcurrencyFigures()
-    mem = open_memory(workdir / "concurrency", vectors)
+    mem = open_memory(workdir / "concurrency", vectors, store_url)
     try:
         mem.define_type(COUNTER_TYPE)
         mem.define_type(ACCOUNT_TYPE)

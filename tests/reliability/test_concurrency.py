@@ -11,10 +11,11 @@ from evaluation import reliability
 from evaluation.reliability_service import COUNTER_TYPE, run_concurrency
 
 
-def test_concurrent_if_match_writers_lose_no_update(tmp_path: Path) -> None:
+def test_concurrent_if_match_writers_lose_no_update(tmp_path: Path, store_url: str | None
+                                                    ) -> None:
     sizes = reliability.SMALL
     figures = run_concurrency(tmp_path, writers=sizes.writers, updates=sizes.updates,
-                              transfers=4, readers=2, seed=1)
+                              transfers=4, readers=2, seed=1, store_url=store_url)
     assert figures.problems == []
     assert figures.lost_updates == 0
     assert figures.successful_updates == sizes.writers * sizes.updates
@@ -23,9 +24,9 @@ def test_concurrent_if_match_writers_lose_no_update(tmp_path: Path) -> None:
     assert figures.reader_checks > 0 and figures.reader_violations == 0
 
 
-def test_last_seq_never_names_an_uncommitted_event() -> None:
+def test_last_seq_never_names_an_uncommitted_event(store_url: str | None) -> None:
     """A seq read while another thread's transaction is open must be a stable as_of."""
-    mem = Memory.open(None, embedder=HashEmbedder(), vector_index=ExactIndex())
+    mem = Memory.open(store_url, embedder=HashEmbedder(), vector_index=ExactIndex())
     try:
         mem.define_type(COUNTER_TYPE)
         before = mem.last_seq()
