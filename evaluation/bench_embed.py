@@ -44,7 +44,13 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.plotting import environment, latency_summary, markdown_table, write_json
+from evaluation.plotting import (
+    environment,
+    latency_summary,
+    markdown_table,
+    save_figure,
+    write_json,
+)
 
 log = logging.getLogger("bench_embed")
 
@@ -307,11 +313,7 @@ def plot(doc: Mapping[str, Any], path: Path) -> Path | None:
         ax.tick_params(axis="x", rotation=30)
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle("Embedders side by side (one run)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

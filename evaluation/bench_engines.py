@@ -26,7 +26,7 @@ from typing import Any
 
 from evaluation.bench_store import bench_size, environment
 from evaluation.pgserver import PgServer, binaries
-from evaluation.plotting import publish
+from evaluation.plotting import publish, save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "evaluation" / "results" / "bench_engines.json"
@@ -77,11 +77,7 @@ def plot(document: Mapping[str, Any], path: Path) -> Path:
         ax.set_ylabel("ms (log)")
         ax.grid(axis="y", alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

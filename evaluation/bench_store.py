@@ -46,6 +46,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from dmf_hybrid import HashEmbedder, Memory, Settings  # noqa: E402
 from dmf_hybrid.vector.exact import ExactIndex  # noqa: E402
+from evaluation.plotting import save_figure  # noqa: E402
 
 DEFAULT_OUT = ROOT / "evaluation" / "results" / "bench_store.json"
 CATEGORIES = [f"c{i}" for i in range(10)]
@@ -256,10 +257,7 @@ def plot(all_results: dict[str, dict[str, Any]], path: Path) -> None:
         ax.set_ylabel(unit)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def environment() -> dict[str, Any]:

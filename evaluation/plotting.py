@@ -158,8 +158,15 @@ def line_plots(path: Path, panels: Sequence[tuple[str, str, Series]], *, xlabel:
         ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+    """Lay out a matplotlib figure, write it to ``path`` (its directory made) and close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
