@@ -168,12 +168,7 @@ def http_front(kind: str, app: FastAPI, mem: Memory) -> Iterator[Front]:
 def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Front]:
     """The same memory behind each front door (see the module docstring); the last, the
     service on the PostgreSQL engine."""
-    door, _, engine = str(request.param).partition("-")
-    if engine:
-        url = request.getfixturevalue("pg_server").fresh()
-        mem = open_memory(None, settings=Settings(store_url=url))
-    else:
-        mem = open_memory(None)  # in-memory DuckDB: writes are ~3x faster than on a file
+    door, mem = _door(request)
     try:
         if door == "memory":
             yield Front("memory", mem, mem.for_tenant("other"), embedded=mem)
@@ -185,13 +180,23 @@ def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Front]:
         mem.close()
 
 
-@pytest.fixture(params=["asgi", "uvicorn"])
+def _door(request: pytest.FixtureRequest) -> tuple[str, Memory]:
+    """The door a fixture's parameter names ("uvicorn-postgresql": uvicorn, the store in the
+    test session's PostgreSQL) and a fresh memory behind it."""
+    door, _, engine = str(request.param).partition("-")
+    if engine:
+        url = request.getfixturevalue("pg_server").fresh()
+        return door, open_memory(None, settings=Settings(store_url=url))
+    return door, open_memory(None)  # in-memory DuckDB: writes are ~3x faster than on a file
+
+
+@pytest.fixture(params=["asgi", "uvicorn", "uvicorn-postgresql"])
 def http_api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Front]:
-    """Only the HTTP front doors (auth, status codes, limits)."""
-    mem = open_memory(None)
+    """Only the HTTP front doors (auth, status codes, limits); the last, on PostgreSQL."""
+    door, mem = _door(request)
     try:
         app = create_app(_settings(tmp_path, max_body_bytes=64 * 1024), mem)
-        with http_front(request.param, app, mem) as front:
+        with http_front(door, app, mem) as front:
             yield front
     finally:
         mem.close()

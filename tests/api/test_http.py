@@ -141,6 +141,12 @@ def test_snapshot_names(http_api: Front, tmp_path: Path) -> None:
         with pytest.raises(ValidationError) as err:
             http_api.mem.snapshot(bad)
         assert err.value.details["field"] == "name"
+    assert http_api.embedded is not None
+    if http_api.embedded._store.db.dialect.name != "duckdb":  # snapshots are DuckDB's files
+        with pytest.raises(Conflict, match="export a bundle"):
+            http_api.mem.snapshot("first.v1")
+        assert not (tmp_path / "data" / "snapshots" / "first.v1").exists()
+        return
     manifest = http_api.mem.snapshot("first.v1")
     assert manifest.name == "first.v1" and manifest.last_seq >= 1
     assert (tmp_path / "data" / "snapshots" / "first.v1" / "dmf-snapshot.json").is_file()
