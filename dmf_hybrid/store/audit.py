@@ -113,8 +113,7 @@ def insert_events(con: Connection, rows: list[tuple[Any, ...]]) -> None:
     if len(rows) == 1:
         con.execute(f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({marks})", rows[0])
         return
-    dialect_of(con).insert_rows(con, f"events ({', '.join(EVENT_COLUMNS)})", EVENT_COLUMNS,
-                                rows)
+    dialect_of(con).insert_rows(con, "events", EVENT_COLUMNS, rows)
 
 
 def row_to_event(row: tuple[Any, ...]) -> AuditEvent:

@@ -213,7 +213,7 @@ class BulkLoad(Writes):
         casts = ", ".join(
             [f"CAST({q(c)} AS {t})" for c, t in zip(SYSTEM_COLUMNS, SYSTEM_TYPES, strict=True)]
             + [f"CAST({q(n)} AS {sql_type(s, dialect)})" for n, s in etype.fields.items()])
-        dialect.insert_columns(con, f"{table_name(etype.name)} ({names})",
+        dialect.insert_columns(con, table_name(etype.name),
                                {c: [r[i] for r in rows] for i, c in enumerate(columns)},
                                select=casts)
         insert_rows(con, "entity_index", ["id", "type", "tenant", "erased_seq"], index_rows)

@@ -34,7 +34,7 @@ from ..schema import EntityType, TypeDef, build_model
 from . import audit
 from .chain import EVENT_ARCHIVE_DDL
 from .db import ZSTD_MIN_STRING_LENGTH
-from .dialect import DUCKDB, dialect_of, redact
+from .dialect import dialect_of, redact
 from .rules import RULES_DDL
 from .sql import field_values, q
 from .store import Store
@@ -377,7 +377,6 @@ def _fill(con: Connection, path: Path, manifest: BundleManifest) -> None:
 def _write_all(con: Connection, path: Path) -> None:
     """The second pass: every record into its table (a bundle lists the types first: their
     tables are made before the first record of another kind)."""
-    import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
 
     latest: dict[str, tuple[int, str]] = {}
     batches: dict[tuple[str, tuple[str, ...]], list[list[Any]]] = {}
@@ -400,22 +399,11 @@ def _write_all(con: Connection, path: Path) -> None:
                 raise ValidationError(f"bundle rows of {table} name columns it does not have: "
                                       f"{', '.join(n for n in names if n not in types)}",
                                       field="bundle")
-            if dialect is not DUCKDB:  # a COPY: the server reads each value's text
-                dialect.insert_columns(
-                    con, f"{table} ({', '.join(q(n) for n in names)})",
-                    {f"c{i}": [row[i] for row in rows] for i in range(len(names))})
-                continue
-            # one Arrow table of the JSON values per batch, cast by DuckDB to the columns'
-            # types (ISO text to times and dates too; an executemany wrote ~1,400 rows/s)
-            columns = {f"c{i}": pa.array([row[i] for row in rows]) for i in range(len(names))}
-            con.register("_bundle_batch", pa.table(columns))  # type: ignore[attr-defined]
-            try:
-                con.execute(
-                    f"INSERT INTO {table} ({', '.join(q(n) for n in names)}) SELECT "
-                    + ", ".join(f"CAST(c{i} AS {types[n]})" for i, n in enumerate(names))
-                    + " FROM _bundle_batch")
-            finally:
-                con.unregister("_bundle_batch")  # type: ignore[attr-defined]
+            # one bulk insert of the JSON values per batch, cast to the columns' types (ISO
+            # text to times and dates too; an executemany wrote ~1,400 rows/s on DuckDB)
+            dialect.insert_columns(
+                con, table, {n: [row[i] for row in rows] for i, n in enumerate(names)},
+                select=", ".join(f"CAST({q(n)} AS {types[n]})" for n in names))
         batches.clear()
 
     pending = 0

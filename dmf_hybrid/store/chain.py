@@ -134,7 +134,7 @@ class AuditLog:
             con.executemany("INSERT INTO outbox (seq, tenant, entity_id, type, op) "
                             "VALUES (?,?,?,?,?)", rows)
         else:
-            insert_rows(con, "outbox (seq, tenant, entity_id, type, op)", _OUTBOX_COLUMNS,
+            insert_rows(con, "outbox", _OUTBOX_COLUMNS,
                          rows)
         self._queue(rows)
 

@@ -24,6 +24,11 @@ _DUCKDB_TYPES = {
 }
 
 
+def q(name: str) -> str:
+    """A quoted identifier (names are validated against a strict pattern before this)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _path(keys: Sequence[str]) -> str:
     """A JSONPath of object keys (names are validated identifiers: no quoting needed)."""
     return "'$." + ".".join(keys) + "'"
@@ -93,21 +98,24 @@ class Dialect:
 
     # ------------------------------------------------------------------ bulk
 
-    def insert_rows(self, con: Any, target: str, columns: Sequence[str],
+    def insert_rows(self, con: Any, table: str, columns: Sequence[str],
                     rows: Sequence[Sequence[Any]]) -> None:
-        """Insert many rows in one statement (``target``: a table with its column list)."""
-        self.insert_columns(con, target, {c: [r[i] for r in rows] for i, c in enumerate(columns)})
+        """Insert many rows into those columns of ``table`` in one statement."""
+        self.insert_columns(con, table, {c: [r[i] for r in rows] for i, c in enumerate(columns)})
 
-    def insert_columns(self, con: Any, target: str, columns: dict[str, Any],
+    def insert_columns(self, con: Any, table: str, columns: dict[str, Any],
                        select: str | None = None) -> None:
-        """Insert many rows given column by column (lists or Arrow arrays); ``select``: the
-        expressions inserted, over the columns by name (default: the columns as given)."""
+        """Insert many rows given column by column (name: values) into ``table`` (a name as
+        the store writes it, maybe quoted); ``select``: the expressions inserted, over the
+        columns by name (default: the values as given)."""
         import pyarrow as pa  # start-up cost: only bulk loads and vector fetches need Arrow
 
-        con.register("_batch", pa.table(columns))
+        names = ", ".join(q(c) for c in columns)
+        con.register("_batch", pa.table(
+            {c: pa.nulls(len(v)) if all(x is None for x in v) else pa.array(v)
+             for c, v in columns.items()}))
         try:
-            con.execute(f"INSERT INTO {target} SELECT {select or ', '.join(columns)} "
-                        "FROM _batch")
+            con.execute(f"INSERT INTO {table} ({names}) SELECT {select or names} FROM _batch")
         finally:
             con.unregister("_batch")
 

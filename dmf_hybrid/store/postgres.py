@@ -28,7 +28,7 @@ from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import DMFError, ServiceUnavailable, StoreLocked, ValidationError
-from .dialect import Dialect, redact
+from .dialect import Dialect, q, redact
 from .txn import Connection, Transactions
 
 #: The advisory lock (two int4 keys: "dmf-hybrid", "store") the owning process holds.
@@ -119,18 +119,13 @@ class PostgresDialect(Dialect):
         return (f"(hashtextextended({alias}tenant || chr(1) || {alias}id, 0) "
                 f"& 9223372036854775807)")
 
-    def insert_columns(self, con: Any, target: str, columns: dict[str, Any],
+    def insert_columns(self, con: Any, table: str, columns: dict[str, Any],
                        select: str | None = None) -> None:
-        # a COPY: the server reads each column's text as the column's type (``select``'s
-        # casts are DuckDB's need)
-        values = [c.to_pylist() if hasattr(c, "to_pylist") else c for c in columns.values()]
-        rows = list(zip(*values, strict=True))
-        if target.rstrip().endswith(")"):
-            copy = f"COPY {target} FROM STDIN"
-        else:
-            copy = f"COPY {target} ({', '.join(columns)}) FROM STDIN"
+        # a COPY: the server reads each value's text as its column's type (``select``'s casts
+        # are what DuckDB needs)
+        copy = f"COPY {table} ({', '.join(q(c) for c in columns)}) FROM STDIN"
         with con.raw.cursor() as cur, cur.copy(copy) as out:
-            for row in rows:
+            for row in zip(*columns.values(), strict=True):
                 out.write_row(row)
 
     def insert_vectors(self, con: Any, model: str, hashes: list[str],

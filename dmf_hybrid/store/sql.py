@@ -14,7 +14,7 @@ from ..filters import BoolOp, Cmp, FilterNode
 from ..ids import canonical_json, content_hash
 from ..jsonpaths import jsonpath
 from ..schema import EntityType, FieldSpec
-from .dialect import DUCKDB, Dialect
+from .dialect import DUCKDB, Dialect, q
 
 #: The DuckDB column type of each field type (``Dialect.types`` has each engine's).
 SQL_TYPES = DUCKDB.types
@@ -29,11 +29,6 @@ SYSTEM_ORDER_TYPES = {"created_at": "TIMESTAMP", "updated_at": "TIMESTAMP", "ver
 def sql_type(spec: FieldSpec, dialect: Dialect = DUCKDB) -> str:
     """The column type of a field."""
     return dialect.sql_type(spec.type, spec.item)
-
-
-def q(name: str) -> str:
-    """A quoted identifier (names are validated against a strict pattern before this)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def key_sql(alias: str = "", dialect: Dialect = DUCKDB) -> str:

@@ -185,7 +185,7 @@ def add_columns(con: Connection, typedef: TypeDef, added: list[str]) -> None:
             )
 
 
-def insert_rows(con: Connection, target: str, columns: list[str],
+def insert_rows(con: Connection, table: str, columns: list[str],
                 rows: list[tuple[Any, ...]]) -> None:
-    """Insert many rows in one bulk statement (``target``: a table, with a column list)."""
-    dialect_of(con).insert_rows(con, target, columns, rows)
+    """Insert many rows into those columns of ``table`` in one bulk statement."""
+    dialect_of(con).insert_rows(con, table, columns, rows)
