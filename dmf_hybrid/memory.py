@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from . import plans, tools
 from .checks import TENANT_RE, AsOf, check_rows, check_where, full_match
-from .config import Settings
+from .config import Settings, is_postgres_url
 from .conversations import MESSAGE_TYPE, check_conversation, check_log_type, message_rows
 from .embeddings import Embedder
 from .errors import Conflict, SchemaError, ValidationError, first_problem
@@ -405,7 +405,7 @@ class Memory(MemoryAPI):
         chain, counts and every entity against its last event; a bad one is refused naming
         the first bad event or line, and nothing is written), then written in one
         transaction; the vector index is rebuilt."""
-        if store_target(path, None)[1] is not None:  # into an empty PostgreSQL database
+        if is_postgres_url(path):  # into an empty PostgreSQL database
             manifest = bundle.import_bundle(Path(src), str(path))
             memory = cls.open(path, **open_kwargs)
         else:

@@ -30,7 +30,6 @@ from .sql import (
 from .tables import (
     SYSTEM_COLUMNS,
     SYSTEM_TYPES,
-    insert_rows,
     table_name,
 )
 from .txn import Connection
@@ -216,4 +215,5 @@ class BulkLoad(Writes):
         dialect.insert_columns(con, table_name(etype.name),
                                {c: [r[i] for r in rows] for i, c in enumerate(columns)},
                                select=casts)
-        insert_rows(con, "entity_index", ["id", "type", "tenant", "erased_seq"], index_rows)
+        dialect.insert_rows(con, "entity_index", ["id", "type", "tenant", "erased_seq"],
+                            index_rows)

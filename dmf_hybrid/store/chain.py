@@ -18,7 +18,7 @@ from ..errors import NotFound
 from ..models import AuditEvent, AuditReport
 from . import audit
 from .journal import Journal
-from .tables import EVENTS_ALL, insert_rows
+from .tables import EVENTS_ALL
 from .txn import Connection, Transactions
 
 #: Every reader of the audit log reads the ``events_all`` view: the hot ``events`` table plus
@@ -134,8 +134,7 @@ class AuditLog:
             con.executemany("INSERT INTO outbox (seq, tenant, entity_id, type, op) "
                             "VALUES (?,?,?,?,?)", rows)
         else:
-            insert_rows(con, "outbox", _OUTBOX_COLUMNS,
-                         rows)
+            self.db.dialect.insert_rows(con, "outbox", _OUTBOX_COLUMNS, rows)
         self._queue(rows)
 
     def _queue(self, rows: list[OutboxEntry]) -> None:

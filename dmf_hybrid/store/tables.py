@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any
 
 from ..errors import DMFError
 from ..ids import DEFAULT_TENANT
@@ -183,9 +182,3 @@ def add_columns(con: Connection, typedef: TypeDef, added: list[str]) -> None:
                 f"CAST(? AS {sql_type(spec, dialect_of(con))})",
                 [bind_field(spec, spec.default)],
             )
-
-
-def insert_rows(con: Connection, table: str, columns: list[str],
-                rows: list[tuple[Any, ...]]) -> None:
-    """Insert many rows into those columns of ``table`` in one bulk statement."""
-    dialect_of(con).insert_rows(con, table, columns, rows)
