@@ -66,6 +66,15 @@ def entity_id(type_name: str, identity: dict[str, Any], tenant: str = DEFAULT_TE
     return f"{type_name}_{content_hash(content)[:ID_HASH_HEX]}"
 
 
+def type_key(tenant: str, name: str) -> str:
+    """The storage key of a tenant's type: its name in the default tenant (so stores made
+    before types belonged to tenants keep their tables), else a prefix of the name and a tag
+    of (tenant, name), short enough for any engine's identifiers and for collection names."""
+    if tenant == DEFAULT_TENANT:
+        return name
+    return f"{name[:40]}.{sha256_hex(canonical_json([tenant, name]))[:12]}"
+
+
 def derived_id(prefix: str, *parts: Any) -> str:
     """A deterministic ID for a derived object (constraint, summary) from its parts."""
     return f"{prefix}_{content_hash(list(parts))[:ID_HASH_HEX]}"

@@ -83,13 +83,14 @@ class Indexer:
 
     # ------------------------------------------------------------------ names
 
-    def collection(self, type_name: str) -> str:
-        """The vector collection of a type under the current model."""
-        return collection_name("dmf", type_name, self.embedder.model_id)
+    def collection(self, key: str) -> str:
+        """The vector collection of a type (its storage key) under the current model."""
+        return collection_name("dmf", key, self.embedder.model_id)
 
-    def keyword_index(self, type_name: str, tenant: str) -> KeywordIndex | None:
-        """The BM25 index of one tenant's entities of a type (None: nothing indexed)."""
-        return self._keyword.get((type_name, tenant))
+    def keyword_index(self, key: str, tenant: str) -> KeywordIndex | None:
+        """The BM25 index of one tenant's entities of a type (by storage key; None: nothing
+        indexed)."""
+        return self._keyword.get((key, tenant))
 
     # ------------------------------------------------------------------ cache
 
@@ -140,7 +141,7 @@ class Indexer:
         """Bring every index in step with DuckDB for these (tenant, id) of one type."""
         items, gone = self._items(etype, keys)
         vectors = self.embed_texts({p[3]: p[4] for p in items})
-        name = self.collection(etype.name)
+        name = self.collection(etype.key)
         if self.fault:
             self.fault("before_vector_upsert")
         self.vectors.ensure_collection(name, self.embedder.dim)
@@ -156,45 +157,45 @@ class Indexer:
         if self.fault:
             self.fault("after_vector_upsert")
         with self._lock:
-            self._update_local(etype.name, items, vectors, gone)
+            self._update_local(etype.key, items, vectors, gone)
         heap.handled(sum(len(p[4]) for p in items))
 
-    def _update_local(self, type_name: str, items: list[Item],
+    def _update_local(self, tkey: str, items: list[Item],
                       vectors: dict[str, np.ndarray], gone: Sequence[Key]) -> None:
         """Apply a change to the loaded mirror and keyword indexes of a type (lock held)."""
-        local = self.mirror.get(type_name)
+        local = self.mirror.get(tkey)
         if local is not None:
             local.delete(gone)
             if items:
                 local.upsert([p[0] for p in items], [p[5] for p in items],
                              np.stack([vectors[p[3]] for p in items]),
                              [p[1] for p in items], [p[3] for p in items])
-        if type_name in self._keyword_types:
+        if tkey in self._keyword_types:
             by_tenant: dict[str, list[str]] = {}
             for tenant, eid in gone:
                 by_tenant.setdefault(tenant, []).append(eid)
             for tenant, ids in sorted(by_tenant.items()):
-                kw = self._keyword.get((type_name, tenant))
+                kw = self._keyword.get((tkey, tenant))
                 if kw is not None:
                     kw.delete(ids)
-            self._add_keyword(type_name, items)
+            self._add_keyword(tkey, items)
 
-    def _add_keyword(self, type_name: str, items: list[Item]) -> None:
+    def _add_keyword(self, tkey: str, items: list[Item]) -> None:
         def index_of(tenant: str) -> KeywordIndex:
-            key = (type_name, tenant)
+            key = (tkey, tenant)
             if key not in self._keyword:
-                self._keyword[key] = KeywordIndex(analyzer=self._keyword_analysis[type_name])
+                self._keyword[key] = KeywordIndex(analyzer=self._keyword_analysis[tkey])
             return self._keyword[key]
 
         add_keyword(index_of, items)
 
     def _has_local(self, etype: EntityType, keyword: bool, analysis: TypeAnalyzer) -> bool:
-        return etype.name in self.mirror and (not keyword or self._keyword_loaded(
-            etype.name, analysis))
+        return etype.key in self.mirror and (not keyword or self._keyword_loaded(
+            etype.key, analysis))
 
-    def _keyword_loaded(self, type_name: str, analysis: TypeAnalyzer) -> bool:
-        return (type_name in self._keyword_types
-                and self._keyword_analysis.get(type_name) == analysis)
+    def _keyword_loaded(self, tkey: str, analysis: TypeAnalyzer) -> bool:
+        return (tkey in self._keyword_types
+                and self._keyword_analysis.get(tkey) == analysis)
 
     def ensure_local(self, etype: EntityType, keyword: bool = True) -> None:
         """Load the exact mirror (and, with ``keyword``, the BM25 indexes) of a type, once.
@@ -228,9 +229,9 @@ class Indexer:
                 return
             snapshot = None if self.changes is None else read_snapshot(
                 self.store, etype, model_id=self.embedder.model_id, dim=self.embedder.dim,
-                block_bytes=self.block_bytes, mirror=etype.name not in self.mirror,
+                block_bytes=self.block_bytes, mirror=etype.key not in self.mirror,
                 keyword=analysis if keyword and not self._keyword_loaded(
-                    etype.name, analysis) else None, fault=self.fault)
+                    etype.key, analysis) else None, fault=self.fault)
             # the database's lock, then the indexer's (a drain takes the indexer's alone, and
             # the database's only while holding neither): the load may write the embedding
             # cache, which takes the database's lock again
@@ -247,14 +248,14 @@ class Indexer:
                                        self.store.db.visible_seq)
         if changed is None:  # a type defined, a reindex, too many events...
             return False
-        name = etype.name
+        name = etype.key
+        own = (etype.name, etype.tenant)
         if snapshot.mirror is not None and name not in self.mirror:
             self.mirror[name] = snapshot.mirror
         if snapshot.keyword is not None and not self._keyword_loaded(name, analysis):
             self._set_keyword(name, analysis, snapshot.keyword)
         keys = set(snapshot.missing)  # vectors evicted from the cache (or never made)
-        keys.update((tenant, eid) for (type_name, tenant), ids in changed.ids.items()
-                    if type_name == name for eid in ids)
+        keys.update((etype.tenant, eid) for eid in changed.ids.get(own, ()))
         if keys:
             self._refresh_local(etype, sorted(keys))
         return True
@@ -264,35 +265,35 @@ class Indexer:
         vectors from the cache, or embedded now); the vector index is not touched."""
         items, gone = self._items(etype, keys)
         vectors = self.embed_texts({p[3]: p[4] for p in items})
-        self._update_local(etype.name, items, vectors, gone)
+        self._update_local(etype.key, items, vectors, gone)
 
-    def _set_keyword(self, type_name: str, analysis: TypeAnalyzer,
+    def _set_keyword(self, tkey: str, analysis: TypeAnalyzer,
                      indexes: dict[str, KeywordIndex]) -> None:
         """Replace every tenant's BM25 index of a type (first load, or the type's analyzer
         changed with a new type version: never two analyzers mixed)."""
-        for key in [key for key in self._keyword if key[0] == type_name]:
+        for key in [key for key in self._keyword if key[0] == tkey]:
             del self._keyword[key]
         for tenant, index in indexes.items():
-            self._keyword[(type_name, tenant)] = index
-        self._keyword_analysis[type_name] = analysis
-        self._keyword_types.add(type_name)
+            self._keyword[(tkey, tenant)] = index
+        self._keyword_analysis[tkey] = analysis
+        self._keyword_types.add(tkey)
 
     def _load(self, etype: EntityType, keyword: bool, analysis: TypeAnalyzer) -> None:
         """Read the mirrors at the current state (the caller orders the locks)."""
         with self._lock:
             reader = self.store.db.reader()
-            if etype.name not in self.mirror:
+            if etype.key not in self.mirror:
                 local, missing = vector_mirror(reader, etype, self.embedder.model_id,
                                                self.embedder.dim, self.block_bytes)
-                self.mirror[etype.name] = local
+                self.mirror[etype.key] = local
                 if missing:  # vectors evicted from the cache (or never made): embed them
                     self._refresh_local(etype, missing)
-            if keyword and not self._keyword_loaded(etype.name, analysis):
-                self._set_keyword(etype.name, analysis, keyword_indexes(reader, etype, analysis))
+            if keyword and not self._keyword_loaded(etype.key, analysis):
+                self._set_keyword(etype.key, analysis, keyword_indexes(reader, etype, analysis))
 
-    def local(self, type_name: str) -> LocalVectors | None:
-        """The loaded exact mirror of a type (None until its first search)."""
-        return self.mirror.get(type_name)
+    def local(self, key: str) -> LocalVectors | None:
+        """The loaded exact mirror of a type, by storage key (None until its first search)."""
+        return self.mirror.get(key)
 
     def forget_local(self) -> None:
         """Drop the in-memory mirrors (they reload lazily)."""
@@ -334,15 +335,14 @@ class Indexer:
         and mark the rows done."""
         if not rows:
             return 0
-        by_type: dict[str, list[Key]] = {}
+        by_type: dict[tuple[str, str], list[Key]] = {}
         for _seq, type_name, tenant, eid in rows:
-            by_type.setdefault(type_name, []).append((tenant, eid))
-        for type_name in sorted(by_type):
-            try:
-                etype = self.store.type_of(type_name)
-            except Exception:  # noqa: BLE001 - a type gone from the registry
+            by_type.setdefault((tenant, type_name), []).append((tenant, eid))
+        for tenant, type_name in sorted(by_type):
+            etype = self.store.registry.get(type_name, tenant)
+            if etype is None:  # a type gone from the registry
                 continue
-            keys = sorted(set(by_type[type_name]))
+            keys = sorted(set(by_type[(tenant, type_name)]))
             for i in range(0, len(keys), DRAIN_PIECE):
                 self._apply_type(etype, keys[i:i + DRAIN_PIECE])
         self.store.outbox.mark_done([r[0] for r in rows])
@@ -381,7 +381,7 @@ class Indexer:
             for etype in self.store.types():
                 if etype.typedef.embed is None:
                     continue
-                name = self.collection(etype.name)
+                name = self.collection(etype.key)
                 self.vectors.ensure_collection(name, self.embedder.dim)
                 stored = self.vectors.records(name)
                 live = {vector_id(r[1], r[0]): r for r in self._live_rows(etype)}
@@ -413,7 +413,7 @@ class Indexer:
             for etype in self.store.types():
                 if etype.typedef.embed is None:
                     continue
-                self.vectors.drop(self.collection(etype.name))
+                self.vectors.drop(self.collection(etype.key))
                 live = self._live_rows(etype)
                 self._apply_type(etype, [(r[1], r[0]) for r in live])
                 counts.types += 1

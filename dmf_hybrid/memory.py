@@ -216,10 +216,10 @@ class Memory(MemoryAPI):
         return rule_json(compiled)
 
     def rules(self) -> list[RuleInfo]:
-        return [rule_json(r) for r in install(self._store).rules()]
+        return [rule_json(r) for r in install(self._store).rules(self.tenant)]
 
     def types(self) -> list[EntityType]:
-        return self._store.types()
+        return self._store.types(self.tenant)
 
     def get_type(self, name: str) -> EntityType:
         return self._store.type_of(name, self.tenant)

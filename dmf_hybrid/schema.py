@@ -38,6 +38,7 @@ from .checks import (
 )
 from .errors import FilterError, SchemaError, ValidationError, first_problem
 from .expiry import check_ttl
+from .ids import DEFAULT_TENANT, type_key
 from .jsonpaths import render, split_path, value_at
 from .profiles import (
     DateGrounding,
@@ -375,10 +376,17 @@ class EntityType:
     typedef: TypeDef
     version: int
     model: type[BaseModel]
+    #: the tenant that owns the type (each tenant has types of its own)
+    tenant: str = DEFAULT_TENANT
 
     @property
     def name(self) -> str:
         return self.typedef.name
+
+    @property
+    def key(self) -> str:
+        """Where the type's rows, vectors and mirrors live: see :func:`type_key`."""
+        return type_key(self.tenant, self.typedef.name)
 
     @property
     def fields(self) -> dict[str, FieldSpec]:

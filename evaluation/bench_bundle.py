@@ -40,10 +40,10 @@ def _open(path: Path) -> Memory:
 
 def fill(mem: Memory, entities: int, tenants: int) -> int:
     """Write the store; how many events it holds."""
-    mem.define_type(TYPE)
     per = entities // tenants
     for t in range(tenants):
         view = mem.for_tenant(f"t{t}")
+        view.define_type(TYPE)  # each tenant owns its types
         made = view.create_many("Note", [
             {"n": i, "title": f"note {i} of tenant {t}", "body": f"text {i * 7 % 1000} 上海 {i}",
              "tags": ["a", f"t{i % 5}"], "due": f"2026-{i % 12 + 1:02d}-01"}

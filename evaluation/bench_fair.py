@@ -39,7 +39,7 @@ log = logging.getLogger("bench_fair")
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "evaluation" / "results" / "bench_fair.json"
-KEYS = "key-admin:a:admin,key-a:a:writer,key-b:b:writer"
+KEYS = "key-admin:a:admin,key-a:a:writer,key-b:b:writer,key-b-admin:b:admin"
 #: The bound a loaded p50 is measured against (x the idle p50).
 TARGET_RATIO = 3.0
 
@@ -152,8 +152,9 @@ def run(*, embedder: str, batch: int, samples: int, gap_ms: float, history: int,
         with running_server(Path(tmp) / "data", embedder=embedder,
                             log_path=Path(tmp) / "server.log", ready_timeout=600,
                             extra_env={"DMF_API_KEYS": KEYS}) as (server, times):
-            with MemoryClient(server.url, api_key="key-admin") as admin:
-                admin.define_type(BENCH_TYPE)
+            for key in ("key-admin", "key-b-admin"):  # tenants a and b each own their types
+                with MemoryClient(server.url, api_key=key) as client:
+                    client.define_type(BENCH_TYPE)
             ingest = ingest_phase(server.url, batch=batch, samples=samples, gap_s=gap_s)
             as_of = as_of_phase(server.url, history=history, updates=updates,
                                 clients=clients, samples=samples, gap_s=gap_s)

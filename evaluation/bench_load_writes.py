@@ -49,7 +49,7 @@ def timed_load(mem: Any, variant: str, gap_s: float, tag: str) -> dict[str, Any]
     """Drop the mirrors, load them in a thread, and time creates until it is done."""
     engine = mem.engine
     indexer = engine.indexer
-    etype = mem._store.type_of(TYPE_NAME)
+    etype = mem.get_type(TYPE_NAME)
     feed = indexer.changes
     indexer.changes = feed if variant == "snapshot" else None
     indexer.forget_local()

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from evaluation.reliability_service import POI_TYPE, service
+from evaluation.reliability_service import POI_TYPE, TRIP_TYPE, service
 
 
 @dataclass
@@ -34,6 +34,9 @@ ROLE_KEYS = {"reader": "iso-alpha-reader", "writer": "iso-alpha-writer"}
 def _tenant_data(mem: Any, tenant: str) -> dict[str, Any]:
     """Overlapping data for one tenant: the same facts as the other, plus a secret."""
     view = mem.for_tenant(tenant)
+    with view.transaction():  # each tenant owns its types
+        view.define_type(POI_TYPE)
+        view.define_type(TRIP_TYPE)
     secret = f"SECRET-{tenant}-{secrets.token_hex(4)}"
     shared = [view.create("Poi", {"name": n, "city": "Shanghai", "cost": 10, "tags": ["x"]})
               for n in ("Shanghai Museum", "Yu Garden")]

@@ -46,6 +46,18 @@ def define_travel(mem: MemoryAPI) -> None:
                                                                   "cardinality": "one"}})
 
 
+def tenant_like(mem: Memory, tenant: str, **kwargs: Any) -> Memory:
+    """The memory of ``tenant`` with the types and rules of ``mem``'s tenant defined for it
+    too (each tenant owns its types); ``kwargs`` go to ``for_tenant``."""
+    other = mem.for_tenant(tenant, **kwargs)
+    with other.transaction():
+        for etype in mem.types():
+            other.define_type(etype.typedef)
+        for rule in mem.rules():
+            other.define_rule(rule.model_dump(exclude={"version", "dependencies"}))
+    return other
+
+
 def travel_memory(path: Path, store_url: str | None = None) -> Iterator[Memory]:
     """A memory in ``path`` (DuckDB file; or, given ``store_url``, that PostgreSQL database),
     in-memory exact vectors, hash embedder, travel types."""

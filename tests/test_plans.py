@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from dmf_hybrid import LimitExceeded, Memory, PlanError
 from dmf_hybrid.plans import lookup, parse_ref, resolve, validate_plan
+from tests.conftest import tenant_like
 from tests.store import dump_rows
 
 
@@ -152,7 +153,7 @@ def test_validate_plan_reports_without_running(mem: Memory, seeded: dict[str, st
 
 def test_ids_must_exist_in_this_tenant_or_be_created_earlier(
         mem: Memory, seeded: dict[str, str]) -> None:
-    other = mem.for_tenant("other")
+    other = tenant_like(mem, "other")
     with pytest.raises(PlanError) as exc:
         other.execute_plan([{"op": "get", "id": seeded["museum"]}])
     assert problems_of(exc)[0]["problem"].startswith("no entity")

@@ -132,7 +132,7 @@ class SearchEngine:
         previous, self._previous_model = self._previous_model, None
         if previous is not None:
             for etype in self.store.types():
-                self.vectors.drop(collection_name("dmf", etype.name, previous))
+                self.vectors.drop(collection_name("dmf", etype.key, previous))
             self.indexer.reconcile()
         elif self._counts_differ() or self.store.reconcile_pending:
             self.indexer.reconcile()
@@ -151,7 +151,7 @@ class SearchEngine:
             if etype.typedef.embed is None:
                 continue
             live = embedded_count(self.store.db.reader(), etype)
-            name = self.indexer.collection(etype.name)
+            name = self.indexer.collection(etype.key)
             have = self.vectors.count(name) if name in self.vectors.collections() else 0
             if live != have:
                 return True
@@ -263,8 +263,8 @@ class SearchEngine:
                     scope = Scope(self.store, etype, tenant, seq, at_seq, node, related)
                     if seq is None and not db.in_transaction:
                         self.rows.attach(scope, generation, visible)
-                    local = self.indexer.local(etype.name)
-                    kw = self.indexer.keyword_index(etype.name, tenant)
+                    local = self.indexer.local(etype.key)
+                    kw = self.indexer.keyword_index(etype.key, tenant)
                     # candidates are listed by 64-bit hash(tenant, id), not as strings, while
                     # the legs can map hashes (no collision in the mirror or the BM25 index)
                     scope.by_key = (mode == "keyword" or (
@@ -294,7 +294,7 @@ class SearchEngine:
                         lap("rerank_ms")
                         hits, dropped = resolve_hits(
                             scope, self.store, None if seq is not None else
-                            self.indexer.local(etype.name), fused, rankings, k)
+                            self.indexer.local(etype.key), fused, rankings, k)
                         lap("resolve_ms")
                         truncated = any(len(r) >= depth for r in rankings.values())
                         if len(hits) >= k or not truncated or depth >= scope.count:
@@ -334,12 +334,12 @@ class SearchEngine:
         if mode != "keyword":
             assert qvec is not None
             rankings["vector"], plan = vector_leg(
-                scope, self.indexer.local(scope.etype.name), self.vectors,
-                self.indexer.collection(scope.etype.name), qvec, depth,
+                scope, self.indexer.local(scope.etype.key), self.vectors,
+                self.indexer.collection(scope.etype.key), qvec, depth,
                 self.settings.exact_threshold)
             lap("vector_ms")
         if mode != "vector":
-            kw = self.indexer.keyword_index(scope.etype.name, scope.tenant)
+            kw = self.indexer.keyword_index(scope.etype.key, scope.tenant)
             rankings["keyword"] = keyword_leg(scope, kw, text, depth,
                                               self.settings.exact_threshold)
             if mode == "hybrid":

@@ -59,7 +59,8 @@ def related_ids(store: Store, tenant: str, etype: EntityType, rel: dict[str, str
     except NotFound as exc:
         raise NotFound(f"related_to.from: {exc.message}", field="related_to.from",
                        entity_id=rel["from"]) from None
-    declaring = store.type_of(source.type) if rel["direction"] == "out" else etype
+    declaring = (store.type_of(source.type, tenant, define_bundled=False)
+                 if rel["direction"] == "out" else etype)
     if rel["relation"] not in declaring.typedef.relations:
         known = ", ".join(sorted(declaring.typedef.relations)) or "none"
         raise FilterError(f"{declaring.name} has no relation {rel['relation']!r} "

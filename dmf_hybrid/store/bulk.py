@@ -203,7 +203,7 @@ class BulkLoad(Writes):
         names = ", ".join([*SYSTEM_COLUMNS, *(q(n) for n in etype.fields)])
         if len(rows) < 8:
             marks = ",".join("?" * len(rows[0]))
-            con.executemany(f"INSERT INTO {table_name(etype.name)} ({names}) VALUES ({marks})",
+            con.executemany(f"INSERT INTO {table_name(etype.key)} ({names}) VALUES ({marks})",
                             rows)
             con.executemany("INSERT INTO entity_index VALUES (?, ?, ?, ?)", index_rows)
             return
@@ -212,7 +212,7 @@ class BulkLoad(Writes):
         casts = ", ".join(
             [f"CAST({q(c)} AS {t})" for c, t in zip(SYSTEM_COLUMNS, SYSTEM_TYPES, strict=True)]
             + [f"CAST({q(n)} AS {sql_type(s, dialect)})" for n, s in etype.fields.items()])
-        dialect.insert_columns(con, table_name(etype.name),
+        dialect.insert_columns(con, table_name(etype.key),
                                {c: [r[i] for r in rows] for i, c in enumerate(columns)},
                                select=casts)
         dialect.insert_rows(con, "entity_index", ["id", "type", "tenant", "erased_seq"],

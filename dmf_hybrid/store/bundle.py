@@ -29,13 +29,13 @@ from typing import IO, Any, cast
 import duckdb
 
 from ..errors import Conflict, ValidationError
+from ..ids import DEFAULT_TENANT, type_key
 from ..models import BundleManifest
 from ..schema import EntityType, TypeDef, build_model
 from . import audit
 from .chain import EVENT_ARCHIVE_DDL
 from .db import ZSTD_MIN_STRING_LENGTH
 from .dialect import dialect_of, redact
-from .rules import RULES_DDL
 from .sql import field_values, q
 from .store import Store
 from .tables import (
@@ -45,6 +45,7 @@ from .tables import (
     STORE_FORMAT,
     create_fixed,
     create_type_table,
+    flag_shared_types,
     table_name,
 )
 from .txn import Connection
@@ -92,15 +93,15 @@ def export_bundle(store: Store, dest: Path) -> BundleManifest:
     with store.db.no_writes():
         reader = store.db.reader()
         tables = set(store.db.tables())
-        types = [r[0] for r in reader.execute(
-            "SELECT DISTINCT name FROM schema_types ORDER BY name").fetchall()]
+        types = reader.execute(
+            "SELECT DISTINCT tenant, name FROM schema_types ORDER BY tenant, name").fetchall()
         sources: list[tuple[str, str, str | None]] = [
-            ("type", "SELECT * FROM schema_types ORDER BY name, version", None),
-            ("rule", "SELECT * FROM dmf_rules ORDER BY name, version", None)
+            ("type", "SELECT * FROM schema_types ORDER BY tenant, name, version", None),
+            ("rule", "SELECT * FROM dmf_rules ORDER BY tenant, name, version", None)
             if "dmf_rules" in tables else ("rule", "", None),
             ("id", "SELECT * FROM entity_index ORDER BY tenant, id", None),
-            *[("entity", f"SELECT * FROM {table_name(t)} ORDER BY tenant, id", t)
-              for t in types],
+            *[("entity", f"SELECT * FROM {table_name(type_key(tenant, name))} "
+               "ORDER BY tenant, id", name) for tenant, name in types],
             ("relation", "SELECT * FROM relations ORDER BY created_seq, tenant, from_id, "
                          "relation, to_id", None),
             ("event", f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} ORDER BY seq",
@@ -199,7 +200,8 @@ def check_bundle(path: Path) -> BundleManifest:
     types and each entity's last snapshot is held in memory."""
     manifest = read_manifest(path)
     counts = {kind: 0 for kind in KINDS}
-    types: dict[str, EntityType] = {}
+    legacy = manifest.store_format < 4  # one set of types, shared by every tenant
+    types: dict[tuple[str, str], EntityType] = {}
     erased: dict[tuple[str, str], int] = {}  # (tenant, id) -> the seq of its erase
     last: dict[tuple[str, str], tuple[int | None, Any]] = {}  # (tenant, id) -> (version, after)
     created: dict[tuple[str, str], str] = {}  # (tenant, id) -> its type
@@ -210,8 +212,9 @@ def check_bundle(path: Path) -> BundleManifest:
         if kind == "type":
             try:
                 typedef = TypeDef.model_validate_json(row["definition"])
-                types[typedef.name] = EntityType(typedef, int(row["version"]),
-                                                 build_model(typedef))
+                owner = DEFAULT_TENANT if legacy else str(row["tenant"])
+                types[(owner, typedef.name)] = EntityType(typedef, int(row["version"]),
+                                                          build_model(typedef), owner)
             except (KeyError, TypeError, ValueError):
                 raise _bad(number, "a type record without a valid definition") from None
         elif kind == "event":
@@ -244,7 +247,8 @@ def check_bundle(path: Path) -> BundleManifest:
         for number, record in _records(path):
             row = record["row"]
             if record["k"] == "entity":
-                _check_entity(number, types.get(record["type"]), row, last)
+                owner = DEFAULT_TENANT if legacy else str(row.get("tenant"))
+                _check_entity(number, types.get((owner, record["type"])), row, last)
             elif record["k"] == "id":
                 _check_id(number, row, created, erased)
             elif record["k"] == "relation":
@@ -367,26 +371,29 @@ def _fill(con: Connection, path: Path, manifest: BundleManifest) -> None:
     """Inside the importing transaction: the store's tables, the bundle's rows, its meta."""
     create_fixed(con)
     con.execute(EVENT_ARCHIVE_DDL)
-    con.execute(RULES_DDL)
-    _write_all(con, path)
+    legacy = manifest.store_format < 4
+    _write_all(con, path, legacy)
+    if legacy:
+        flag_shared_types(con)
     for key, value in sorted(manifest.meta.items()):
         if key in META_KEYS:
             con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
 
 
-def _write_all(con: Connection, path: Path) -> None:
+def _write_all(con: Connection, path: Path, legacy: bool) -> None:
     """The second pass: every record into its table (a bundle lists the types first: their
-    tables are made before the first record of another kind)."""
+    tables are made before the first record of another kind). The types and rules of a
+    ``legacy`` bundle (store format 3 and older) are the default tenant's, shared by all."""
 
-    latest: dict[str, tuple[int, str]] = {}
+    latest: dict[tuple[str, str], tuple[int, str]] = {}
     batches: dict[tuple[str, tuple[str, ...]], list[list[Any]]] = {}
     sql_types: dict[str, dict[str, str]] = {}
     tables_made = False
 
     def make_tables() -> None:
-        for version, definition in latest.values():
+        for (tenant, _name), (version, definition) in latest.items():
             typedef = TypeDef.model_validate_json(definition)
-            create_type_table(con, EntityType(typedef, version, build_model(typedef)))
+            create_type_table(con, EntityType(typedef, version, build_model(typedef), tenant))
 
     dialect = dialect_of(con)
 
@@ -409,13 +416,20 @@ def _write_all(con: Connection, path: Path) -> None:
     pending = 0
     for _number, record in _records(path):
         kind, row = record["k"], record["row"]
+        if legacy and kind in ("type", "rule"):
+            row = {"tenant": DEFAULT_TENANT, **row}
         if kind == "type":
-            if int(row["version"]) >= latest.get(row["name"], (0, ""))[0]:
-                latest[row["name"]] = (int(row["version"]), row["definition"])
+            key = (row["tenant"], row["name"])
+            if int(row["version"]) >= latest.get(key, (0, ""))[0]:
+                latest[key] = (int(row["version"]), row["definition"])
         elif not tables_made:
             make_tables()
             tables_made = True
-        table = table_name(record["type"]) if kind == "entity" else str(KINDS[kind])
+        if kind == "entity":
+            owner = DEFAULT_TENANT if legacy else str(row["tenant"])
+            table = table_name(type_key(owner, record["type"]))
+        else:
+            table = str(KINDS[kind])
         batches.setdefault((table, tuple(row)), []).append(list(row.values()))
         pending += 1
         if pending >= _BATCH:

@@ -52,7 +52,7 @@ class Candidates:
             self.filter_params.append(related)
         self._params = self._source_params + self.filter_params
         self.filtered = node is not None or related is not None
-        self._table = table_name(etype.name)
+        self._table = table_name(etype.key)
         self._columns = ", ".join(list(SYSTEM_COLUMNS) + [q(n) for n in etype.fields])
 
     def count(self) -> int:

@@ -178,9 +178,9 @@ class ConditionParser:
         """``Type[.field] via relation``: the reached type, the field and the relation."""
         type_name = self.name("a type name")
         try:
-            etype = self.store.type_of(type_name)
+            etype = self.store.type_of(type_name, self.trigger.tenant, define_bundled=False)
         except NotFound:
-            known = ", ".join(t.name for t in self.store.types())
+            known = ", ".join(t.name for t in self.store.types(self.trigger.tenant))
             raise self.error(f"unknown type {type_name!r} (known: {known})") from None
         fname = None
         if self.peek() is not None and self.peek()[1] == ".":  # type: ignore[index]
@@ -271,6 +271,6 @@ def _reached(etype: EntityType) -> str:
     Binds (tenant, entity ID, relation). Not correlated with the outer query on purpose:
     DuckDB then filters the relations first instead of joining whole tables.
     """
-    return (f"relations AS r JOIN {table_name(etype.name)} AS x ON x.id = r.to_id "
+    return (f"relations AS r JOIN {table_name(etype.key)} AS x ON x.id = r.to_id "
             "AND x.tenant = r.tenant WHERE r.tenant = ? AND r.from_id = ? "
             "AND r.relation = ? AND r.deleted_seq IS NULL AND x.deleted_at IS NULL")

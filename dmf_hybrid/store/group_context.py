@@ -70,7 +70,7 @@ def _stored_texts(con: Connection, etype: EntityType, tenant: str,
     in ``new`` (the ``turns`` nearest below each)."""
     ctx = etype.typedef.context
     assert ctx is not None
-    table = table_name(etype.name)
+    table = table_name(etype.key)
     order = q(ctx.order)
     match = " AND ".join(f"{q(g)} IS NOT DISTINCT FROM ?" for g in ctx.group)
     at: list[Any] = []

@@ -31,8 +31,8 @@ def _select(reader: Reader, etype: EntityType, live_only: bool = True) -> str:
     columns = (f"id, tenant, version, text_hash, {key_sql(dialect=dialect_of(reader))}, "
                + ", ".join(q(n) for n in etype.fields))
     if live_only:
-        return f"SELECT {columns} FROM {table_name(etype.name)} WHERE deleted_at IS NULL"
-    return f"SELECT deleted_at IS NULL, {columns} FROM {table_name(etype.name)}"
+        return f"SELECT {columns} FROM {table_name(etype.key)} WHERE deleted_at IS NULL"
+    return f"SELECT deleted_at IS NULL, {columns} FROM {table_name(etype.key)}"
 
 
 def live_row(etype: EntityType, row: Sequence[Any]) -> LiveRow:
@@ -75,7 +75,7 @@ def live_row_batches(reader: Reader, etype: EntityType, batch: int) -> Iterator[
 
 def embedded_count(reader: Reader, etype: EntityType) -> int:
     """How many live rows of a type (every tenant) have a text to embed."""
-    rows = reader.execute(f"SELECT count(*) FROM {table_name(etype.name)} "
+    rows = reader.execute(f"SELECT count(*) FROM {table_name(etype.key)} "
                           "WHERE deleted_at IS NULL AND text_hash IS NOT NULL").fetchall()
     return int(rows[0][0]) if rows else 0  # read to the end: the connection is free again
 
@@ -90,7 +90,7 @@ def vector_batches(reader: Reader, etype: EntityType, model_id: str, batch: int
     dialect = dialect_of(reader)
     with dialect.record_batches(
             reader, f"SELECT t.id, {key_sql('t.', dialect)} AS key, t.tenant, t.text_hash, "
-            f"e.vector FROM {table_name(etype.name)} AS t LEFT JOIN embeddings AS e "
+            f"e.vector FROM {table_name(etype.key)} AS t LEFT JOIN embeddings AS e "
             f"ON e.model_id = ? AND e.text_hash = t.text_hash WHERE {live}",
             [model_id], batch) as batches:
         yield batches

@@ -72,7 +72,7 @@ class Queries(TimeTravel):
         if seq is None:
             params.append(tenant)
             live = live_sql(params, now or utcnow())
-            return f"(SELECT * FROM {table_name(etype.name)} WHERE tenant = ? AND {live}) AS t"
+            return f"(SELECT * FROM {table_name(etype.key)} WHERE tenant = ? AND {live}) AS t"
         return as_of_table_sql(etype, tenant, seq, params, self.db.dialect)
 
     def count(self, tenant: str, type_name: str, where: Any = None,

@@ -16,73 +16,84 @@ from pydantic import BaseModel
 from ..analyzers import check_runnable
 from ..bundled import BUNDLED_ACTOR, BUNDLED_REASON, bundled_type
 from ..checks import Limits, check_type_size
-from ..clock import to_naive_utc, utcnow
 from ..errors import NotFound, SchemaError, ValidationError
 from ..schema import EntityType, TypeDef, build_model
 from .chain import AuditLog
-from .tables import add_columns, create_type_table
+from .tables import SPLIT_PENDING, add_columns, create_type_table, insert_definition
 from .txn import Connection, Transactions
+from .type_split import split_shared_types
 
 #: Re-queues a type's entities after its embedded text changed (inside the defining write).
 EmbedChange = Callable[[Connection, EntityType], None]
 
 
 class TypeRegistry:
-    """The entity types of one database, by name."""
+    """The entity types of one database, by tenant and name: each tenant has types of its own
+    (two tenants may define ``Order`` with different fields), and sees no other's."""
 
     def __init__(self, db: Transactions, log: AuditLog, limits: Limits,
                  on_embed_change: EmbedChange) -> None:
         self._db, self._log, self._limits = db, log, limits
         self._on_embed_change = on_embed_change
-        self._types: dict[str, EntityType] = {}
+        self._types: dict[tuple[str, str], EntityType] = {}
         #: the pydantic models callers defined types with (kept across versions)
-        self._user_models: dict[str, type[BaseModel]] = {}
+        self._user_models: dict[tuple[str, str], type[BaseModel]] = {}
         #: types whose rows the open write transaction updated or deleted (see define)
         self._modified: set[str] = set()
-        rows = db.fetchall(
-            "SELECT DISTINCT ON (name) name, version, definition FROM schema_types "
-            "ORDER BY name, version DESC"
+        self._load()
+        if db.fetchone("SELECT 1 FROM meta WHERE key = ?", [SPLIT_PENDING]) is not None:
+            split_shared_types(db, log, self)
+            self._load()
+
+    def _load(self) -> None:
+        self._types.clear()
+        rows = self._db.fetchall(
+            "SELECT DISTINCT ON (tenant, name) tenant, name, version, definition "
+            "FROM schema_types ORDER BY tenant, name, version DESC"
         )
-        for name, version, definition in rows:
+        for tenant, name, version, definition in rows:
             typedef = TypeDef.model_validate_json(definition)
-            self._types[name] = EntityType(typedef, version, build_model(typedef))
+            self._types[(tenant, name)] = EntityType(typedef, version, build_model(typedef),
+                                                     tenant)
 
-    def types(self) -> list[EntityType]:
-        """Every registered type, by name."""
-        return [self._types[n] for n in sorted(self._types)]
+    def types(self, tenant: str | None = None) -> list[EntityType]:
+        """The types of ``tenant`` by name, or of every tenant (None; by tenant, then name)."""
+        return [self._types[k] for k in sorted(self._types)
+                if tenant is None or k[0] == tenant]
 
-    def get(self, name: str) -> EntityType | None:
-        """The registered type of that name, if any (no bundled type is defined here)."""
-        return self._types.get(name)
+    def get(self, name: str, tenant: str) -> EntityType | None:
+        """The tenant's registered type of that name, if any (no bundled type is defined
+        here)."""
+        return self._types.get((tenant, name))
 
-    def type_of(self, name: Any, tenant: str | None = None, *,
-                principal: str | None = None) -> EntityType:
-        """The registered type of that name, or NotFound listing the known types and saying
-        how to define one. A bundled type (:mod:`dmf_hybrid.bundled`) not registered yet is
-        defined for ``tenant`` first, when a tenant is given (``principal``: of the write that
-        needs it; a read records none)."""
+    def type_of(self, name: Any, tenant: str, *, principal: str | None = None,
+                define_bundled: bool = True) -> EntityType:
+        """The tenant's registered type of that name, or NotFound listing the tenant's types
+        and saying how to define one. A bundled type (:mod:`dmf_hybrid.bundled`) the tenant
+        has not used yet is defined for it first (``principal``: of the write that needs it;
+        a read records none), unless ``define_bundled`` is False."""
         if not isinstance(name, str):
             raise ValidationError("type must be a type name string", field="type")
-        if tenant is not None and name not in self._types:
+        if define_bundled and (tenant, name) not in self._types:
             typedef = bundled_type(name)
             if typedef is not None:
                 return self.define(typedef, tenant=tenant, actor=BUNDLED_ACTOR,
                                    reason=BUNDLED_REASON, principal=principal)
-        etype = self._types.get(name)
+        etype = self._types.get((tenant, name))
         if etype is None:
-            known = ", ".join(sorted(self._types)) or "none defined"
+            known = ", ".join(t.name for t in self.types(tenant)) or "none defined"
             raise NotFound(f"unknown entity type {name!r} (known: {known}); define it first: "
                            "define(model) or define_type(definition) in Python, POST /types "
                            "over HTTP, `dmf define FILE.toml` on the command line",
                            field="type")
         return etype
 
-    def mark_modified(self, type_name: str) -> None:
+    def mark_modified(self, etype: EntityType) -> None:
         """Remember that the open write transaction updated or deleted rows of a type."""
         if not self._modified:
             self._db.after_commit(self._modified.clear)
             self._db.on_rollback(self._modified.clear)
-        self._modified.add(type_name)
+        self._modified.add(etype.key)
 
     def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
                tenant: str, actor: str | None = None, reason: str | None = None,
@@ -100,21 +111,22 @@ class TypeRegistry:
                 if s.analyzer is not None]:
             check_runnable(name, where)
         with self._db.write() as con:
-            current = self._types.get(typedef.name)
-            clash = [n for n in self._types if n.lower() == typedef.name.lower()
-                     and n != typedef.name]
+            key = (tenant, typedef.name)
+            current = self._types.get(key)
+            clash = [t.name for t in self.types(tenant) if t.name.lower() == typedef.name.lower()
+                     and t.name != typedef.name]
             if clash:
                 raise SchemaError(f"type {typedef.name!r} clashes with {clash[0]!r} (names are "
                                   "case-insensitive)", field="name")
             if current is not None and current.typedef == typedef:
                 if model is not None:
                     current.model = model
-                    self._user_models[typedef.name] = model
+                    self._user_models[key] = model
                 return current
             added: list[str] = []
             if current is not None:
                 added = check_compatible(current.typedef, typedef)
-            if added and typedef.name in self._modified:
+            if added and current is not None and current.key in self._modified:
                 # DuckDB 1.4 cannot commit ALTER TABLE after UPDATE/DELETE of the same table
                 # in one transaction (and its state is unreliable after that failed commit)
                 raise SchemaError(
@@ -131,38 +143,34 @@ class TypeRegistry:
                 trace_id=trace_id, meta={"added_fields": added} if added else None,
                 principal=principal,
             )
-            con.execute(
-                "INSERT INTO schema_types VALUES (?, ?, ?, ?, ?)",
-                [typedef.name, version, typedef.model_dump_json(), seq,
-                 to_naive_utc(utcnow())],
-            )
-            new = EntityType(typedef, version, model or build_model(typedef))
+            insert_definition(con, tenant, typedef, version, seq)
+            new = EntityType(typedef, version, model or build_model(typedef), tenant)
             if current is None:
                 create_type_table(con, new)
             else:
-                add_columns(con, typedef, added)
-                self.mark_modified(typedef.name)
+                add_columns(con, new, added)
+                self.mark_modified(new)
             previous = current
-            self._types[typedef.name] = new
+            self._types[key] = new
 
             def undo() -> None:
                 if previous is None:
-                    self._types.pop(typedef.name, None)
+                    self._types.pop(key, None)
                 else:
-                    self._types[typedef.name] = previous
+                    self._types[key] = previous
 
             self._db.on_rollback(undo)
-            if any(rel.target not in ("*", typedef.name) and rel.target not in self._types
-                   for rel in typedef.relations.values()):
-                self._db.before_commit(lambda: self._check_targets(typedef))
+            if any(rel.target not in ("*", typedef.name) and (tenant, rel.target)
+                   not in self._types for rel in typedef.relations.values()):
+                self._db.before_commit(lambda: self._check_targets(typedef, tenant))
             if current is not None and current.typedef.embed != typedef.embed:
                 self._on_embed_change(con, new)
         return new
 
-    def _check_targets(self, typedef: TypeDef) -> None:
-        """SchemaError unless every relation of ``typedef`` targets a defined type."""
+    def _check_targets(self, typedef: TypeDef, tenant: str) -> None:
+        """SchemaError unless every relation of ``typedef`` targets a type of ``tenant``."""
         for name, rel in typedef.relations.items():
-            if rel.target not in ("*", typedef.name) and rel.target not in self._types:
+            if rel.target not in ("*", typedef.name) and (tenant, rel.target) not in self._types:
                 raise SchemaError(f"relation {name!r} of {typedef.name} targets "
                                   f"{rel.target!r}, which is not a defined type; define "
                                   f"{rel.target} first or in the same transaction (a file's "

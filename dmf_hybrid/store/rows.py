@@ -106,7 +106,7 @@ class RowReader(StoreState):
 
     def _read_live(self, con: Connection, etype: EntityType, eid: str,
                    tenant: str) -> Entity | None:
-        row = self._point_row(con, table_name(etype.name), self._select_cols(etype), eid,
+        row = self._point_row(con, table_name(etype.key), self._select_cols(etype), eid,
                               tenant)
         return None if row is None else self.row_to_entity(etype, row)
 
@@ -115,7 +115,7 @@ class RowReader(StoreState):
         """The type and erasure seq of an ID in this tenant, or NotFound."""
         eid = check_id(eid, "entity_id")
         row = self._point_row(con, "entity_index", "type, erased_seq", eid, tenant)
-        etype = None if row is None else self.registry.get(row[0])
+        etype = None if row is None else self.registry.get(row[0], tenant)
         if row is None or etype is None:
             raise NotFound(f"no entity {eid}", entity_id=eid)
         return etype, row[1]
@@ -133,7 +133,7 @@ class RowReader(StoreState):
         if entity is None:
             raise NotFound(f"no entity {eid}", entity_id=eid)
         if entity.deleted_at is not None and not allow_deleted:
-            dseq = self._point_row(con, table_name(etype.name), "deleted_seq", eid, tenant)
+            dseq = self._point_row(con, table_name(etype.key), "deleted_seq", eid, tenant)
             raise NotFound(f"entity {eid} was deleted at seq {dseq[0] if dseq else '?'}",
                            entity_id=eid, deleted_seq=dseq[0] if dseq else None)
         if not (allow_deleted or allow_expired) and expired(entity.expires_at, utcnow()):
@@ -142,7 +142,7 @@ class RowReader(StoreState):
 
     def get_many(self, tenant: str, type_name: str, ids: Sequence[str]) -> dict[str, Entity]:
         """The live (not deleted, not expired) entities of one type among ``ids``, by ID."""
-        etype = self.type_of(type_name)
+        etype = self.type_of(type_name, tenant, define_bundled=False)
         found: dict[str, Entity] = {}
         con = self.db.reader()
         now = utcnow()
@@ -154,7 +154,7 @@ class RowReader(StoreState):
             params: list[Any] = [tenant]
             live = live_sql(params, now)
             for row in con.execute(
-                f"SELECT {self._select_cols(etype)} FROM {table_name(etype.name)} "
+                f"SELECT {self._select_cols(etype)} FROM {table_name(etype.key)} "
                 f"WHERE tenant = ? AND {live} AND id IN ({marks})",
                 [*params, *part],
             ).fetchall():

@@ -74,9 +74,6 @@ log = logging.getLogger(__name__)
 DEPENDENCY_OPS = ("update", "append", "delete", "restore", "erase")
 CONSTRAINT_FIELDS = ("subject", "kind", "rule", "message", "status")
 MESSAGE_PLACEHOLDERS = ("value", "threshold", "subject", "rule")
-RULES_DDL = """CREATE TABLE IF NOT EXISTS dmf_rules (
-    name VARCHAR NOT NULL, version INTEGER NOT NULL, definition VARCHAR NOT NULL,
-    seq BIGINT NOT NULL, created_at TIMESTAMP NOT NULL, PRIMARY KEY (name, version))"""
 
 
 @dataclass(frozen=True)
@@ -90,6 +87,12 @@ class CompiledRule:
     tail_params: tuple[Any, ...]
     #: (type reached, relation) pairs of the ``via`` aggregates
     dependencies: tuple[tuple[str, str], ...]
+    #: the trigger type (of the rule's tenant)
+    trigger: EntityType
+
+    @property
+    def tenant(self) -> str:
+        return self.trigger.tenant
 
     @property
     def name(self) -> str:
@@ -105,13 +108,14 @@ class CompiledRule:
 # ---------------------------------------------------------------- definition
 
 
-def compile_rule(store: Store, rule: RuleDef, version: int) -> CompiledRule:
-    """The checked, compiled form of a rule; SchemaError if anything in it is unknown."""
+def compile_rule(store: Store, rule: RuleDef, version: int, tenant: str) -> CompiledRule:
+    """The checked, compiled form of a tenant's rule (over the tenant's types); SchemaError
+    if anything in it is unknown."""
     if not full_match(RULE_NAME_RE, rule.name):
         raise SchemaError(f"rule name {rule.name!r} must match {RULE_NAME_RE.pattern}",
                           field="name")
     try:
-        trigger = store.type_of(rule.trigger.type)
+        trigger = store.type_of(rule.trigger.type, tenant, define_bundled=False)
     except NotFound as exc:
         raise SchemaError(f"rule {rule.name}: trigger: {exc.message}",
                           field="trigger.type") from None
@@ -132,16 +136,16 @@ def compile_rule(store: Store, rule: RuleDef, version: int) -> CompiledRule:
     tail: list[Any] = []
     where = compile_filter(node, tail, alias="e.", dialect=store.db.dialect)
     sql = (f"SELECT value, threshold, coalesce(value {op} threshold, FALSE) FROM ("
-           f"SELECT {lhs.sql} AS value, {rhs.sql} AS threshold FROM {table_name(trigger.name)} "
+           f"SELECT {lhs.sql} AS value, {rhs.sql} AS threshold FROM {table_name(trigger.key)} "
            f"AS e WHERE e.id = ? AND e.tenant = ? AND e.deleted_at IS NULL AND {where}) AS c")
     return CompiledRule(rule, version, sql, tuple(lhs.params + rhs.params), tuple(tail),
-                        tuple(sorted(set(parser.dependencies))))
+                        tuple(sorted(set(parser.dependencies))), trigger)
 
 
 def _check_action(store: Store, rule: RuleDef, trigger: EntityType) -> None:
     action = rule.action
     try:
-        ctype = store.type_of(CONSTRAINT_TYPE)
+        ctype = store.type_of(CONSTRAINT_TYPE, trigger.tenant, define_bundled=False)
     except NotFound:
         raise SchemaError(f"rule {rule.name}: rules need the {CONSTRAINT_TYPE} type; define it "
                           "first (see indexes/travel.toml)", field="action") from None
@@ -203,41 +207,43 @@ class RuleEngine:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._rules: dict[str, CompiledRule] = {}
-        with store.db.write() as con:
-            con.execute(RULES_DDL)
+        #: by (tenant, rule name): a rule is its tenant's, over its tenant's types
+        self._rules: dict[tuple[str, str], CompiledRule] = {}
         rows = store.db.fetchall(
-            "SELECT DISTINCT ON (name) name, version, definition FROM dmf_rules "
-            "ORDER BY name, version DESC")
-        for name, version, definition in rows:
+            "SELECT DISTINCT ON (tenant, name) tenant, name, version, definition FROM dmf_rules "
+            "ORDER BY tenant, name, version DESC")
+        for tenant, name, version, definition in rows:
             try:
-                self._rules[name] = compile_rule(store, RuleDef.model_validate_json(definition),
-                                                 int(version))
+                self._rules[(tenant, name)] = compile_rule(
+                    store, RuleDef.model_validate_json(definition), int(version), tenant)
             except SchemaError as exc:  # the schema changed under it: keep the store usable
-                log.error("rule %s v%s is disabled: %s", name, version, exc.message)
+                log.error("rule %s v%s of tenant %s is disabled: %s", name, version, tenant,
+                          exc.message)
 
-    def rules(self) -> list[CompiledRule]:
-        """Every active rule, by name."""
-        return [self._rules[n] for n in sorted(self._rules)]
+    def rules(self, tenant: str | None = None) -> list[CompiledRule]:
+        """The active rules of ``tenant`` (None: of every tenant), by name."""
+        return [self._rules[k] for k in sorted(self._rules, key=lambda k: (k[1], k[0]))
+                if tenant is None or k[0] == tenant]
 
     def define(self, rule: RuleDef | Mapping[str, Any], *, tenant: str,
                actor: str | None = None, reason: str | None = None,
                principal: str | None = None) -> CompiledRule:
         """Register a rule or a new version of it; the same definition again is a no-op.
 
-        In the same transaction the rule is evaluated for every live entity of its trigger
-        type, in every tenant (a back-fill), so entities written before the rule existed get
-        their constraints raised, and those a new version no longer flags get them resolved.
+        A rule is the tenant's: it reads the tenant's types and runs on its writes. In the
+        same transaction the rule is evaluated for every live entity of its trigger type (a
+        back-fill), so entities written before the rule existed get their constraints raised,
+        and those a new version no longer flags get them resolved.
         """
         rule = rule_from_data(rule)
-        current = self._rules.get(rule.name)
+        current = self._rules.get((tenant, rule.name))
         if current is not None and current.definition == rule:
             return current
         version = 1 if current is None else current.version + 1
         with self.store.db.write() as con:
             # a bundled type, defined on first use; a rule that does not compile leaves none
             self.store.type_of(CONSTRAINT_TYPE, tenant, principal=principal)
-            compiled = compile_rule(self.store, rule, version)
+            compiled = compile_rule(self.store, rule, version, tenant)
             seq = self.store.append_event(
                 con, tenant=tenant, op="define_rule", type_name=rule.trigger.type,
                 entity_id=None, version_before=None if current is None else current.version,
@@ -245,16 +251,17 @@ class RuleEngine:
                 before=None if current is None else current.definition.model_dump(mode="json"),
                 after=rule.model_dump(mode="json"), actor=actor, reason=reason, trace_id=None,
                 meta={"rule": rule.name, "rule_version": version}, principal=principal)
-            con.execute("INSERT INTO dmf_rules VALUES (?, ?, ?, ?, ?)",
-                        [rule.name, version, rule.model_dump_json(), seq,
+            con.execute("INSERT INTO dmf_rules (tenant, name, version, definition, seq, "
+                        "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                        [tenant, rule.name, version, rule.model_dump_json(), seq,
                          to_naive_utc(utcnow())])
-            self._rules[rule.name] = compiled
+            self._rules[(tenant, rule.name)] = compiled
 
             def undo() -> None:
                 if current is None:
-                    self._rules.pop(rule.name, None)
+                    self._rules.pop((tenant, rule.name), None)
                 else:
-                    self._rules[rule.name] = current
+                    self._rules[(tenant, rule.name)] = current
 
             self.store.db.on_rollback(undo)
             self._back_fill(con, compiled, principal)
@@ -263,9 +270,9 @@ class RuleEngine:
     def _back_fill(self, con: Connection, rule: CompiledRule,
                    principal: str | None) -> None:
         """Evaluate ``rule`` for every live entity of its trigger type (in ID order)."""
-        table = table_name(rule.definition.trigger.type)
-        subjects = con.execute(f"SELECT tenant, id FROM {table} WHERE deleted_at IS NULL "
-                               "ORDER BY tenant, id").fetchall()
+        subjects = con.execute(f"SELECT tenant, id FROM {table_name(rule.trigger.key)} "
+                               "WHERE deleted_at IS NULL AND tenant = ? ORDER BY id",
+                               [rule.tenant]).fetchall()
         with self.store.hooks_paused():  # as when a write hook evaluates it
             for tenant, eid in subjects:
                 self.evaluate(con, rule, tenant, eid, principal)
@@ -277,7 +284,7 @@ class RuleEngine:
         if not self._rules:
             return
         todo: list[tuple[CompiledRule, str]] = []
-        for rule in self.rules():
+        for rule in self.rules(tenant):
             trigger = rule.definition.trigger
             if trigger.type == type_name and op in trigger.ops:
                 todo.append((rule, entity_id))
@@ -310,12 +317,12 @@ class RuleEngine:
         holds = bool(row is not None and row[2])
         value, threshold = (row[0], row[1]) if row is not None else (None, None)
         action = rule.definition.action
-        ctype = self.store.type_of(CONSTRAINT_TYPE)
+        ctype = self.store.type_of(CONSTRAINT_TYPE, tenant)
         data: dict[str, Any] = {"subject": entity_id, "kind": action.kind, "rule": rule.name}
         cid = self.store.prepare_create(ctype, data, None, tenant)[0]
         found = con.execute(
             f"SELECT i.erased_seq, c.status, c.message, c.deleted_at IS NOT NULL "
-            f"FROM entity_index AS i LEFT JOIN {table_name(ctype.name)} AS c ON c.id = i.id "
+            f"FROM entity_index AS i LEFT JOIN {table_name(ctype.key)} AS c ON c.id = i.id "
             "AND c.tenant = i.tenant WHERE i.id = ? AND i.tenant = ?", [cid, tenant]).fetchone()
         if found is not None and found[0] is not None:
             return None  # an erased constraint's ID cannot come back

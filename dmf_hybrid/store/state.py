@@ -42,14 +42,15 @@ class StoreState:
     write_hooks: list[WriteHook]
     _in_hooks: bool
 
-    def types(self) -> list[EntityType]:
-        """Every registered type, by name."""
-        return self.registry.types()
+    def types(self, tenant: str | None = None) -> list[EntityType]:
+        """The types of ``tenant`` by name, or of every tenant (None)."""
+        return self.registry.types(tenant)
 
-    def type_of(self, name: Any, tenant: str | None = None, *,
-                principal: str | None = None) -> EntityType:
-        """The registered type of that name, or NotFound (see :meth:`TypeRegistry.type_of`)."""
-        return self.registry.type_of(name, tenant, principal=principal)
+    def type_of(self, name: Any, tenant: str, *, principal: str | None = None,
+                define_bundled: bool = True) -> EntityType:
+        """The tenant's type of that name, or NotFound (see :meth:`TypeRegistry.type_of`)."""
+        return self.registry.type_of(name, tenant, principal=principal,
+                                     define_bundled=define_bundled)
 
     def _after_write(self, con: Connection, tenant: str, op: str,
                      type_name: str, eid: str, principal: str | None) -> None:

@@ -121,13 +121,13 @@ class Store(Relations):
         anyone did); how many. Running it again finds none."""
         now = to_naive_utc(utcnow())
         swept = 0
-        for etype in self.types():
+        for etype in self.types(tenant):
             params: list[Any] = [now]
             mine = ""
             if tenant is not None:
                 mine, params = " AND tenant = ?", [now, tenant]
             due = self.db.fetchall(
-                f"SELECT tenant, id, {EXPIRES_COLUMN} FROM {table_name(etype.name)} "
+                f"SELECT tenant, id, {EXPIRES_COLUMN} FROM {table_name(etype.key)} "
                 f"WHERE deleted_at IS NULL AND {EXPIRES_COLUMN} <= ?{mine} "
                 f"ORDER BY {EXPIRES_COLUMN}, tenant, id", params)
             for owner, eid, at in due:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 
+from ..clock import to_naive_utc, utcnow
 from ..errors import DMFError
 from ..ids import DEFAULT_TENANT
 from ..schema import EntityType, FieldSpec, TypeDef
@@ -20,11 +21,15 @@ log = logging.getLogger(__name__)
 EVENTS_ALL = "events_all"
 
 #: 1: entity_index keyed by ID alone; 2: keyed by (tenant, ID), so that every tenant has its
-#: own namespace of caller-given IDs; 3: every entity table has the ``_expires_at`` column.
-STORE_FORMAT = 3
+#: own namespace of caller-given IDs; 3: every entity table has the ``_expires_at`` column;
+#: 4: types belong to tenants (``schema_types`` keyed by tenant, name and version).
+STORE_FORMAT = 4
 #: A meta key present while the vector index must be reconciled with DuckDB (a migration
 #: changed how vectors are keyed); the next reconcile removes it.
 RECONCILE_PENDING = "reconcile_pending"
+#: A meta key present while the types a format-3 store shared between tenants must be given
+#: to each tenant that used them (:mod:`.type_split`, run by the registry when it opens).
+SPLIT_PENDING = "split_types_pending"
 #: An entity's expiry (naive UTC, NULL: none; see :mod:`.expiry`). A field name cannot begin
 #: with "_", so no type's field can take it (the LangGraph item type has a field ``expires_at``).
 EXPIRES_COLUMN = "_expires_at"
@@ -53,13 +58,20 @@ META_DDL = "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARC
 # (DuckDB 1.4 scanned for it: 6-9 ms).
 EMBEDDINGS_HASH_DDL = ("CREATE INDEX IF NOT EXISTS embeddings_text_hash "
                        "ON embeddings (text_hash)")
+SCHEMA_TYPES_DDL = """CREATE TABLE IF NOT EXISTS {name} (
+        tenant VARCHAR NOT NULL, name VARCHAR NOT NULL, version INTEGER NOT NULL,
+        definition VARCHAR NOT NULL, seq BIGINT NOT NULL, created_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (tenant, name, version))"""
+RULES_DDL = """CREATE TABLE IF NOT EXISTS {name} (
+    tenant VARCHAR NOT NULL, name VARCHAR NOT NULL, version INTEGER NOT NULL,
+    definition VARCHAR NOT NULL, seq BIGINT NOT NULL, created_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (tenant, name, version))"""
 FIXED_DDL = [
     EVENTS_DDL,
     EVENTS_MIGRATION,
     META_DDL,
-    """CREATE TABLE IF NOT EXISTS schema_types (
-        name VARCHAR NOT NULL, version INTEGER NOT NULL, definition VARCHAR NOT NULL,
-        seq BIGINT NOT NULL, created_at TIMESTAMP NOT NULL, PRIMARY KEY (name, version))""",
+    SCHEMA_TYPES_DDL.format(name="schema_types"),
+    RULES_DDL.format(name="dmf_rules"),
     ENTITY_INDEX_DDL.format(name="entity_index"),
     ENTITY_INDEX_ID_DDL,
     """CREATE TABLE IF NOT EXISTS relations (
@@ -75,9 +87,18 @@ FIXED_DDL = [
 ]
 
 
-def table_name(type_name: str) -> str:
-    """The quoted name of an entity type's table."""
-    return q(f"ent_{type_name}")
+def table_name(key: str) -> str:
+    """The quoted name of the table of the type with that storage key (``EntityType.key``)."""
+    return q(f"ent_{key}")
+
+
+def insert_definition(con: Connection, tenant: str, typedef: TypeDef, version: int,
+                      seq: int) -> None:
+    """Record one version of a tenant's type (the define event ``seq`` audits it)."""
+    con.execute("INSERT INTO schema_types (tenant, name, version, definition, seq, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [tenant, typedef.name, version, typedef.model_dump_json(), seq,
+                 to_naive_utc(utcnow())])
 
 
 def create_fixed(con: Connection) -> None:
@@ -91,6 +112,8 @@ def create_fixed(con: Connection) -> None:
                        store_format=found)
     if found < 2:
         _migrate_entity_index(con)
+    if found < 4:
+        _own_types(con)
     for ddl in FIXED_DDL:
         con.execute(ddl.replace("{vector}", dialect_of(con).vector_type))
     for ddl in dialect_of(con).log_indexes:
@@ -134,6 +157,37 @@ def _migrate_entity_index(con: Connection) -> None:
     log.info("store migrated to format 2: entity IDs are unique per tenant")
 
 
+def _own_types(con: Connection) -> None:
+    """Format 3 -> 4: ``schema_types`` and ``dmf_rules`` gain their tenant column (new
+    tables, as for entity_index). Every type and rule defined so far is the default tenant's;
+    when other tenants have used them, SPLIT_PENDING asks the registry to give each its own
+    copy (audited, :mod:`.type_split`)."""
+    for table, ddl in (("schema_types", SCHEMA_TYPES_DDL), ("dmf_rules", RULES_DDL)):
+        if con.execute("SELECT 1 FROM information_schema.tables WHERE table_name = ? AND "
+                       "table_schema = current_schema()", [table]).fetchone() is None:
+            continue  # a store that never defined a rule has no dmf_rules yet
+        con.execute(ddl.format(name=f"{table}_v4"))
+        con.execute(f"INSERT INTO {table}_v4 (tenant, name, version, definition, seq, "
+                    f"created_at) SELECT ?, name, version, definition, seq, created_at "
+                    f"FROM {table}", [DEFAULT_TENANT])
+        con.execute(f"DROP TABLE {table}")
+        con.execute(f"ALTER TABLE {table}_v4 RENAME TO {table}")
+    flag_shared_types(con)
+    log.info("store migrated to format 4: types belong to tenants")
+
+
+def flag_shared_types(con: Connection) -> None:
+    """Set SPLIT_PENDING when tenants other than the default one used the types (format 3 and
+    older: every type the default tenant's, shared by all)."""
+    other = con.execute(
+        "SELECT 1 FROM entity_index WHERE tenant <> ? UNION ALL SELECT 1 FROM events "
+        "WHERE tenant <> ? AND op = 'define' LIMIT 1", [DEFAULT_TENANT, DEFAULT_TENANT]
+    ).fetchone()
+    if other is not None:
+        con.execute("INSERT INTO meta VALUES (?, 'types belong to tenants') "
+                    "ON CONFLICT DO NOTHING", [SPLIT_PENDING])
+
+
 def _add_expiry_columns(con: Connection) -> None:
     """Format 2 -> 3: every entity table gains the (empty) expiry column."""
     names = [r[0] for r in con.execute("SELECT DISTINCT name FROM schema_types ORDER BY name")
@@ -157,28 +211,29 @@ def create_type_table(con: Connection, etype: EntityType) -> None:
     # reader held an older snapshot ("write-write conflict on key"; 2.0.1 commits it). A
     # plain index keeps lookups by ID fast (two tenants may hold rows with the same ID).
     con.execute(
-        f"""CREATE TABLE IF NOT EXISTS {table_name(etype.name)} (
+        f"""CREATE TABLE IF NOT EXISTS {table_name(etype.key)} (
             id VARCHAR NOT NULL, tenant VARCHAR NOT NULL, version INTEGER NOT NULL,
             created_at TIMESTAMP NOT NULL, updated_at TIMESTAMP NOT NULL, deleted_at TIMESTAMP,
             deleted_seq BIGINT, text_hash VARCHAR, {EXPIRES_COLUMN} TIMESTAMP, {cols})"""
     )
-    con.execute(f"CREATE INDEX IF NOT EXISTS {q(f'ent_{etype.name}_id')} "
-                f"ON {table_name(etype.name)} (id)")
+    con.execute(f"CREATE INDEX IF NOT EXISTS {q(f'ent_{etype.key}_id')} "
+                f"ON {table_name(etype.key)} (id)")
 
 
-def add_columns(con: Connection, typedef: TypeDef, added: list[str]) -> None:
+def add_columns(con: Connection, etype: EntityType, added: list[str]) -> None:
     """Add new fields to a type's table; existing rows get the field's default."""
+    typedef = etype.typedef
     # every ALTER before any UPDATE: DuckDB 1.4 refused to commit a transaction that alters a
     # table after updating or deleting rows of it ("another transaction has altered this table")
     for name in added:
         spec = typedef.fields[name]
-        con.execute(f"ALTER TABLE {table_name(typedef.name)} ADD COLUMN "
+        con.execute(f"ALTER TABLE {table_name(etype.key)} ADD COLUMN "
                     f"{_column_ddl(con, name, spec)}")
     for name in added:
         spec = typedef.fields[name]
         if spec.default is not None:
             con.execute(
-                f"UPDATE {table_name(typedef.name)} SET {q(name)} = "
+                f"UPDATE {table_name(etype.key)} SET {q(name)} = "
                 f"CAST(? AS {sql_type(spec, dialect_of(con))})",
                 [bind_field(spec, spec.default)],
             )

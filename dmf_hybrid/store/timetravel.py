@@ -138,7 +138,7 @@ class TimeTravel(RowReader):
             f"AND seq <= ? AND op IN {ENTITY_OPS!r} ORDER BY seq DESC LIMIT 1",
             [eid, tenant, seq],
         )
-        if row is None or self.registry.get(row[0]) is None:
+        if row is None or self.registry.get(row[0], tenant) is None:
             raise NotFound(f"no entity {eid} at seq {seq}", entity_id=eid, as_of=seq)
         type_name, after, redacted, _op, at = row
         if redacted or after is None:
@@ -147,7 +147,7 @@ class TimeTravel(RowReader):
         if snap.get("deleted_at") is not None:
             raise NotFound(f"entity {eid} was deleted at seq {at} (as of {seq})",
                            entity_id=eid, deleted_seq=at)
-        entity = self._snapshot_entity(self.type_of(type_name), snap)
+        entity = self._snapshot_entity(self.type_of(type_name, tenant), snap)
         if entity.expires_at is not None:
             when = self.db.fetchone(f"SELECT ts FROM {EVENTS_ALL} WHERE seq = ?", [seq])
             if when is None or expired(entity.expires_at, when[0]):

@@ -174,11 +174,11 @@ class Writes(Queries):
                 version_before=current.version, version_after=version, before=before,
                 after=after, actor=actor, reason=reason, trace_id=trace_id, principal=principal,
             )
-            self.registry.mark_modified(etype.name)
+            self.registry.mark_modified(etype)
             sets = ", ".join(f"{q(n)} = ?" for n in etype.fields)
-            match, match_params = self._row_match(con, table_name(etype.name), eid, tenant)
+            match, match_params = self._row_match(con, table_name(etype.key), eid, tenant)
             con.execute(
-                f"UPDATE {table_name(etype.name)} SET version = ?, updated_at = ?, "
+                f"UPDATE {table_name(etype.key)} SET version = ?, updated_at = ?, "
                 f"deleted_at = ?, deleted_seq = ?, text_hash = ?, {EXPIRES_COLUMN} = ?, "
                 f"{sets} WHERE {match}",
                 [version, to_naive_utc(now), None if deleted_at is None else
@@ -199,7 +199,7 @@ class Writes(Queries):
 
     def _text_hash(self, con: Connection, etype: EntityType, eid: str,
                    tenant: str) -> str | None:
-        row = self._point_row(con, table_name(etype.name), "text_hash", eid, tenant)
+        row = self._point_row(con, table_name(etype.key), "text_hash", eid, tenant)
         return None if row is None else row[0]
 
     def update(self, tenant: str, eid: Any, changes: Any, *, expected_version: Any = None,
@@ -270,7 +270,7 @@ class Writes(Queries):
             etype, erased_seq = self._lookup(con, eid, tenant)
             if erased_seq is not None:
                 raise NotFound(f"entity {eid} was erased at seq {erased_seq}", entity_id=eid)
-            version = self._point_row(con, table_name(etype.name), "version", eid, tenant)
+            version = self._point_row(con, table_name(etype.key), "version", eid, tenant)
             hashes = [r[0] for r in con.execute(
                 f"SELECT DISTINCT {self.db.dialect.json_text('after', 'text_hash')} "
                 "FROM events_all "
@@ -285,9 +285,9 @@ class Writes(Queries):
             con.execute("UPDATE events SET before = NULL, after = NULL, redacted = TRUE "
                         "WHERE entity_id = ? AND tenant = ? AND seq < ? AND op IN "
                         f"{ENTITY_OPS!r}", [eid, tenant, seq])
-            self.registry.mark_modified(etype.name)
-            match, params = self._row_match(con, table_name(etype.name), eid, tenant)
-            con.execute(f"DELETE FROM {table_name(etype.name)} WHERE {match}", params)
+            self.registry.mark_modified(etype)
+            match, params = self._row_match(con, table_name(etype.key), eid, tenant)
+            con.execute(f"DELETE FROM {table_name(etype.key)} WHERE {match}", params)
             match, params = self._row_match(con, "entity_index", eid, tenant)
             con.execute(f"UPDATE entity_index SET erased_seq = ? WHERE {match}", [seq, *params])
             con.execute("UPDATE relations SET deleted_seq = ? WHERE tenant = ? AND "
@@ -302,7 +302,7 @@ class Writes(Queries):
 
     def _hash_in_use(self, con: Connection, text_hash: str) -> bool:
         for etype in self.types():
-            if con.execute(f"SELECT 1 FROM {table_name(etype.name)} WHERE text_hash = ? LIMIT 1",
+            if con.execute(f"SELECT 1 FROM {table_name(etype.key)} WHERE text_hash = ? LIMIT 1",
                            [text_hash]).fetchone():
                 return True
         return False
@@ -310,15 +310,15 @@ class Writes(Queries):
     def _requeue_type(self, con: Connection, etype: EntityType) -> None:
         """Recompute text hashes and queue every live entity of a type for reindexing (its
         embedded text changed)."""
-        self.registry.mark_modified(etype.name)
-        rows = con.execute(f"SELECT id, tenant FROM {table_name(etype.name)} "
+        self.registry.mark_modified(etype)
+        rows = con.execute(f"SELECT id, tenant FROM {table_name(etype.key)} "
                            "WHERE deleted_at IS NULL ORDER BY id").fetchall()
         for eid, etenant in rows:
             entity = self._read_live(con, etype, eid, etenant)
             text = etype.embed_text(entity.fields()) if entity else None
-            match, params = self._row_match(con, table_name(etype.name), eid, etenant)
+            match, params = self._row_match(con, table_name(etype.key), eid, etenant)
             con.execute(
-                f"UPDATE {table_name(etype.name)} SET text_hash = ? WHERE {match}",
+                f"UPDATE {table_name(etype.key)} SET text_hash = ? WHERE {match}",
                 [None if text is None else sha256_hex(text), *params],
             )
             self.log.enqueue(con, self.log.seq, etenant, eid, etype.name,

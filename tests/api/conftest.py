@@ -77,10 +77,12 @@ def serve(app: FastAPI) -> AbstractContextManager[str]:
 
 
 def open_memory(path: Path | None, **kwargs: Any) -> Memory:
-    """A fresh memory with the hash embedder, exact vectors and the test travel types."""
+    """A fresh memory with the hash embedder, exact vectors and the test travel types, for
+    both tenants of the test keys (each tenant owns its types)."""
     kwargs.setdefault("vector_index", ExactIndex())
     mem = Memory.open(path, embedder=HashEmbedder(), **kwargs)
     define_travel(mem)
+    define_travel(mem.for_tenant("other"))
     return mem
 
 

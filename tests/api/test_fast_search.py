@@ -21,6 +21,7 @@ from dmf_hybrid import Memory
 from dmf_hybrid.api import create_app
 from dmf_hybrid.api.fast_search import SearchFastPath
 from tests.api.conftest import START_TIMEOUT, _settings, open_memory, serve
+from tests.conftest import tenant_like
 
 #: (headers, body or raw bytes) of requests that succeed through the fast path
 GOOD: list[tuple[dict[str, str], Any]] = [
@@ -80,7 +81,7 @@ def doors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Memory, st
     mem.create("Poi", {"name": "外滩 night view", "city": "Shanghai"})
     mem.create("Poi", {"name": "小笼包 stall", "city": "Shanghai", "rating": 5})
     mem.create("Trip", {"destination": "Shanghai", "budget": 5000, "tags": ["food"]})
-    mem.for_tenant("other").create("Poi", {"name": "Louvre museum", "city": "Paris"})
+    tenant_like(mem, "other").create("Poi", {"name": "Louvre museum", "city": "Paris"})
     settings = _settings(tmp_path, max_body_bytes=64 * 1024)  # with the test keys
     fast = create_app(settings, mem)
     plain = create_app(settings, mem)

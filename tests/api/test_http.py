@@ -24,6 +24,7 @@ from dmf_hybrid.api.server import serve_in_thread
 from dmf_hybrid.client import MemoryClient
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.api.conftest import Front, SyncASGITransport, open_memory
+from tests.conftest import define_travel
 
 POI = {"name": "The Bund", "city": "Shanghai"}
 
@@ -299,6 +300,7 @@ def test_bugs_are_500_json(tmp_path: Path) -> None:
 def test_open_mode_uses_the_default_tenant(tmp_path: Path) -> None:
     mem = open_memory(None)
     try:
+        define_travel(mem.for_tenant("solo"))  # each tenant owns its types
         app = create_app(Settings(data_dir=tmp_path, tenant="solo"), mem)
         with MemoryClient("http://testserver", transport=SyncASGITransport(app)) as client:
             poi = client.create("Poi", POI)

@@ -131,7 +131,8 @@ def test_an_unclean_shutdown_rebuilds_the_indexes_at_open(
         mem = open_notes(copy_of(path, tmp_path / "mem"))
     try:
         assert "unclean shutdown" in caplog.text and "all complete" in caplog.text
-        assert "rebuilt 3 indexes" in caplog.text  # entity_index, ent_Note, embeddings
+        # entity_index, the two tenants' Note tables, embeddings
+        assert "rebuilt 4 indexes" in caplog.text
         for eid in ids:
             assert mem.get(eid).data.title.startswith("note ")
         again = mem.create("Note", {"title": "note 7", "body": "x"})  # not a duplicate key

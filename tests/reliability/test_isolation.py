@@ -12,6 +12,7 @@ from dmf_hybrid.ids import entity_id
 from dmf_hybrid.vector.exact import ExactIndex
 from evaluation.reliability_isolation import run_isolation
 from evaluation.reliability_service import POI_TYPE, TRIP_TYPE
+from tests.conftest import tenant_like
 
 
 def test_no_route_answers_differently_for_another_tenants_ids(tmp_path: Path) -> None:
@@ -25,7 +26,7 @@ def test_no_route_answers_differently_for_another_tenants_ids(tmp_path: Path) ->
 def two_tenants() -> tuple[Memory, Memory]:
     mem = Memory.open(None, embedder=HashEmbedder(), vector_index=ExactIndex())
     mem.define_type(POI_TYPE)
-    return mem.for_tenant("alpha"), mem.for_tenant("beta")
+    return tenant_like(mem, "alpha"), tenant_like(mem, "beta")
 
 
 def test_another_tenants_derived_id_cannot_be_probed(two_tenants: tuple[Memory, Memory]) -> None:
@@ -67,8 +68,9 @@ def _open(path: Path, **settings: object) -> dict[str, Memory]:
 
 def _seed(views: dict[str, Memory]) -> dict[str, int]:
     """Every tenant: Poi trip-1 and other-1, Trip plan-1 including trip-1; the seqs of trip-1."""
-    views["alpha"].define_type(POI_TYPE)
-    views["alpha"].define_type(TRIP_TYPE)
+    for view in views.values():  # each tenant owns its types
+        view.define_type(POI_TYPE)
+        view.define_type(TRIP_TYPE)
     created = {}
     for tenant, view in views.items():
         created[tenant] = view.create("Poi", {"name": NAMES[tenant], "city": "Rome",
@@ -177,7 +179,7 @@ def test_one_caller_given_id_in_three_tenants_lives_three_independent_lives(
                if e.op in ("create", "update"))
     with pytest.raises(Conflict):  # alpha's erased ID stays retired, in alpha only
         views["alpha"].create("Poi", {"name": "again", "city": "Rome"}, id="trip-1")
-    gamma = views["alpha"].for_tenant("gamma")
+    gamma = tenant_like(views["alpha"], "gamma")
     assert gamma.create("Poi", {"name": "Gamma gate", "city": "Rome"}, id="trip-1").created
     gamma.delete("trip-1")
     assert views["alpha"].verify_audit().ok
@@ -207,11 +209,14 @@ def test_one_caller_given_id_in_three_tenants_lives_three_independent_lives(
             assert receipt.plan == "ann"
         _check(views, state, created_seq)
         assert {k: getattr(views["beta"].reconcile(), k) for k in NO_DRIFT} == NO_DRIFT
+        indexer = views["beta"].engine.indexer
+        mine = views["beta"].engine.vectors.records(indexer.collection("Poi"))
         records = views["beta"].engine.vectors.records(
-            views["beta"].engine.indexer.collection("Poi"))
-        # the default tenant's vector IDs are its entity IDs; the others' are qualified
-        assert {"trip-1", "beta\x1ftrip-1"} <= set(records)
-        assert "alpha\x1ftrip-1" not in records and "alpha\x1fother-1" in records
+            indexer.collection(views["beta"].get_type("Poi").key))
+        # each tenant's type has its collection; the default tenant's vector IDs are its
+        # entity IDs, the others' are qualified
+        assert "trip-1" in mine and not any("\x1f" in v for v in mine)
+        assert "beta\x1ftrip-1" in records and "alpha\x1fother-1" not in records
         assert records["beta\x1ftrip-1"]["tenant"] == "beta"
         assert views["beta"].verify_audit().ok
     finally:

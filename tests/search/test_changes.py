@@ -19,7 +19,7 @@ from dmf_hybrid.search.row_cache import RowCache
 from dmf_hybrid.store import changes
 from dmf_hybrid.store.changes import ChangeFeed
 from dmf_hybrid.vector.exact import ExactIndex
-from tests.conftest import define_travel
+from tests.conftest import define_travel, tenant_like
 from tests.search.test_row_cache import MODES, PLANS, a_door, statements
 from tests.store import DOORS
 
@@ -39,7 +39,7 @@ def _feed_between(memory: Memory, after: int, upto: int, journal: bool = False
 @pytest.mark.parametrize("journal", [False, True], ids=["table", "journal"])
 def test_the_feed_names_the_entities_a_range_of_commits_changed(memory: Memory,
                                                                 journal: bool) -> None:
-    other = memory.for_tenant("other")
+    other = tenant_like(memory, "other")
     start = memory._store.last_seq
     poi = memory.create("Poi", {"name": "cafe", "city": "Oslo"})
     trip = memory.create("Trip", {"destination": "Rome"})
@@ -178,7 +178,7 @@ def test_cached_answers_equal_uncached_ones_after_any_mix_of_writes(
     monkeypatch.setattr(filter_cache, "_patched",
                         lambda *a: patched.append(1) or real(*a))  # type: ignore[func-returns-value]
     rng = random.Random(seed)
-    mem, other = busy, busy.for_tenant("other")
+    mem, other = busy, tenant_like(busy, "other")
     cities = ["Oslo", "Rome", "Bergen"]
     # caller-chosen IDs: any field may change, the filtered city included
     live = [mem.create("Poi", {"name": f"cafe {i}", "city": cities[i % 3], "cost": float(i)},

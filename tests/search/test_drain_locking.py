@@ -20,7 +20,7 @@ import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
 from dmf_hybrid.vector.exact import ExactIndex
-from tests.conftest import define_travel
+from tests.conftest import define_travel, tenant_like
 
 #: Generous bound for a thread that must finish: only a deadlock or a lock held by the gated
 #: drain makes it run out (the assertions never depend on speed).
@@ -80,7 +80,7 @@ def _ids(mem: Memory, text: str) -> list[str]:
 def test_another_tenants_writes_go_on_while_a_batch_is_embedding(
         gated: tuple[Memory, GatedEmbedder]) -> None:
     mem, embedder = gated
-    tenant_a, tenant_b = mem.for_tenant("a"), mem.for_tenant("b")
+    tenant_a, tenant_b = tenant_like(mem, "a"), tenant_like(mem, "b")
     assert _ids(tenant_b, "garden") == []  # the mirrors are loaded (a server's warm-up does it)
     rows = [{"name": f"Tea house {i}", "city": GATED} for i in range(300)]
     batch, batch_errors = _run(lambda: tenant_a.create_many("Poi", rows))

@@ -412,7 +412,7 @@ def test_a_mirror_load_racing_commits_never_deadlocks(tmp_path: Path) -> None:
         drain(batch)
 
     store.listeners[at] = slow_hook
-    poi = store.type_of("Poi")
+    poi = store.type_of("Poi", "default")
     done = threading.Event()
     failures: list[BaseException] = []
 
@@ -472,7 +472,7 @@ def test_few_and_many_hash_lookups_and_cache_writes_agree(tmp_path: Path,
                                    [ours.embedder.model_id])
     assert count is not None and count[0] == 7
     # the few-IDs row lookup answers as the list form: live rows only, by ID then tenant
-    poi = mem._store.type_of("Poi")
+    poi = mem.get_type("Poi")
     made = [mem.create("Poi", {"name": f"stop {i}", "city": "Oslo"}) for i in range(3)]
     mem.delete(made[1].id)
     keys = [("default", e.id) for e in made] + [("beta", made[0].id)]

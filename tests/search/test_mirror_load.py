@@ -61,7 +61,7 @@ class HeldLoad:
 
         self.indexer._load = counted  # type: ignore[method-assign]
         self.indexer.forget_local()
-        self.trip = mem._store.type_of("Trip")
+        self.trip = mem.get_type("Trip")
         if keyword_only:
             self.indexer.ensure_local(self.trip, keyword=False)
         self.indexer.fault = self._fault

@@ -17,7 +17,7 @@ from dmf_hybrid.api import create_app
 from dmf_hybrid.api.server import serve_in_thread
 from dmf_hybrid.search import row_cache
 from dmf_hybrid.vector.exact import ExactIndex
-from tests.conftest import define_travel
+from tests.conftest import define_travel, tenant_like
 from tests.store import DOORS, START_TIMEOUT
 
 #: exact_threshold per plan: 0 sends every search with candidates to the ANN plan.
@@ -97,7 +97,7 @@ def test_a_repeated_search_issues_no_duckdb_statement(
 
 def test_a_hit_is_never_older_than_the_last_commit(door: tuple[MemoryAPI, Memory]) -> None:
     mem, memory = door
-    other = memory.for_tenant("other")
+    other = tenant_like(memory, "other")
     # the same IDs in two tenants, with other content
     pois = [mem.create("Poi", {"name": f"cafe {i}", "city": "Oslo"}, id=f"poi-{i}")
             for i in range(8)]
@@ -149,7 +149,7 @@ def test_a_read_mostly_phase_copies_the_type_whole(door: tuple[MemoryAPI, Memory
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     mem, memory = door
     monkeypatch.setattr(row_cache, "FILL_AFTER", 3)
-    other = memory.for_tenant("other")
+    other = tenant_like(memory, "other")
     pois = mem.create_many("Poi", [{"name": f"cafe {i}", "city": "Oslo", "cost": float(i)}
                                    for i in range(40)])
     other.create("Poi", {"name": "cafe 7", "city": "Oslo", "cost": 9.0}, id="theirs")

@@ -32,7 +32,7 @@ from dmf_hybrid import (
 from dmf_hybrid.config import Settings
 from dmf_hybrid.models import SearchResult
 from dmf_hybrid.vector.exact import ExactIndex, normalise_rows
-from tests.conftest import define_travel
+from tests.conftest import define_travel, tenant_like
 from tests.store import assert_unchanged, evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -353,7 +353,7 @@ def test_related_to_restricts_to_linked_entities(any_mem: Memory) -> None:
 
 
 def test_tenants_never_see_each_others_hits(any_mem: Memory) -> None:
-    a, b = any_mem.for_tenant("acme"), any_mem.for_tenant("globex")
+    a, b = tenant_like(any_mem, "acme"), tenant_like(any_mem, "globex")
     a_ids = {a.create("Poi", {"name": f"secret lab {i}", "city": "Oslo"}).id for i in range(5)}
     alone = {mode: summary(a.search("Poi", "secret lab", mode=mode)) for mode in MODES}
     b_ids = {b.create("Poi", {"name": f"secret lab {i}", "city": "Bergen"}).id
@@ -375,7 +375,7 @@ def test_tenants_never_see_each_others_hits(any_mem: Memory) -> None:
 def test_tenants_are_isolated_on_the_ann_path(tmp_path: Path) -> None:
     mem = open_mem(tmp_path / "mem", "chroma", exact_threshold=0)
     define_travel(mem)
-    a, b = mem.for_tenant("acme"), mem.for_tenant("globex")
+    a, b = tenant_like(mem, "acme"), tenant_like(mem, "globex")
     a.create_many("Poi", [{"name": f"lab {i}", "city": "Oslo"} for i in range(3)])
     b.create_many("Poi", [{"name": f"lab {i}", "city": "Bergen"} for i in range(60)])
     for where in (None, {"city": {"$ne": "x"}}):

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from dmf_hybrid import AuditEvent, AuditReport, Memory, NotFound
 from dmf_hybrid.ids import canonical_json, content_hash
 from dmf_hybrid.store.audit import GENESIS_HASH, event_hash, payload_hash_of
-from tests.conftest import define_travel
+from tests.conftest import define_travel, tenant_like
 from tests.store import audit_seqs, dump_rows, open_memory
 
 
@@ -110,10 +110,10 @@ def test_history_and_events(mem: Memory) -> None:
     assert [e.seq for e in mem.events(since_seq=last - 2)] == [last - 1, last]
     assert [e.seq for e in mem.events(since_seq=0, until_seq=2)] == [1, 2]
     assert len(mem.events(limit=1)) == 1
-    other = mem.for_tenant("other")
+    other = tenant_like(mem, "other")
     other.create("Trip", {"destination": "Far away"}, id="other-trip")
     assert all(e.tenant == "default" for e in mem.events())
-    assert [e.op for e in other.events()] == ["create"]
+    assert [e.op for e in other.events()] == ["define", "define", "create"]  # its own types
     with pytest.raises(NotFound):
         mem.history("other-trip")  # another tenant's entity is not visible
 

@@ -11,6 +11,7 @@ import pytest
 
 from dmf_hybrid import Conflict, Memory, ValidationError
 from dmf_hybrid.store.bundle import check_bundle
+from tests.conftest import tenant_like
 from tests.store import dump_rows, open_memory
 from tests.store.test_persistence import _fill, _open_kwargs, _readable_state
 
@@ -43,7 +44,7 @@ def fill_mixed(mem: Memory) -> None:
 def filled(tmp_path: Path) -> Any:
     mem = open_memory(tmp_path / "m")
     ids = _fill(mem)
-    other = mem.for_tenant("acme", principal="key:00c0ffee")
+    other = tenant_like(mem, "acme", principal="key:00c0ffee")
     other.create("Trip", {"destination": "Paris", "budget": 3})  # the same ID, another tenant
     other.create("Poi", {"name": "东方明珠", "city": "上海", "rating": 4})
     fill_mixed(mem)

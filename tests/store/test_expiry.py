@@ -18,6 +18,7 @@ from dmf_hybrid.cli import app
 from dmf_hybrid.clock import set_clock
 from dmf_hybrid.errors import Conflict, SchemaError
 from dmf_hybrid.expiry import EXPIRY_ACTOR
+from tests.conftest import tenant_like
 from tests.store import assert_unchanged, behind, both_doors, open_memory
 
 mem = both_doors()
@@ -204,7 +205,7 @@ def test_the_sweep_covers_every_tenant_and_spares_renewed_entities(tmp_path: Pat
     root = open_memory(tmp_path / "m")
     try:
         root.define(_Poi, name="Poi", identity=["name"])
-        a, b = root.for_tenant("a"), root.for_tenant("b")
+        a, b = tenant_like(root, "a"), tenant_like(root, "b")
         ea = a.create("Poi", {"name": "x"}, ttl=10)
         eb = b.create("Poi", {"name": "x"}, ttl=10)
         renewed = b.create("Poi", {"name": "y"}, ttl=10)

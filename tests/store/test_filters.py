@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
 from dmf_hybrid import FilterError, Memory
+from tests.conftest import tenant_like
 from tests.store import assert_unchanged, evaluate, open_memory
 
 UTC = dt.UTC
@@ -277,7 +278,7 @@ def test_sql_filter_equals_python_evaluation(prop_mem: Memory, rows: list[dict[s
                                              where: dict[str, Any]) -> None:
     # IDs are unique across tenants, so the keys carry the tenant too
     tenant = f"prop{next(_tenants)}"
-    mem = prop_mem.for_tenant(tenant)
+    mem = tenant_like(prop_mem, tenant)
     keys = [f"{tenant}-r{i}" for i in range(len(rows))]
     created = mem.create_many("Item", [{"key": k, **row} for k, row in zip(keys, rows,
                                                                            strict=True)]

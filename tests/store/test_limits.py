@@ -16,6 +16,7 @@ from dmf_hybrid import HashEmbedder, LimitExceeded, Memory, MemoryAPI, Settings
 from dmf_hybrid.checks import MAX_DEFAULT_BYTES, MAX_TYPE_FIELDS, MAX_VALUE_BYTES
 from dmf_hybrid.config import default_duckdb_memory_limit
 from dmf_hybrid.vector.exact import ExactIndex
+from tests.conftest import tenant_like
 from tests.store import assert_unchanged, both_doors
 
 mem = both_doors()
@@ -86,10 +87,11 @@ def test_one_tenants_largest_value_does_not_slow_another_tenants_updates(
         m = Memory.open(tmp_path / name, embedder=HashEmbedder(), vector_index=ExactIndex())
         m.define_type({"name": "Poi", "fields": {"name": {}, "city": {}}})
         if value is not None:
+            mallory = tenant_like(m, "mallory")
             with pytest.raises(LimitExceeded):
-                m.for_tenant("mallory").create("Poi", {"name": HUGE, "city": "x"})
-            m.for_tenant("mallory").create("Poi", {"name": value, "city": "x"})
-        other = m.for_tenant("alice")
+                mallory.create("Poi", {"name": HUGE, "city": "x"})
+            mallory.create("Poi", {"name": value, "city": "x"})
+        other = tenant_like(m, "alice")
         ids = [e.id for e in other.create_many(
             "Poi", [{"name": f"p{i}", "city": "c"} for i in range(3000)])]
         stores[name] = (m, other, ids)

@@ -219,7 +219,7 @@ def test_forged_cursor_values_are_refused(pois: Memory) -> None:
     assert page.next_cursor
     store = behind(pois)._store
     fingerprint = query_fingerprint("Poi", None, parse_order(
-        store.type_of("Poi"), ["rating", "-created_at"]), None)
+        store.type_of("Poi", "default"), ["rating", "-created_at"]), None)
     key = store.cursor_key
     for values in (["abc", None], [{"a": 1}, None], [[1], None], [10**30, None],
                    [1, "not a time"], [True, None], [1, 5]):

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from dmf_hybrid import Conflict, DMFError, HashEmbedder, Memory, StoreLocked, ValidationError
-from dmf_hybrid.store.tables import STORE_FORMAT
-from tests.conftest import define_travel
+from dmf_hybrid.ids import type_key
+from dmf_hybrid.store.tables import STORE_FORMAT, table_name
+from dmf_hybrid.vector.base import collection_name
+from tests.conftest import define_travel, tenant_like
 from tests.store import audit_seqs, dump_rows, open_memory
 from tests.store.test_schema import PoiV2
 
@@ -201,13 +203,32 @@ def test_open_refuses_a_file_as_directory(tmp_path: Path) -> None:
 
 
 def _to_format_1(path: Path) -> None:
-    """Rewrite a closed memory into store format 1: entity_index keyed by ID alone, and the
-    vectors of every tenant under bare entity IDs (as format 1 kept them)."""
+    """Rewrite a closed memory into store format 1: every type shared by all tenants (one
+    table each, as before format 4), entity_index keyed by ID alone, and the vectors of every
+    tenant under bare entity IDs in the shared type's collection (as format 1 kept them)."""
     import duckdb
 
     con = duckdb.connect(str(path / "memory.duckdb"))
+    moved: dict[str, str] = {}  # a tenant's collection -> the shared type's
+    model = HashEmbedder().model_id
     try:
         con.execute("BEGIN TRANSACTION")
+        for tenant, name in con.execute("SELECT DISTINCT tenant, name FROM schema_types "
+                                        "WHERE tenant <> 'default'").fetchall():
+            own = table_name(type_key(tenant, name))
+            columns = ", ".join(f'"{r[0]}"' for r in con.execute(f"DESCRIBE {own}").fetchall())
+            con.execute(f"INSERT INTO {table_name(name)} ({columns}) SELECT {columns} "
+                        f"FROM {own}")
+            con.execute(f"DROP TABLE {own}")
+            moved[collection_name("dmf", type_key(tenant, name), model)] = collection_name(
+                "dmf", name, model)
+        con.execute("CREATE TABLE schema_types_v3 (name VARCHAR NOT NULL, version INTEGER NOT "
+                    "NULL, definition VARCHAR NOT NULL, seq BIGINT NOT NULL, created_at "
+                    "TIMESTAMP NOT NULL, PRIMARY KEY (name, version))")
+        con.execute("INSERT INTO schema_types_v3 SELECT name, version, definition, seq, "
+                    "created_at FROM schema_types WHERE tenant = 'default'")
+        con.execute("DROP TABLE schema_types")
+        con.execute("ALTER TABLE schema_types_v3 RENAME TO schema_types")
         con.execute("CREATE TABLE entity_index_v1 (id VARCHAR PRIMARY KEY, type VARCHAR NOT "
                     "NULL, tenant VARCHAR NOT NULL, erased_seq BIGINT)")
         con.execute("INSERT INTO entity_index_v1 SELECT id, type, tenant, erased_seq "
@@ -228,8 +249,8 @@ def _to_format_1(path: Path) -> None:
             qualified = sorted(v for v in records if split_vector_id(v)[0] != "default")
             chroma.delete(name, qualified)
             vectors = np.ones((len(qualified), HashEmbedder().dim), dtype=np.float32)
-            chroma.upsert(name, [split_vector_id(v)[1] for v in qualified], vectors,
-                          [records[v] for v in qualified])
+            chroma.upsert(moved.get(name, name), [split_vector_id(v)[1] for v in qualified],
+                          vectors, [records[v] for v in qualified])
     finally:
         chroma.close()
 
@@ -247,7 +268,7 @@ def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
     path = tmp_path / "m"
     mem = Memory.open(path, embedder=HashEmbedder())
     ids = _fill(mem)
-    alpha = mem.for_tenant("alpha")
+    alpha = tenant_like(mem, "alpha")
     given = alpha.create("Poi", {"name": "Pantheon", "city": "Rome"}, id="poi-1").id
     plan = alpha.create("Trip", {"destination": "Rome"}, id="plan-1").id
     alpha.link(plan, "includes", given)
@@ -263,14 +284,23 @@ def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
     try:
         assert _format_of(again) == (str(STORE_FORMAT), ["PRIMARY KEY(tenant, id)"])
         assert not again._store.reconcile_pending  # the open reconciled the vector IDs
-        assert again.last_seq() == seq
+        assert again.last_seq() == seq + 2  # alpha's copies of Poi and Trip, audited
         report = again.verify_audit()
-        assert report.ok and report.events_checked == seq
+        assert report.ok and report.events_checked == seq + 2
         assert _readable_state(again) == states["default"]
         alpha = again.for_tenant("alpha")
         assert [r.model_dump() for r in alpha.related(plan)] == states["alpha"]
-        records = again.engine.vectors.records(again.engine.indexer.collection("Poi"))
+        # alpha owns its copies of the shared types now, its vectors in their collections
+        assert [t.name for t in alpha.types()] == ["Poi", "Trip"]
+        assert alpha.get_type("Poi").fields == again.get_type("Poi").fields
+        records = again.engine.vectors.records(again.engine.indexer.collection(
+            alpha.get_type("Poi").key))
         assert "alpha\x1fpoi-1" in records and "poi-1" not in records
+        shared = again.engine.vectors.records(again.engine.indexer.collection("Poi"))
+        assert not any(v.startswith("alpha") for v in shared)
+        moved = [e for e in alpha.events() if e.op == "define" and e.actor == "dmf-store"]
+        # one of alpha's Poi was erased: its row is gone
+        assert [(e.type, e.meta["rows_moved"]) for e in moved] == [("Poi", 1), ("Trip", 1)]
         assert {k: getattr(again.reconcile(), k) for k in ("missing", "stale", "orphan")} == {
             "missing": 0, "stale": 0, "orphan": 0}
         for mode in ("vector", "keyword", "hybrid"):
@@ -279,7 +309,7 @@ def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
         with pytest.raises(Conflict):  # the erased ID stays retired in its tenant
             alpha.create("Poi", {"name": "again", "city": "Rome"}, id=gone)
         # the new key: another tenant may now hold the same caller-given ID
-        beta = again.for_tenant("beta")
+        beta = tenant_like(again, "beta")
         assert beta.create("Poi", {"name": "Other", "city": "Oslo"}, id=given).tenant == "beta"
         assert alpha.get(given).data.name == "Pantheon"
         assert again.verify_audit().ok

@@ -21,7 +21,7 @@ from dmf_hybrid import Conflict, HashEmbedder, Memory, Settings, StoreLocked, Va
 from dmf_hybrid.errors import ServiceUnavailable
 from dmf_hybrid.vector.exact import ExactIndex
 from evaluation.pgserver import PgServer, free_port
-from tests.conftest import define_travel
+from tests.conftest import define_travel, tenant_like
 from tests.store import dump_rows
 from tests.store.test_bundle import DERIVED, fill_mixed
 from tests.store.test_persistence import _fill, _readable_state
@@ -117,7 +117,7 @@ def test_a_bundle_moves_a_store_from_postgresql_to_duckdb(pg_server: PgServer,
     mem = _open(pg_server.fresh())
     try:
         ids = _fill(mem)
-        mem.for_tenant("acme").create("Poi", {"name": "东方明珠", "city": "上海", "rating": 4})
+        tenant_like(mem, "acme").create("Poi", {"name": "东方明珠", "city": "上海", "rating": 4})
         fill_mixed(mem)  # every kind of column, with empty lists and missing values
         state, rows = _readable_state(mem), dump_rows(mem)
         mixed = [e.model_dump() for e in mem.query("Mixed", order_by="n").items]
@@ -217,7 +217,7 @@ def test_dmf_migrate_moves_a_store_to_postgresql_and_back(pg_server: PgServer,
     source = Memory.open(tmp_path / "duck", embedder=HashEmbedder(), vector_index=ExactIndex())
     try:
         ids = _fill(source)
-        acme = source.for_tenant("acme")
+        acme = tenant_like(source, "acme")
         acme.create("Trip", {"destination": "Paris", "budget": 3})  # the same ID, another tenant
         acme.create("Poi", {"name": "东方明珠", "city": "上海", "rating": 4})
         state, rows = _readable_state(source), dump_rows(source)

@@ -1,0 +1,117 @@
+"""Giving each tenant its own copy of the types a format-3 store shared between tenants.
+
+Before format 4 a type was global: its one table held the rows of every tenant. The format
+migration (:func:`.tables.create_fixed`) makes every existing type the default tenant's; this
+module then gives every other tenant that used a type (it holds entities of it, or defined
+it) a copy: the same versions in ``schema_types``, a table of its own that its rows move to,
+and one audit event per copy (``op="define"`` by :data:`SPLIT_ACTOR`, version unchanged,
+``meta.rows_moved``). A copied type brings the types its relations target, so the tenant's
+types stay closed under their relations; a rule on a copied type is copied too (rules, like
+types, belong to a tenant from format 4 on). Vectors are re-keyed by the reconcile the store then
+asks for (``RECONCILE_PENDING``). It all happens in one write transaction when the store
+opens, so a crash leaves either the old layout (and the work still pending) or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Protocol
+
+from ..ids import DEFAULT_TENANT
+from ..schema import EntityType, TypeDef, build_model
+from .chain import AuditLog
+from .sql import q
+from .tables import RECONCILE_PENDING, SPLIT_PENDING, SYSTEM_COLUMNS, create_type_table, table_name
+from .txn import Connection, Transactions
+
+log = logging.getLogger(__name__)
+
+SPLIT_ACTOR = "dmf-store"
+SPLIT_REASON = ("store format 4: each tenant owns its types; this tenant's own copy of a type "
+                "that tenants shared before")
+
+
+class Shared(Protocol):
+    """What the split reads of the registry: the (default tenant's) shared types."""
+
+    def types(self, tenant: str | None = None) -> list[EntityType]: ...
+
+
+def split_shared_types(db: Transactions, audit_log: AuditLog, registry: Shared) -> None:
+    """Give every tenant that used a shared type its own copy (see the module docstring)."""
+    shared = {t.name: t for t in registry.types(DEFAULT_TENANT)}
+    with db.write() as con:
+        used = con.execute(
+            "SELECT DISTINCT tenant, type FROM entity_index WHERE tenant <> ? UNION "
+            "SELECT DISTINCT tenant, type FROM events WHERE tenant <> ? AND op = 'define' "
+            "AND type IS NOT NULL", [DEFAULT_TENANT, DEFAULT_TENANT]).fetchall()
+        wanted: dict[str, set[str]] = {}
+        for tenant, name in used:
+            if name in shared:
+                _with_targets(shared, name, wanted.setdefault(tenant, set()))
+        for tenant in sorted(wanted):
+            for name in sorted(wanted[tenant]):
+                etype = shared[name]
+                con.execute(
+                    "INSERT INTO schema_types (tenant, name, version, definition, seq, "
+                    "created_at) SELECT ?, name, version, definition, seq, created_at "
+                    "FROM schema_types WHERE tenant = ? AND name = ?",
+                    [tenant, DEFAULT_TENANT, name])
+                copy = EntityType(etype.typedef, etype.version, build_model(etype.typedef),
+                                  tenant)
+                create_type_table(con, copy)
+                columns = ", ".join(q(c) for c in (*SYSTEM_COLUMNS, *etype.fields))
+                before = con.execute(f"SELECT count(*) FROM {table_name(copy.key)}").fetchone()
+                con.execute(f"INSERT INTO {table_name(copy.key)} ({columns}) SELECT {columns} "
+                            f"FROM {table_name(etype.key)} WHERE tenant = ?", [tenant])
+                con.execute(f"DELETE FROM {table_name(etype.key)} WHERE tenant = ?", [tenant])
+                after = con.execute(f"SELECT count(*) FROM {table_name(copy.key)}").fetchone()
+                moved = int(after[0]) - int(before[0]) if after and before else 0
+                definition = etype.typedef.model_dump(mode="json")
+                audit_log.append(
+                    con, tenant=tenant, op="define", type_name=name, entity_id=None,
+                    version_before=etype.version, version_after=etype.version,
+                    before=definition, after=definition, actor=SPLIT_ACTOR,
+                    reason=SPLIT_REASON, trace_id=None,
+                    meta={"store_format": 4, "rows_moved": moved})
+        _copy_rules(con, audit_log, wanted)
+        con.execute("DELETE FROM meta WHERE key = ?", [SPLIT_PENDING])
+        if wanted:
+            con.execute("INSERT INTO meta VALUES (?, 'types belong to tenants') "
+                        "ON CONFLICT DO NOTHING", [RECONCILE_PENDING])
+    for tenant in sorted(wanted):
+        log.info("tenant %s now owns its copies of %s", tenant, ", ".join(sorted(wanted[tenant])))
+
+
+def _copy_rules(con: Connection, audit_log: AuditLog, wanted: dict[str, set[str]]) -> None:
+    """A rule defined before applied to every tenant: each tenant that now owns a copy of its
+    trigger type gets a copy of it (its versions, and a ``define_rule`` event)."""
+    latest = con.execute("SELECT DISTINCT ON (name) name, version, definition FROM dmf_rules "
+                         "WHERE tenant = ? ORDER BY name, version DESC",
+                         [DEFAULT_TENANT]).fetchall()
+    for name, version, definition in latest:
+        rule = json.loads(definition)
+        trigger = rule.get("trigger", {}).get("type")
+        for tenant in sorted(t for t, names in wanted.items() if trigger in names):
+            con.execute("INSERT INTO dmf_rules (tenant, name, version, definition, seq, "
+                        "created_at) SELECT ?, name, version, definition, seq, created_at "
+                        "FROM dmf_rules WHERE tenant = ? AND name = ?",
+                        [tenant, DEFAULT_TENANT, name])
+            audit_log.append(
+                con, tenant=tenant, op="define_rule", type_name=trigger, entity_id=None,
+                version_before=version, version_after=version, before=rule, after=rule,
+                actor=SPLIT_ACTOR, reason=SPLIT_REASON, trace_id=None,
+                meta={"rule": name, "rule_version": version, "store_format": 4})
+
+
+def _with_targets(shared: dict[str, EntityType], name: str, into: set[str]) -> None:
+    """Add ``name`` and the shared types its relations reach, transitively."""
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        if current in into or current not in shared:
+            continue
+        into.add(current)
+        typedef: TypeDef = shared[current].typedef
+        todo.extend(rel.target for rel in typedef.relations.values() if rel.target != "*")
