@@ -291,6 +291,20 @@ class Indexer:
             if keyword and not self._keyword_loaded(etype.key, analysis):
                 self._set_keyword(etype.key, analysis, keyword_indexes(reader, etype, analysis))
 
+    def bring_forward(self, after: int, upto: int) -> None:
+        """Other processes committed the events after ``after`` up to ``upto``: bring this
+        process's vector index and loaded mirrors to the current rows of the entities they
+        changed (an upsert of the current state is the same whoever makes it, so a vector
+        index the processes share takes it as often as it comes). The database's lock is
+        held; nothing here waits for a drain."""
+        for (type_name, tenant), ids in sorted(self.store.changed_entities(after, upto).items()):
+            etype = self.store.registry.get(type_name, tenant)
+            if etype is None or etype.typedef.embed is None:
+                continue
+            keys = [(tenant, eid) for eid in ids]
+            for i in range(0, len(keys), DRAIN_PIECE):
+                self._apply_type(etype, keys[i:i + DRAIN_PIECE])
+
     def local(self, key: str) -> LocalVectors | None:
         """The loaded exact mirror of a type, by storage key (None until its first search)."""
         return self.mirror.get(key)

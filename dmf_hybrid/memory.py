@@ -164,6 +164,8 @@ class Memory(MemoryAPI):
         return self._reads
 
     def last_seq(self) -> int:
+        if not self._store.db.in_transaction:
+            self._store.db.sync()  # the shared engine: other processes' commits too
         return self._store.committed_seq
 
     # ---------------------------------------------------------------- schema

@@ -105,6 +105,13 @@ class SearchEngine:
             self.replayed.clear()
             self.store.db.after_commit(self.replayed.clear)
 
+    def _on_foreign(self, after: int, upto: int, ops: frozenset[str]) -> None:
+        """Another process's commits: bring the mirrors forward; an erase among them
+        rewrites past states, so the replayed ones go."""
+        if "erase" in ops:
+            self.replayed.clear()
+        self.indexer.bring_forward(after, upto)
+
     @classmethod
     def open(cls, store: Store, settings: Settings, embedder: Embedder, vectors: VectorIndex,
              *, replay: bool = True) -> SearchEngine:
@@ -117,6 +124,7 @@ class SearchEngine:
         engine = cls(store, settings, embedder, vectors)
         store.listeners.append(engine.indexer.on_commit)
         store.write_hooks.append(engine._on_write)
+        store.foreign_hooks.append(engine._on_foreign)
         engine._previous_model = engine._record_model(settings.tenant)
         if replay:
             engine.catch_up()

@@ -58,6 +58,12 @@ class AuditLog:
 
     # ---------------------------------------------------------------- the head
 
+    def follow(self) -> None:
+        """Take the head other processes moved (PostgreSQL; the write lock held)."""
+        row = self.db.fetchone(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1")
+        self._seq = int(row[0]) if row else 0
+        self._last_hash = str(row[1]) if row else audit.GENESIS_HASH
+
     @property
     def seq(self) -> int:
         """The seq of the newest committed (or, inside a transaction, written) event."""

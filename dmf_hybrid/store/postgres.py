@@ -6,10 +6,14 @@ store's transactions, under the same lock), and a read connection per thread tak
 ``?`` placeholders; :func:`translate` turns them into psycopg's. JSON and JSONB values are read
 back as their text, as DuckDB returns them.
 
-One service process owns a store at a time, as on DuckDB: the writer holds a session-level
-advisory lock, and a second process that opens the same database is refused with
-:class:`~dmf_hybrid.errors.StoreLocked` (the in-process mirrors and caches of a process see only
-its own writes).
+Many processes may open one store. Their write transactions take turns: each begins by
+taking a transaction-level advisory lock (:data:`_WRITE_LOCK`), so seqs are numbered and
+chained in commit order with no gap and no fork, whatever the number of processes. A process
+follows the others' commits from the audit log: a write transaction reads the log's head after
+taking the lock, and every optimistic read (:meth:`PgDatabase.stable`) first looks whether the
+head moved; when it has, :attr:`PgDatabase.on_foreign` brings the process's state (the log's
+head, the types, the mirrors and caches) forward before the read. Holding off writes
+(:meth:`PgDatabase.no_writes`) holds off every process's, through the same lock.
 """
 
 from __future__ import annotations
@@ -27,12 +31,15 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import DMFError, ServiceUnavailable, StoreLocked, ValidationError
+from ..errors import DMFError, ServiceUnavailable, ValidationError
 from .dialect import Dialect, q, redact
 from .txn import Connection, Transactions
 
-#: The advisory lock (two int4 keys: "dmf-hybrid", "store") the owning process holds.
-_OWNER_LOCK = (0x646D66, 0x73746F)
+#: The advisory lock (two int4 keys: "dmf-hybrid", "write") every write transaction of every
+#: process takes first, and a process holding off writes takes for as long as it does.
+_WRITE_LOCK = (0x646D66, 0x777274)
+#: The newest seq of the audit log (the head every process follows).
+_HEAD_SQL = "SELECT seq FROM events ORDER BY seq DESC LIMIT 1"
 #: Seconds to wait for a connection (opening, and from the pool).
 CONNECT_TIMEOUT = 10.0
 @functools.lru_cache(maxsize=4096)
@@ -280,6 +287,13 @@ class PgDatabase(Transactions):
         self.path = None
         self._connect_writer()
         self._init_transactions()
+        #: Told (after, upto, writing) when commits of other processes moved the log's head
+        #: past ``visible_seq`` (and again, not writing, to finish what it could not do in a
+        #: write transaction), holding the write lock; it brings the process's state forward.
+        self.on_foreign: Callable[[int, int, bool], None] | None = None
+        self._unfinished = False
+        self._tables_made = False
+        self._following = False
         self._pool = ConnectionPool(url, min_size=0, max_size=readers, configure=_configure,
                                     timeout=CONNECT_TIMEOUT, open=True,
                                     kwargs={"connect_timeout": int(CONNECT_TIMEOUT)})
@@ -287,20 +301,14 @@ class PgDatabase(Transactions):
         self._held_lock = threading.Lock()
 
     def _connect_writer(self) -> None:
-        """Connect the writer and take the owner's lock (StoreLocked if another has it)."""
+        """Connect the writer."""
         self._raw = connect(self.url)
         self._writer = PgConnection(self._raw)
-        locked = self._raw.execute("SELECT pg_try_advisory_lock(%s, %s)",
-                                   _OWNER_LOCK).fetchone()
-        if not locked or not locked[0]:
-            self._raw.close()
-            raise StoreLocked(f"the PostgreSQL store at {redact(self.url)} is open in another "
-                              "process; talk to that process's server with --url instead",
-                              store_url=redact(self.url))
 
     def _begin_write(self) -> None:
-        """Begin a write transaction; a writer connection the server dropped (a restart, an
-        administrator) is made again, with the owner's lock, which went with it."""
+        """Begin a write transaction once no other process's is open (the write lock), and
+        follow what other processes committed before it; a writer connection the server
+        dropped (a restart, an administrator) is made again."""
         try:
             super()._begin_write()
         except psycopg.OperationalError:
@@ -309,6 +317,78 @@ class PgDatabase(Transactions):
             self._raw.close()
             self._connect_writer()
             super()._begin_write()
+        try:
+            self._writer.execute("SELECT pg_advisory_xact_lock(?, ?)", _WRITE_LOCK)
+            self._follow(self._writer, writing=True)
+        except BaseException:
+            self._writer.execute("ROLLBACK")
+            raise
+
+    def _head(self, con: Connection) -> int:
+        """The seq of the log's newest committed event (0 before the log exists)."""
+        if not self._tables_made:
+            if "events" not in self.tables():
+                return self.visible_seq
+            self._tables_made = True
+        row = con.execute(_HEAD_SQL).fetchone()
+        return int(row[0]) if row else 0
+
+    def _follow(self, con: Connection, writing: bool = False) -> None:
+        """Bring the process's state to the log's head if other processes moved it (the
+        write lock held); a commit-like change of generation, so optimistic reads retry.
+        ``writing``: at the start of a write transaction, where only what reads may be
+        done; the rest is finished by the next follow outside one."""
+        if self._following or self.on_foreign is None:  # a write the following makes
+            return
+        head = self._head(con)
+        if head == self.visible_seq and (writing or not self._unfinished):
+            return
+        self.generation += 1
+        self._following = True
+        try:
+            self.on_foreign(self.visible_seq, head, writing)
+            self.visible_seq = head
+            self._unfinished = writing
+        finally:
+            self._following = False
+            self.generation += 1
+
+    def sync(self) -> None:
+        """Follow other processes' commits now, if the log's head moved past what this
+        process has seen (outside a write transaction of this thread)."""
+        if self.in_transaction or self.closed:
+            return
+        if self._unfinished or self._head(self.reader()) != self.visible_seq:
+            with self._lock:
+                if self._depth == 0:
+                    self._follow(self.reader())
+
+    def stable(self) -> tuple[int, int] | None:
+        self.sync()
+        return super().stable()
+
+    def unchanged(self, generation: int) -> bool:
+        """No commit of this process started since ``generation``, and none of another
+        process moved the log's head."""
+        if not super().unchanged(generation):
+            return False
+        return self.in_transaction or self._head(self.reader()) == self.visible_seq
+
+    @contextmanager
+    def no_writes(self) -> Iterator[None]:
+        """Hold off write transactions: this process's (the lock) and every other's (the
+        write lock, taken on the idle writer connection for the duration)."""
+        with super().no_writes():
+            outer = self._local.holding == 1 and self._depth == 0 and not self.closed
+            if outer:
+                self._writer.execute("SELECT pg_advisory_lock(?, ?)", _WRITE_LOCK)
+            try:
+                if outer:
+                    self._follow(self.reader())
+                yield
+            finally:
+                if outer and not self.closed:
+                    self._writer.execute("SELECT pg_advisory_unlock(?, ?)", _WRITE_LOCK)
 
     def reader(self) -> Connection:
         """The connection this thread reads with (the writer inside its own transaction)."""

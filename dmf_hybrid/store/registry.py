@@ -45,16 +45,22 @@ class TypeRegistry:
             split_shared_types(db, log, self)
             self._load()
 
+    def reload(self) -> None:
+        """Read the types again (another process defined some)."""
+        self._load()
+
     def _load(self) -> None:
-        self._types.clear()
+        types: dict[tuple[str, str], EntityType] = {}
         rows = self._db.fetchall(
             "SELECT DISTINCT ON (tenant, name) tenant, name, version, definition "
             "FROM schema_types ORDER BY tenant, name, version DESC"
         )
         for tenant, name, version, definition in rows:
             typedef = TypeDef.model_validate_json(definition)
-            self._types[(tenant, name)] = EntityType(typedef, version, build_model(typedef),
-                                                     tenant)
+            known = self._types.get((tenant, name))
+            types[(tenant, name)] = known if known is not None and known.version == version \
+                else EntityType(typedef, version, build_model(typedef), tenant)
+        self._types = types
 
     def types(self, tenant: str | None = None) -> list[EntityType]:
         """The types of ``tenant`` by name, or of every tenant (None; by tenant, then name)."""
@@ -74,6 +80,7 @@ class TypeRegistry:
         a read records none), unless ``define_bundled`` is False."""
         if not isinstance(name, str):
             raise ValidationError("type must be a type name string", field="type")
+        self._db.sync()  # a shared engine: another process may have defined or migrated it
         if define_bundled and (tenant, name) not in self._types:
             typedef = bundled_type(name)
             if typedef is not None:

@@ -209,16 +209,27 @@ class RuleEngine:
         self.store = store
         #: by (tenant, rule name): a rule is its tenant's, over its tenant's types
         self._rules: dict[tuple[str, str], CompiledRule] = {}
-        rows = store.db.fetchall(
+        self._load()
+        store.follow_hooks.append(self._on_foreign)
+
+    def _load(self) -> None:
+        rules: dict[tuple[str, str], CompiledRule] = {}
+        rows = self.store.db.fetchall(
             "SELECT DISTINCT ON (tenant, name) tenant, name, version, definition FROM dmf_rules "
             "ORDER BY tenant, name, version DESC")
         for tenant, name, version, definition in rows:
             try:
-                self._rules[(tenant, name)] = compile_rule(
-                    store, RuleDef.model_validate_json(definition), int(version), tenant)
+                rules[(tenant, name)] = compile_rule(
+                    self.store, RuleDef.model_validate_json(definition), int(version), tenant)
             except SchemaError as exc:  # the schema changed under it: keep the store usable
                 log.error("rule %s v%s of tenant %s is disabled: %s", name, version, tenant,
                           exc.message)
+        self._rules = rules
+
+    def _on_foreign(self, _after: int, _upto: int, ops: frozenset[str]) -> None:
+        """Another process's commits: its rules (or types they read) may have changed."""
+        if ops & {"define", "define_rule"}:
+            self._load()
 
     def rules(self, tenant: str | None = None) -> list[CompiledRule]:
         """The active rules of ``tenant`` (None: of every tenant), by name."""

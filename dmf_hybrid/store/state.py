@@ -25,7 +25,10 @@ from .txn import Connection, Transactions
 #: (con, tenant, op, type name, entity id); writes a hook makes do not call hooks again.
 #: (connection, tenant, op, type, entity ID, principal of the write) -> None
 WriteHook = Callable[[Connection, str, str, str, str, str | None], None]
-__all__ = ["Listener", "StoreState", "WriteHook"]
+#: Told (after, upto, the ops of those events) when this process follows commits that other
+#: processes made (PostgreSQL), holding the write lock, so it brings its own state forward.
+ForeignHook = Callable[[int, int, frozenset[str]], None]
+__all__ = ["ForeignHook", "Listener", "StoreState", "WriteHook"]
 
 
 class StoreState:
@@ -40,6 +43,8 @@ class StoreState:
     #: the entity types (defined and migrated there)
     registry: TypeRegistry
     write_hooks: list[WriteHook]
+    follow_hooks: list[ForeignHook]
+    foreign_hooks: list[ForeignHook]
     _in_hooks: bool
 
     def types(self, tenant: str | None = None) -> list[EntityType]:

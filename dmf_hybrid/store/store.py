@@ -23,8 +23,9 @@ from .journal import Journal
 from .outbox import Outbox
 from .registry import TypeRegistry
 from .relations import Relations
-from .state import Listener, WriteHook
+from .state import ForeignHook, Listener, WriteHook
 from .tables import (
+    ENTITY_OPS,
     EXPIRES_COLUMN,
     RECONCILE_PENDING,
     create_fixed,
@@ -34,6 +35,9 @@ from .tables import (
 from .txn import Connection, Transactions
 
 __all__ = ["Listener", "Store", "WriteHook"]
+
+#: The ops of a range of events too long to list: anything may have happened.
+_ANY_OPS = frozenset({"define", "define_rule", "erase", "reindex"})
 
 
 class Store(Relations):
@@ -50,14 +54,20 @@ class Store(Relations):
         """The store in the DuckDB file ``path`` (None: in memory), or, given ``url``, in that
         PostgreSQL database."""
         self.db: Transactions
+        follows: Any = None  # the PostgreSQL database, which follows other processes' commits
         if url is not None:
             from .postgres import PgDatabase  # psycopg is only needed for PostgreSQL
 
-            self.db = PgDatabase(url)
+            self.db = follows = PgDatabase(url)
         else:
             self.db = Database(path, memory_limit)
         self.limits = limits or Limits()
         self.write_hooks: list[WriteHook] = []
+        #: told about other processes' commits at once (they only read: a write transaction
+        #: may be beginning), and, outside one, later (they may write)
+        self.follow_hooks: list[ForeignHook] = []
+        self.foreign_hooks: list[ForeignHook] = []
+        self._untold: tuple[int, frozenset[str]] | None = None
         self._in_hooks = False
         self.journal = Journal()
         #: the parts the derived indexes read and write (composed, not inherited)
@@ -69,6 +79,43 @@ class Store(Relations):
         self.log = AuditLog(self.db, self.journal)
         self.registry = TypeRegistry(
             self.db, self.log, self.limits, on_embed_change=self._requeue_type)
+        if follows is not None:
+            follows.on_foreign = self._follow_foreign
+
+    def _follow_foreign(self, after: int, upto: int, writing: bool) -> None:
+        """Other processes committed the events after ``after`` up to ``upto`` (the write
+        lock held): take the log's head and the types and rules they defined; then, unless
+        ``writing`` (a write transaction begins: its hooks could not write), tell the foreign
+        hooks about every commit not told yet."""
+        if upto != after:
+            self.log.follow()
+            subjects = self.db.fetchall(
+                "SELECT seq, op, type, tenant, entity_id FROM events WHERE seq > ? AND "
+                "seq <= ? ORDER BY seq", [max(after, upto - self.journal.size), upto])
+            whole = upto - after <= self.journal.size
+            if whole:
+                self.journal.committed([tuple(r) for r in subjects])  # type: ignore[misc]
+            ops = frozenset(str(r[1]) for r in subjects) if whole else _ANY_OPS
+            if "define" in ops:
+                self.registry.reload()
+            for hook in list(self.follow_hooks):
+                hook(after, upto, ops)
+            start, seen = self._untold or (after, frozenset())
+            self._untold = (start, seen | ops)
+        if not writing and self._untold is not None:
+            (start, ops), self._untold = self._untold, None
+            for hook in list(self.foreign_hooks):
+                hook(start, upto, ops)
+
+    def changed_entities(self, after: int, upto: int) -> dict[tuple[str, str], list[str]]:
+        """The IDs of the entities the events after ``after`` up to ``upto`` created, changed
+        or removed, by (type, tenant)."""
+        found: dict[tuple[str, str], list[str]] = {}
+        for type_name, tenant, eid in self.db.fetchall(
+                "SELECT DISTINCT type, tenant, entity_id FROM events WHERE seq > ? AND seq <= ? "
+                f"AND op IN {ENTITY_OPS!r} ORDER BY type, tenant, entity_id", [after, upto]):
+            found.setdefault((type_name, tenant), []).append(eid)
+        return found
 
     def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
                tenant: str, actor: str | None = None, reason: str | None = None,

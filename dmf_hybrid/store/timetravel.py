@@ -97,6 +97,9 @@ class TimeTravel(RowReader):
             return None
         if isinstance(as_of, int):
             head = self.log.committed_seq
+            if as_of > head and not self.db.in_transaction:
+                self.db.sync()  # another process may have committed it
+                head = self.log.committed_seq
             if as_of > head:
                 raise ValidationError(f"as_of {as_of} is past the newest event (seq {head}); "
                                       "pin a read to a seq that exists, or leave as_of out "

@@ -92,6 +92,9 @@ class Transactions:
             "SELECT table_name FROM information_schema.tables WHERE table_schema = "
             "current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name")]
 
+    def sync(self) -> None:
+        """Follow what other processes committed (an engine they may share overrides it)."""
+
     def _begin_write(self) -> None:
         """Begin the outermost write transaction on the writer connection."""
         self._writer.execute("BEGIN TRANSACTION")
