@@ -66,20 +66,20 @@ def serve(
     data: DataOpt = None,
     host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8000).")] = None,
-    demo: Annotated[bool, typer.Option(
-        "--demo", help="Load the example domains (indexes/*.toml) and, into an empty store, "
-                       "their example data.")] = False,
+    demo: Annotated[bool, typer.Option("--demo", help="Load the example domains (indexes/"
+                                       "*.toml) and, into an empty store, their data.")] = False,
     store: Annotated[str | None, typer.Option(
         "--store", help="postgresql://user:password@host:port/database: keep the store in "
                         "PostgreSQL (default: DuckDB in --data; env DMF_STORE_URL).")] = None,
+    workers: Annotated[int | None, typer.Option(
+        help="Service processes behind the port (needs --store; env DMF_WORKERS).")] = None,
 ) -> None:
     """Run the HTTP service (OpenAPI docs at /docs, inspector at /ui) on a memory directory."""
     from .api.server import log_to_stderr, run  # start-up cost: FastAPI and uvicorn
-
     log_to_stderr()
     try:
         run(settings_from(data_dir=data, host=host, port=port, store_url=store,
-                          load_examples=True if demo else None))
+                          load_examples=True if demo else None, workers=workers))
     except StoreLocked as exc:
         raise fail(f"{exc.message}\nhint: is a server already running on it? Talk to it "
                     "with --url, or serve another --data DIR.", 2) from None

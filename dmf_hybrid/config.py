@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     chroma_url: str | None = Field(
         None, description="http://host:port of a Chroma server; default: embedded on disk."
     )
+    workers: int = Field(
+        1, ge=1, le=64, description="Service processes behind the port (dmf serve); above 1 "
+        "needs store_url (PostgreSQL). Without chroma_url each keeps its vectors in memory."
+    )
     exact_threshold: int = Field(
         DEFAULT_EXACT_THRESHOLD,
         ge=0,

@@ -107,7 +107,8 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
     # MiniLM embeds only ~10 texts/s there, so the model-backed steps stay at 1000 entities.
     return [
         Step("store", "evaluation.bench_store", [("--sizes", "10000"), out("store")], 240),
-        Step("engines", "evaluation.bench_engines", [("--sizes", "10000"), out("engines")], 300),
+        Step("engines", "evaluation.bench_engines",
+             [("--sizes", "10000"), ("--processes", "1", "2", "4"), out("engines")], 600),
         Step("search", "evaluation.bench_search",
              [("--n", "10000"), ("--queries", "30"), ("--sample", "300"), out("search")], 480),
         Step("keyword", "evaluation.bench_keyword",

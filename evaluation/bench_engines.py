@@ -7,16 +7,24 @@ is a server of this benchmark's own (Debian's binaries, default durability setti
 loopback port; ``evaluation.pgserver``), so the PostgreSQL figures include a network round
 trip per statement that DuckDB does not have.
 
+With ``--processes``, it also measures write throughput on PostgreSQL of that many OS
+processes creating entities at once in one store: each in a tenant of its own, and all in one
+tenant (every process's writes take turns on one lock, see docs/postgresql.md; on a 2-core
+machine more processes than cores measure contention, not scaling).
+
 Prints a markdown table, writes JSON (``--out``) and a PNG next to it.
 
 Usage::
 
-    python -m evaluation.bench_engines --sizes 10000
+    python -m evaluation.bench_engines --sizes 10000 --processes 1 2 4
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +64,54 @@ def markdown(document: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_WRITER = r"""
+import json, sys, time
+from dmf_hybrid import HashEmbedder, Memory
+from dmf_hybrid.vector.exact import ExactIndex
+
+url, tenant, me, writes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+with Memory.open(url, embedder=HashEmbedder(), vector_index=ExactIndex()) as mem:
+    view = mem.for_tenant(tenant)
+    view.define_type({"name": "Note", "embed": "{title}", "fields": {"title": {}}})
+    view.create("Note", {"title": f"{me} warm-up"})
+    print("ready", flush=True)
+    sys.stdin.readline()
+    start = time.time()
+    for i in range(writes):
+        view.create("Note", {"title": f"{me} note {i} 上海"})
+    print(json.dumps({"start": start, "end": time.time()}), flush=True)
+"""
+
+
+def process_throughput(server: PgServer, processes: int, writes: int,
+                       one_tenant: bool) -> dict[str, Any]:
+    """Creates per second of ``processes`` OS processes writing one fresh store at once."""
+    url = server.fresh()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen(
+        [sys.executable, "-c", _WRITER, url, "t0" if one_tenant else f"t{n}", f"p{n}",
+         str(writes)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=env) for n in range(processes)]
+    for proc in procs:  # every process connected, its type defined: then all start at once
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    spans = [json.loads(proc.communicate(timeout=3600)[0].strip().splitlines()[-1])
+             for proc in procs]
+    seconds = max(s["end"] for s in spans) - min(s["start"] for s in spans)
+    return {"processes": processes, "one_tenant": one_tenant, "writes": processes * writes,
+            "seconds": round(seconds, 2), "per_s": round(processes * writes / seconds, 1)}
+
+
+def throughput_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| processes | tenants | creates | s | creates/s |", "|---:|---|---:|---:|---:|"]
+    lines += [f"| {r['processes']} | {'one' if r['one_tenant'] else 'one each'} | "
+              f"{r['writes']:,} | {r['seconds']} | {r['per_s']:,.0f} |" for r in rows]
+    return "\n".join(lines)
+
+
 def plot(document: Mapping[str, Any], path: Path) -> Path:
     """p50 latency per operation, one bar per engine, one panel per size."""
     results = document["results"]
@@ -88,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--asof-queries", type=int, default=20)
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--processes", type=int, nargs="*", default=[],
+                        help="also measure PostgreSQL write throughput of these numbers of "
+                             "processes writing at once")
+    parser.add_argument("--writes", type=int, default=300, help="creates per process")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     if any(s < 1000 for s in args.sizes):
@@ -99,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     server = PgServer(bin_dir, durable=True)
     results: dict[str, dict[str, dict[str, Any]]] = {}
+    throughput: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
             for size in args.sizes:
@@ -110,12 +171,19 @@ def main(argv: list[str] | None = None) -> int:
                                                             store_url=url)
                     print(f"{engine} {size:,}: {time.perf_counter() - started:.1f} s",
                           file=sys.stderr)
+        for processes in args.processes:
+            for one_tenant in (False, True):
+                throughput.append(process_throughput(server, processes, args.writes,
+                                                     one_tenant))
+                print(throughput_markdown(throughput[-1:]).splitlines()[-1], file=sys.stderr)
     finally:
         server.stop()
     document = {"benchmark": "engines", "settings": {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "environment": env, "results": results}
-    publish(document, args.out, markdown, plot)
+        "environment": env, "results": results, "processes": throughput}
+    publish(document, args.out, lambda d: markdown(d) + (
+        "\n\nPostgreSQL, processes writing one store at once:\n\n"
+        + throughput_markdown(d["processes"]) if d["processes"] else ""), plot)
     return 0
 
 

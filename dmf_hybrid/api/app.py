@@ -79,14 +79,16 @@ in the audit event; non-ASCII text in them is percent-encoded UTF-8 (`%E6%94%B9`
 
 def create_app(settings: Settings, memory: Memory | None = None, *,
                keys: KeyRing | None = None,
-               startup_tasks: Sequence[StartupTask] = ()) -> FastAPI:
-    """The HTTP service over ``memory`` (default: open ``settings.data_dir``, closed on shutdown).
+               startup_tasks: Sequence[StartupTask] = (),
+               owns_memory: bool | None = None) -> FastAPI:
+    """The HTTP service over ``memory`` (default: open ``settings.data_dir``, closed on shutdown;
+    ``owns_memory``: close a given one too).
 
     ``keys`` defaults to the keys of ``settings``. On startup (lifespan) a background thread runs
     ``startup_tasks``, loads the embedding model and drains the outbox; ``/readyz`` reports it.
     """
     keys = keys if keys is not None else KeyRing.from_settings(settings)
-    owns = memory is None
+    owns = memory is None if owns_memory is None else owns_memory
     if memory is None:
         # the warm-up replays the outbox: a crash's backlog must not delay /healthz
         memory = Memory.open(settings.data_dir, settings=settings, replay=False)

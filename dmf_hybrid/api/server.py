@@ -1,7 +1,9 @@
 """Serve the HTTP API with uvicorn: ``run(settings)``.
 
-The server owns its data directory (DuckDB locks it per process). The example domains of
-``indexes/*.toml`` and, when the store is empty, their dataset are loaded only when asked
+The server owns its data directory (DuckDB locks it per process); on PostgreSQL,
+``settings.workers`` processes may serve one store behind one port (:func:`run_workers`).
+The example domains of ``indexes/*.toml`` and, when the store is empty, their dataset are
+loaded only when asked
 (``settings.load_examples``, ``dmf serve --demo``); the model loads in the background (see
 ``/readyz``). The start-up log says which, where the API, its docs and the inspector are once
 the port is bound, how a first start's model build is going, and when the service is ready.
@@ -10,6 +12,7 @@ the port is bound, how a first start's model build is going, and when the servic
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
 import threading
@@ -20,10 +23,11 @@ from typing import Any
 
 import uvicorn
 
-from ..config import Settings
-from ..errors import DMFError
+from ..config import Settings, redact
+from ..errors import DMFError, ValidationError
 from ..examples import seed_examples
 from ..memory import Memory
+from ..vector.exact import ExactIndex
 from ..version import __version__
 from .app import create_app
 from .auth import KeyRing, check_bind
@@ -107,8 +111,46 @@ def create_server(settings: Settings, memory: Memory | None = None, **uvicorn_op
     return AnnouncingServer(config)
 
 
+#: The environment variable that hands a worker process the service's settings.
+WORKER_SETTINGS_ENV = "DMF_WORKER_SETTINGS"
+
+
+def run_workers(settings: Settings) -> None:
+    """Serve with ``settings.workers`` processes behind one port (uvicorn's supervisor starts
+    them and starts again one that dies); each opens the shared store itself."""
+    if settings.store_url is None:
+        raise ValidationError(
+            f"workers={settings.workers} needs the shared engine: set store_url (dmf serve "
+            "--store postgresql://..., DMF_STORE_URL); an embedded DuckDB file is one "
+            "process's", field="store_url")
+    keys = KeyRing.from_settings(settings)
+    check_bind(settings.host, keys)
+    log.info("dmf-hybrid %s: %d workers on %s, embedder %s, vectors %s", __version__,
+             settings.workers, redact(settings.store_url), settings.embedder,
+             settings.chroma_url or "in each worker's memory")
+    os.environ[WORKER_SETTINGS_ENV] = settings.model_dump_json()
+    uvicorn.run(f"{__name__}:worker_app", factory=True, host=settings.host, port=settings.port,
+                workers=settings.workers, log_level="info", access_log=False)
+
+
+def worker_app() -> Any:
+    """The app of one worker process (:func:`run_workers`): the service's settings from the
+    environment, its own connections, mirrors and (without a Chroma server) an in-memory
+    vector index, filled from the store's embedding cache as it starts."""
+    settings = Settings.model_validate_json(os.environ[WORKER_SETTINGS_ENV])
+    vectors = None if settings.chroma_url else ExactIndex()
+    memory = Memory.open(settings.data_dir, settings=settings, replay=False,
+                         vector_index=vectors)
+    tasks: list[StartupTask] = [_seed] if settings.load_examples else []
+    return create_app(settings, memory, keys=KeyRing.from_settings(settings),
+                      startup_tasks=tasks, owns_memory=True)
+
+
 def run(settings: Settings) -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM); the memory is closed on the way out."""
+    if settings.workers > 1:
+        run_workers(settings)
+        return
     log.info("dmf-hybrid %s: memory %s, embedder %s", __version__, settings.data_dir.resolve(),
              settings.embedder)
     server = create_server(settings)

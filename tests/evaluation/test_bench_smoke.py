@@ -315,7 +315,8 @@ def test_bench_engines_measures_both_engines_side_by_side(tmp_path: Path) -> Non
 
     out = tmp_path / "engines.json"
     assert bench_engines.main(["--sizes", "1000", "--samples", "5", "--queries", "3",
-                               "--asof-queries", "2", "--out", str(out)]) == 0
+                               "--asof-queries", "2", "--processes", "2", "--writes", "10",
+                               "--out", str(out)]) == 0
     document = json.loads(out.read_text())
     results = document["results"]["1000"]
     assert set(results) == {"duckdb", "postgresql"}
@@ -324,3 +325,7 @@ def test_bench_engines_measures_both_engines_side_by_side(tmp_path: Path) -> Non
         assert results[engine]["search"]["calls"] == 3 and results[engine]["events"] > 1000
     table = out.with_suffix(".md").read_text()
     assert "| 1,000 | get |" in table and out.with_suffix(".png").is_file()
+    # two processes writing one PostgreSQL store at once, in two tenants and in one
+    assert [(r["processes"], r["one_tenant"], r["writes"]) for r in document["processes"]] \
+        == [(2, False, 20), (2, True, 20)]
+    assert "| 2 | one each | 20 |" in table
