@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from dmf_hybrid import MemoryClient
 from dmf_hybrid.cli import app
+from evaluation.bench_all import stop_group
 from evaluation.pgserver import PgServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,12 +63,7 @@ def service(pg_server: PgServer, tmp_path: Path) -> Iterator[tuple[str, subproce
             time.sleep(0.3)
         yield url, proc
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=60)
+        stop_group(proc, 60)  # type: ignore[arg-type]
 
 
 def test_workers_behind_one_port_answer_as_one_service(
