@@ -4,8 +4,9 @@ The server owns its data directory (DuckDB locks it per process); on PostgreSQL,
 ``settings.workers`` processes may serve one store behind one port (:func:`run_workers`).
 The example domains of ``indexes/*.toml`` and, when the store is empty, their dataset are
 loaded only when asked (``settings.load_examples``, ``dmf serve --demo``); the model loads in
-the background (see ``/readyz``). The start-up log says which, where the API, its docs and the inspector are once
-the port is bound, how a first start's model build is going, and when the service is ready.
+the background (see ``/readyz``). The start-up log says which, where the API, its docs and the
+inspector are once the port is bound, how a first start's model build is going, and when the
+service is ready.
 """
 
 from __future__ import annotations

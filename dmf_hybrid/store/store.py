@@ -41,7 +41,8 @@ _ANY_OPS = frozenset({"define", "define_rule", "erase", "reindex"})
 
 
 class Store(Relations):
-    """DuckDB-backed entities, relations and audit log; the one writer of the database.
+    """Entities, relations and the audit log in DuckDB (this process the one writer) or in
+    PostgreSQL (processes taking turns, each following the others' commits: ``_follow_foreign``).
 
     Its layers, bottom up: :mod:`.state`, :mod:`.rows`, :mod:`.timetravel`, :mod:`.queries`,
     :mod:`.writes`, :mod:`.bulk`, :mod:`.relations`; the parts it holds: the database

@@ -77,7 +77,8 @@ class Transactions:
         self.closed = False
         # A seqlock over commits: odd while a commit is becoming visible, so a reader that
         # sees the same even value before and after its statements read one committed state,
-        # the one at ``visible_seq`` (this process is the store's only writer).
+        # the one at ``visible_seq`` (this process is the only writer, or, on a shared engine,
+        # has followed the others' commits up to it before reading: postgres.PgDatabase).
         self.generation = 0
         self.visible_seq = 0
         self.seq_source: Callable[[], int] | None = None
