@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -291,17 +291,17 @@ class Indexer:
             if keyword and not self._keyword_loaded(etype.key, analysis):
                 self._set_keyword(etype.key, analysis, keyword_indexes(reader, etype, analysis))
 
-    def bring_forward(self, after: int, upto: int) -> None:
-        """Other processes committed the events after ``after`` up to ``upto``: bring this
-        process's vector index and loaded mirrors to the current rows of the entities they
-        changed (an upsert of the current state is the same whoever makes it, so a vector
-        index the processes share takes it as often as it comes). The database's lock is
-        held; nothing here waits for a drain."""
-        for (type_name, tenant), ids in sorted(self.store.changed_entities(after, upto).items()):
+    def bring_forward(self, entities: Mapping[tuple[str, str], set[str]]) -> None:
+        """Other processes created, changed or removed these entities (by (type, tenant)):
+        bring this process's vector index and loaded mirrors to their current rows (an
+        upsert of the current state is the same whoever makes it, so a vector index the
+        processes share takes it as often as it comes). The database's lock is held; nothing
+        here waits for a drain."""
+        for (type_name, tenant), ids in sorted(entities.items()):
             etype = self.store.registry.get(type_name, tenant)
             if etype is None or etype.typedef.embed is None:
                 continue
-            keys = [(tenant, eid) for eid in ids]
+            keys = [(tenant, eid) for eid in sorted(ids)]
             for i in range(0, len(keys), DRAIN_PIECE):
                 self._apply_type(etype, keys[i:i + DRAIN_PIECE])
 

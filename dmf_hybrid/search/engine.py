@@ -52,6 +52,7 @@ from ..schema import EntityType
 from ..store import Store
 from ..store.changes import ChangeFeed
 from ..store.mirror_reads import embedded_count
+from ..store.state import Followed
 from ..vector.base import VectorIndex, collection_name
 from .filter_cache import FilterCache
 from .fusion import fuse
@@ -105,12 +106,12 @@ class SearchEngine:
             self.replayed.clear()
             self.store.db.after_commit(self.replayed.clear)
 
-    def _on_foreign(self, after: int, upto: int, ops: frozenset[str]) -> None:
+    def _on_foreign(self, followed: Followed) -> None:
         """Another process's commits: bring the mirrors forward; an erase among them
         rewrites past states, so the replayed ones go."""
-        if "erase" in ops:
+        if "erase" in followed.ops:
             self.replayed.clear()
-        self.indexer.bring_forward(after, upto)
+        self.indexer.bring_forward(followed.entities)
 
     @classmethod
     def open(cls, store: Store, settings: Settings, embedder: Embedder, vectors: VectorIndex,

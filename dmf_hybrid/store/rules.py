@@ -64,6 +64,7 @@ from ..ruledefs import CONSTRAINT_TYPE, TRIGGER_OPS, RuleDef, rule_from_data
 from ..schema import EntityType
 from .conditions import ENTITY, TENANT, ConditionParser
 from .sql import compile_filter
+from .state import Followed
 from .store import Store
 from .tables import table_name
 from .txn import Connection
@@ -226,9 +227,9 @@ class RuleEngine:
                           exc.message)
         self._rules = rules
 
-    def _on_foreign(self, _after: int, _upto: int, ops: frozenset[str]) -> None:
+    def _on_foreign(self, followed: Followed) -> None:
         """Another process's commits: its rules (or types they read) may have changed."""
-        if ops & {"define", "define_rule"}:
+        if followed.ops & {"define", "define_rule"}:
             self._load()
 
     def rules(self, tenant: str | None = None) -> list[CompiledRule]:

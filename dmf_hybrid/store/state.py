@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..checks import Limits
@@ -25,10 +26,31 @@ from .txn import Connection, Transactions
 #: (con, tenant, op, type name, entity id); writes a hook makes do not call hooks again.
 #: (connection, tenant, op, type, entity ID, principal of the write) -> None
 WriteHook = Callable[[Connection, str, str, str, str, str | None], None]
-#: Told (after, upto, the ops of those events) when this process follows commits that other
-#: processes made (PostgreSQL), holding the write lock, so it brings its own state forward.
-ForeignHook = Callable[[int, int, frozenset[str]], None]
-__all__ = ["ForeignHook", "Listener", "StoreState", "WriteHook"]
+
+
+@dataclass
+class Followed:
+    """Commits of other processes (PostgreSQL) this process followed: the events after
+    ``after`` up to ``upto``, their ops, and the entities they created, changed or removed."""
+
+    after: int
+    upto: int
+    ops: set[str] = field(default_factory=set)
+    #: (type, tenant) -> IDs
+    entities: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+
+    def then(self, later: Followed) -> Followed:
+        """These commits and the ``later`` ones, as one range."""
+        entities = {part: set(ids) for part, ids in self.entities.items()}
+        for part, ids in later.entities.items():
+            entities.setdefault(part, set()).update(ids)
+        return Followed(self.after, later.upto, self.ops | later.ops, entities)
+
+
+#: Told what this process followed of other processes' commits, holding the write lock, so
+#: that it brings its own state forward.
+ForeignHook = Callable[[Followed], None]
+__all__ = ["Followed", "ForeignHook", "Listener", "StoreState", "WriteHook"]
 
 
 class StoreState:

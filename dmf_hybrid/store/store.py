@@ -23,7 +23,7 @@ from .journal import Journal
 from .outbox import Outbox
 from .registry import TypeRegistry
 from .relations import Relations
-from .state import ForeignHook, Listener, WriteHook
+from .state import Followed, ForeignHook, Listener, WriteHook
 from .tables import (
     ENTITY_OPS,
     EXPIRES_COLUMN,
@@ -35,9 +35,6 @@ from .tables import (
 from .txn import Connection, Transactions
 
 __all__ = ["Listener", "Store", "WriteHook"]
-
-#: The ops of a range of events too long to list: anything may have happened.
-_ANY_OPS = frozenset({"define", "define_rule", "erase", "reindex"})
 
 
 class Store(Relations):
@@ -68,7 +65,7 @@ class Store(Relations):
         #: may be beginning), and, outside one, later (they may write)
         self.follow_hooks: list[ForeignHook] = []
         self.foreign_hooks: list[ForeignHook] = []
-        self._untold: tuple[int, frozenset[str]] | None = None
+        self._untold: Followed | None = None
         self._in_hooks = False
         self.journal = Journal()
         #: the parts the derived indexes read and write (composed, not inherited)
@@ -90,33 +87,22 @@ class Store(Relations):
         hooks about every commit not told yet."""
         if upto != after:
             self.log.follow()
-            subjects = self.db.fetchall(
-                "SELECT seq, op, type, tenant, entity_id FROM events WHERE seq > ? AND "
-                "seq <= ? ORDER BY seq", [max(after, upto - self.journal.size), upto])
-            whole = upto - after <= self.journal.size
-            if whole:
-                self.journal.committed([tuple(r) for r in subjects])  # type: ignore[misc]
-            ops = frozenset(str(r[1]) for r in subjects) if whole else _ANY_OPS
-            if "define" in ops:
+            rows = self.db.fetchall("SELECT seq, op, type, tenant, entity_id FROM events "
+                                    "WHERE seq > ? AND seq <= ? ORDER BY seq", [after, upto])
+            self.journal.committed([tuple(r) for r in rows])  # type: ignore[misc]
+            followed = Followed(after, upto, {str(r[1]) for r in rows})
+            for _seq, op, type_name, tenant, eid in rows:
+                if op in ENTITY_OPS and eid is not None:
+                    followed.entities.setdefault((type_name, tenant), set()).add(eid)
+            if "define" in followed.ops:
                 self.registry.reload()
             for hook in list(self.follow_hooks):
-                hook(after, upto, ops)
-            start, seen = self._untold or (after, frozenset())
-            self._untold = (start, seen | ops)
+                hook(followed)
+            self._untold = followed if self._untold is None else self._untold.then(followed)
         if not writing and self._untold is not None:
-            (start, ops), self._untold = self._untold, None
+            told, self._untold = self._untold, None
             for hook in list(self.foreign_hooks):
-                hook(start, upto, ops)
-
-    def changed_entities(self, after: int, upto: int) -> dict[tuple[str, str], list[str]]:
-        """The IDs of the entities the events after ``after`` up to ``upto`` created, changed
-        or removed, by (type, tenant)."""
-        found: dict[tuple[str, str], list[str]] = {}
-        for type_name, tenant, eid in self.db.fetchall(
-                "SELECT DISTINCT type, tenant, entity_id FROM events WHERE seq > ? AND seq <= ? "
-                f"AND op IN {ENTITY_OPS!r} ORDER BY type, tenant, entity_id", [after, upto]):
-            found.setdefault((type_name, tenant), []).append(eid)
-        return found
+                hook(told)
 
     def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
                tenant: str, actor: str | None = None, reason: str | None = None,
