@@ -36,8 +36,6 @@ class TypeRegistry:
         self._db, self._log, self._limits = db, log, limits
         self._on_embed_change = on_embed_change
         self._types: dict[tuple[str, str], EntityType] = {}
-        #: the pydantic models callers defined types with (kept across versions)
-        self._user_models: dict[tuple[str, str], type[BaseModel]] = {}
         #: types whose rows the open write transaction updated or deleted (see define)
         self._modified: set[str] = set()
         self._load()
@@ -128,7 +126,6 @@ class TypeRegistry:
             if current is not None and current.typedef == typedef:
                 if model is not None:
                     current.model = model
-                    self._user_models[key] = model
                 return current
             added: list[str] = []
             if current is not None:
