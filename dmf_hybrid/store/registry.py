@@ -38,16 +38,14 @@ class TypeRegistry:
         self._types: dict[tuple[str, str], EntityType] = {}
         #: types whose rows the open write transaction updated or deleted (see define)
         self._modified: set[str] = set()
-        self._load()
+        self.reload()
         if db.fetchone("SELECT 1 FROM meta WHERE key = ?", [SPLIT_PENDING]) is not None:
             split_shared_types(db, log, self)
-            self._load()
+            self.reload()
 
     def reload(self) -> None:
-        """Read the types again (another process defined some)."""
-        self._load()
-
-    def _load(self) -> None:
+        """Read the types from the database (at open; again when another process defined
+        some). A type whose version did not change keeps its object (and its model)."""
         types: dict[tuple[str, str], EntityType] = {}
         rows = self._db.fetchall(
             "SELECT DISTINCT ON (tenant, name) tenant, name, version, definition "
