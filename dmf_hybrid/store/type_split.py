@@ -62,12 +62,11 @@ def split_shared_types(db: Transactions, audit_log: AuditLog, registry: Shared) 
                                   tenant)
                 create_type_table(con, copy)
                 columns = ", ".join(q(c) for c in (*SYSTEM_COLUMNS, *etype.fields))
-                before = con.execute(f"SELECT count(*) FROM {table_name(copy.key)}").fetchone()
                 con.execute(f"INSERT INTO {table_name(copy.key)} ({columns}) SELECT {columns} "
                             f"FROM {table_name(etype.key)} WHERE tenant = ?", [tenant])
                 con.execute(f"DELETE FROM {table_name(etype.key)} WHERE tenant = ?", [tenant])
-                after = con.execute(f"SELECT count(*) FROM {table_name(copy.key)}").fetchone()
-                moved = int(after[0]) - int(before[0]) if after and before else 0
+                counted = con.execute(f"SELECT count(*) FROM {table_name(copy.key)}").fetchone()
+                moved = int(counted[0]) if counted else 0  # the table is new: all moved here
                 definition = etype.typedef.model_dump(mode="json")
                 audit_log.append(
                     con, tenant=tenant, op="define", type_name=name, entity_id=None,
