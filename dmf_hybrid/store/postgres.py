@@ -10,10 +10,12 @@ Many processes may open one store. Their write transactions take turns: each beg
 taking a transaction-level advisory lock (:data:`_WRITE_LOCK`), so seqs are numbered and
 chained in commit order with no gap and no fork, whatever the number of processes. A process
 follows the others' commits from the audit log: a write transaction reads the log's head after
-taking the lock, and every optimistic read (:meth:`PgDatabase.stable`) first looks whether the
-head moved; when it has, :attr:`PgDatabase.on_foreign` brings the process's state (the log's
-head, the types, the mirrors and caches) forward before the read. Holding off writes
-(:meth:`PgDatabase.no_writes`) holds off every process's, through the same lock.
+taking the lock, and a read first looks whether the head moved (:meth:`PgDatabase.sync`, which
+the store calls before it looks a type up); when it has, :attr:`PgDatabase.on_foreign` brings
+the process's state (the log's head, the types, the mirrors and caches) forward. An optimistic
+read that a commit of another process overtook (:meth:`PgDatabase.unchanged`) is read again.
+Holding off writes (:meth:`PgDatabase.no_writes`) holds off every process's, through the same
+lock.
 """
 
 from __future__ import annotations
@@ -362,10 +364,6 @@ class PgDatabase(Transactions):
             with self._lock:
                 if self._depth == 0:
                     self._follow(self.reader())
-
-    def stable(self) -> tuple[int, int] | None:
-        self.sync()
-        return super().stable()
 
     def unchanged(self, generation: int) -> bool:
         """No commit of this process started since ``generation``, and none of another
