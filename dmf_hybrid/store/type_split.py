@@ -53,11 +53,7 @@ def split_shared_types(db: Transactions, audit_log: AuditLog, registry: Shared) 
         for tenant in sorted(wanted):
             for name in sorted(wanted[tenant]):
                 etype = shared[name]
-                con.execute(
-                    "INSERT INTO schema_types (tenant, name, version, definition, seq, "
-                    "created_at) SELECT ?, name, version, definition, seq, created_at "
-                    "FROM schema_types WHERE tenant = ? AND name = ?",
-                    [tenant, DEFAULT_TENANT, name])
+                _copy_versions(con, "schema_types", name, tenant)
                 copy = EntityType(etype.typedef, etype.version, build_model(etype.typedef),
                                   tenant)
                 create_type_table(con, copy)
@@ -93,15 +89,20 @@ def _copy_rules(con: Connection, audit_log: AuditLog, wanted: dict[str, set[str]
         rule = json.loads(definition)
         trigger = rule.get("trigger", {}).get("type")
         for tenant in sorted(t for t, names in wanted.items() if trigger in names):
-            con.execute("INSERT INTO dmf_rules (tenant, name, version, definition, seq, "
-                        "created_at) SELECT ?, name, version, definition, seq, created_at "
-                        "FROM dmf_rules WHERE tenant = ? AND name = ?",
-                        [tenant, DEFAULT_TENANT, name])
+            _copy_versions(con, "dmf_rules", name, tenant)
             audit_log.append(
                 con, tenant=tenant, op="define_rule", type_name=trigger, entity_id=None,
                 version_before=version, version_after=version, before=rule, after=rule,
                 actor=SPLIT_ACTOR, reason=SPLIT_REASON, trace_id=None,
                 meta={"rule": name, "rule_version": version, "store_format": 4})
+
+
+def _copy_versions(con: Connection, table: str, name: str, tenant: str) -> None:
+    """Every version of the default tenant's type or rule ``name`` (in ``table``: schema_types
+    or dmf_rules, whose columns are the same), as the same versions of ``tenant``'s."""
+    con.execute(f"INSERT INTO {table} (tenant, name, version, definition, seq, created_at) "
+                "SELECT ?, name, version, definition, seq, created_at FROM "
+                f"{table} WHERE tenant = ? AND name = ?", [tenant, DEFAULT_TENANT, name])
 
 
 def _with_targets(shared: dict[str, EntityType], name: str, into: set[str]) -> None:
