@@ -13,6 +13,11 @@ search, an in-memory exact mirror of the vectors (:class:`LocalVectors`, which t
 scores candidate sets against) and one BM25 :class:`KeywordIndex` per tenant (so a tenant's
 scores never depend on another tenant's documents). Both mirror DuckDB (loaded from it, then
 kept in step by the outbox), not the vector index.
+
+A vector index other processes write too (a Chroma server the processes of one PostgreSQL store
+share) is written by one of them at a time, the relay leader (:mod:`dmf_hybrid.search.relay`):
+the others embed their own writes (into the shared embedding cache) and bring their own mirrors
+forward, and leave the outbox rows to the leader.
 """
 
 from __future__ import annotations
@@ -80,6 +85,10 @@ class Indexer:
         self.changes = changes
         #: the entities drains are applying right now (one drain per entity at a time)
         self._claims = Claims()
+        #: whether this process writes the vector index and marks outbox rows done: always,
+        #: unless other processes write the store and the index too (then while it leads
+        #: their relay, :class:`~dmf_hybrid.search.relay.Relay`)
+        self.leading = True
 
     # ------------------------------------------------------------------ names
 
@@ -137,8 +146,10 @@ class Indexer:
         gone = sorted(set(keys or ()) - {(r[1], r[0]) for r in live})
         return items_of(etype, live, gone, _differs), gone
 
-    def _apply_type(self, etype: EntityType, keys: Sequence[Key]) -> None:
-        """Bring every index in step with DuckDB for these (tenant, id) of one type."""
+    def _apply_type(self, etype: EntityType, keys: Sequence[Key], force: bool = False) -> None:
+        """Bring every index in step with DuckDB for these (tenant, id) of one type; unless
+        ``force`` (a repair), a vector of a newer version than the row read here (another
+        process's later write) is kept."""
         items, gone = self._items(etype, keys)
         vectors = self.embed_texts({p[3]: p[4] for p in items})
         name = self.collection(etype.key)
@@ -153,7 +164,7 @@ class Indexer:
                 name, [vector_id(p[1], p[0]) for p in part],
                 np.stack([vectors[p[3]] for p in part]),
                 [{"type": etype.name, "tenant": p[1], "version": p[2], "text_hash": p[3]}
-                 for p in part])
+                 for p in part], keep_newer=None if force else "version")
         if self.fault:
             self.fault("after_vector_upsert")
         with self._lock:
@@ -262,10 +273,11 @@ class Indexer:
 
     def _refresh_local(self, etype: EntityType, keys: Sequence[Key]) -> None:
         """Bring the loaded mirrors of a type to DuckDB's current rows of these keys (their
-        vectors from the cache, or embedded now); the vector index is not touched."""
+        vectors from the cache, or embedded now and cached); the vector index is not touched."""
         items, gone = self._items(etype, keys)
         vectors = self.embed_texts({p[3]: p[4] for p in items})
-        self._update_local(etype.key, items, vectors, gone)
+        with self._lock:
+            self._update_local(etype.key, items, vectors, gone)
 
     def _set_keyword(self, tkey: str, analysis: TypeAnalyzer,
                      indexes: dict[str, KeywordIndex]) -> None:
@@ -293,15 +305,18 @@ class Indexer:
 
     def bring_forward(self, entities: Mapping[tuple[str, str], set[str]]) -> None:
         """Other processes created, changed or removed these entities (by (type, tenant)):
-        bring this process's vector index and loaded mirrors to their current rows (an
-        upsert of the current state is the same whoever makes it, so a vector index the
-        processes share takes it as often as it comes). The database's lock is held; nothing
-        here waits for a drain."""
+        bring this process's loaded mirrors, and its own vector index, to their current rows
+        (a shared vector index is the relay leader's to write, from the outbox). The
+        database's lock is held; nothing here waits for a drain."""
         for (type_name, tenant), ids in sorted(entities.items()):
             etype = self.store.registry.get(type_name, tenant)
             if etype is None or etype.typedef.embed is None:
                 continue
             keys = [(tenant, eid) for eid in sorted(ids)]
+            if self.vectors.shared:
+                if etype.key in self.mirror or etype.key in self._keyword_types:
+                    self._refresh_local(etype, keys)
+                continue
             for i in range(0, len(keys), DRAIN_PIECE):
                 self._apply_type(etype, keys[i:i + DRAIN_PIECE])
 
@@ -328,7 +343,10 @@ class Indexer:
         and the outbox's done flags are written in short transactions of their own.
         Called holding the write lock (inside a transaction), it applies only the rows no
         other drain is applying: a drain it waited for could be waiting for that lock.
+        A process that shares its vector index and does not lead the relay applies nothing.
         """
+        if not self.leading:
+            return 0
         rows = self._pending(limit)
         if not rows:
             return 0
@@ -346,9 +364,12 @@ class Indexer:
 
     def _apply_rows(self, rows: list[OutboxRow]) -> int:
         """Bring the indexes in step for these outbox rows' entities (claimed by the caller)
-        and mark the rows done."""
+        and mark the rows done; not leading a shared index's relay, only this process's
+        mirrors, with the texts embedded into the cache (the leader's relay finds them there),
+        and the rows stay pending."""
         if not rows:
             return 0
+        leading = self.leading
         by_type: dict[tuple[str, str], list[Key]] = {}
         for _seq, type_name, tenant, eid in rows:
             by_type.setdefault((tenant, type_name), []).append((tenant, eid))
@@ -358,7 +379,12 @@ class Indexer:
                 continue
             keys = sorted(set(by_type[(tenant, type_name)]))
             for i in range(0, len(keys), DRAIN_PIECE):
-                self._apply_type(etype, keys[i:i + DRAIN_PIECE])
+                if leading:
+                    self._apply_type(etype, keys[i:i + DRAIN_PIECE])
+                else:
+                    self._refresh_local(etype, keys[i:i + DRAIN_PIECE])
+        if not leading:
+            return 0
         self.store.outbox.mark_done([r[0] for r in rows])
         return len(rows)
 
@@ -374,9 +400,11 @@ class Indexer:
         try:
             with self._claims.hold({(t, tn, e) for _s, t, tn, e in own.values()},
                                    wait=not self.store.db.holds_lock) as held:
-                self._apply_rows(self._still_pending(
-                    [r for r in sorted(own.values()) if (r[1], r[2], r[3]) in held]))
-            others = [r for r in self._pending(DRAIN_PIECE) if r[0] not in own]
+                mine = [r for r in sorted(own.values()) if (r[1], r[2], r[3]) in held]
+                # (not leading: the mirrors take them even if the leader has relayed them)
+                self._apply_rows(self._still_pending(mine) if self.leading else mine)
+            others = [r for r in self._pending(DRAIN_PIECE) if r[0] not in own
+                      ] if self.leading else []
             if others:
                 with self._claims.hold({(t, tn, e) for _s, t, tn, e in others},
                                        wait=False) as held:
@@ -415,7 +443,7 @@ class Indexer:
                 if orphans:
                     self.vectors.delete(name, orphans)
                 if repair:
-                    self._apply_type(etype, repair)
+                    self._apply_type(etype, repair, force=True)
             self.store.reconciled()
             return counts
 
@@ -429,7 +457,7 @@ class Indexer:
                     continue
                 self.vectors.drop(self.collection(etype.key))
                 live = self._live_rows(etype)
-                self._apply_type(etype, [(r[1], r[0]) for r in live])
+                self._apply_type(etype, [(r[1], r[0]) for r in live], force=True)
                 counts.types += 1
                 counts.entities += len(live)
             self.forget_local()

@@ -538,8 +538,7 @@ def run(*, n: int = 2000, embedder: str = DEFAULT_EMBEDDER, modes: Sequence[str]
                         client.post("/search", json={"type": TYPE_NAME, "text": text, "k": k,
                                                      "mode": mode}).raise_for_status()
                 rss = {"after_ingest_mb": rss_mb(server.proc.pid)}
-                with peer_for(peer, rows, embedder, tmp, ready_timeout, warmup, k,
-                              seed) as (chroma, peer_info):
+                with peer_for(peer, rows, embedder, warmup, k, seed) as (chroma, peer_info):
                     cells = load_test(client, modes=modes, levels=levels, requests=requests,
                                       rounds=rounds, k=k, max_seconds=max_seconds, seed=seed,
                                       peer=chroma, server_pid=server.proc.pid,
@@ -574,9 +573,8 @@ def run(*, n: int = 2000, embedder: str = DEFAULT_EMBEDDER, modes: Sequence[str]
 
 
 @contextmanager
-def peer_for(enabled: bool, rows: Sequence[Mapping[str, Any]], embedder: str, tmp: Path,
-             ready_timeout: float, warmup: int, k: int, seed: int
-             ) -> Iterator[tuple[ChromaPeer | None, dict[str, Any] | None]]:
+def peer_for(enabled: bool, rows: Sequence[Mapping[str, Any]], embedder: str, warmup: int,
+             k: int, seed: int) -> Iterator[tuple[ChromaPeer | None, dict[str, Any] | None]]:
     """The loaded, warmed Chroma peer (or None when not ``enabled``) and what it took."""
     if not enabled:
         yield None, None
@@ -584,8 +582,7 @@ def peer_for(enabled: bool, rows: Sequence[Mapping[str, Any]], embedder: str, tm
     from dmf_hybrid.embeddings import embedder_named
 
     model = embedder_named(embedder, num_threads=1, onnx_threads=1)
-    with running_peer(tmp / "chroma", free_port(), model, tmp / "chroma.log",
-                      ready_timeout) as (chroma, ready_s):
+    with running_peer(model) as (chroma, ready_s):
         load_s = chroma.load([f"note-{i}" for i in range(len(rows))],
                              [f"{r['title']}: {r['body']}" for r in rows],
                              [{"category": r["category"], "year": r["year"]} for r in rows])

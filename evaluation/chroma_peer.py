@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+from .chromaserver import ChromaServer, chroma_executable
 
 log = logging.getLogger("bench_http")
 
@@ -31,24 +29,15 @@ COLLECTION = "bench_notes"
 LOAD_BATCH = 500
 
 
-def chroma_executable() -> str:
-    """The ``chroma`` command installed beside this Python (RuntimeError if missing)."""
-    found = shutil.which("chroma", path=str(Path(sys.executable).parent)) or shutil.which(
-        "chroma")
-    if found is None:
-        raise RuntimeError("the chroma command is not installed (pip install chromadb)")
-    return found
-
-
 class ChromaPeer:
     """A running ``chroma run`` server, its collection and the query-side model."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, embedder: Any,
-                 log_file: Any) -> None:
+    def __init__(self, server: ChromaServer, embedder: Any) -> None:
         import chromadb
 
-        self.proc, self.port, self.embedder, self._log_file = proc, port, embedder, log_file
-        self.client = chromadb.HttpClient(host="127.0.0.1", port=port)
+        self.server, self.embedder = server, embedder
+        self.proc = server.proc
+        self.client = chromadb.HttpClient(host="127.0.0.1", port=server.port)
         self.collection: Any = None
 
     def load(self, ids: Sequence[str], texts: Sequence[str],
@@ -72,13 +61,6 @@ class ChromaPeer:
                                       include=["distances", "documents", "metadatas"])
         return list(found["ids"][0])
 
-    def stop(self, timeout: float = 30.0) -> int:
-        """Stop the server by its PID (SIGTERM, then SIGKILL); its exit code."""
-        code = stop_process(self.proc, self._log_file, timeout)
-        self._log_file = None
-        return code
-
-
 def stop_process(proc: subprocess.Popen[bytes], log_file: Any, timeout: float) -> int:
     """Stop a child by its PID (SIGTERM, then SIGKILL after ``timeout``), close its log file;
     its exit code."""
@@ -96,39 +78,18 @@ def stop_process(proc: subprocess.Popen[bytes], log_file: Any, timeout: float) -
 
 
 @contextmanager
-def running_peer(path: Path, port: int, embedder: Any, log_path: Path,
-                 ready_timeout: float) -> Iterator[tuple[ChromaPeer, float]]:
-    """A started ``chroma run`` server over ``path`` (and seconds to its heartbeat)."""
-    log_file = open(log_path, "wb")  # closed in stop()
+def running_peer(embedder: Any) -> Iterator[tuple[ChromaPeer, float]]:
+    """A started ``chroma run`` server (:class:`~evaluation.chromaserver.ChromaServer`) and
+    the seconds it took to answer its heartbeat."""
     started = time.perf_counter()
-    proc = subprocess.Popen([chroma_executable(), "run", "--path", str(path), "--host",
-                             "127.0.0.1", "--port", str(port)], stdout=log_file,
-                            stderr=subprocess.STDOUT)
-    peer: ChromaPeer | None = None
+    exe = chroma_executable()
+    if exe is None:
+        raise RuntimeError("the chroma command is not installed (pip install chromadb)")
+    server = ChromaServer(exe)
     try:
-        deadline = started + ready_timeout
-        with httpx.Client(timeout=2.0) as probe:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"chroma run exited with code {proc.returncode}")
-                try:
-                    if probe.get(f"http://127.0.0.1:{port}/api/v2/heartbeat").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.perf_counter() > deadline:
-                    raise RuntimeError(f"chroma run did not answer within {ready_timeout:.0f} s")
-                time.sleep(0.05)
-        ready = time.perf_counter() - started
-        peer = ChromaPeer(proc, port, embedder, log_file)
-        yield peer, ready
+        yield ChromaPeer(server, embedder), time.perf_counter() - started
     finally:
-        if peer is not None:
-            peer.stop()
-        else:
-            proc.kill()
-            proc.wait(30)
-            log_file.close()
+        server.stop()
 
 
 def cpu_seconds(pid: int) -> float | None:

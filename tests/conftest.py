@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, Settings
 from dmf_hybrid.vector.exact import ExactIndex
+from evaluation.chromaserver import ChromaServer, chroma_executable
 from evaluation.pgserver import PgServer, binaries
 
 INDEXES = Path(__file__).resolve().parent.parent / "indexes"
@@ -80,6 +81,18 @@ def pg_server() -> Iterator[PgServer]:
         pytest.fail("PostgreSQL's server binaries are missing: `make test` installs them "
                     "(apt-get install postgresql, as root)")
     server = PgServer(bin_dir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def chroma_server() -> Iterator[ChromaServer]:
+    """The test session's ``chroma run`` server (started on first use; collections are
+    named apart by each test, or dropped by it first)."""
+    exe = chroma_executable()
+    if exe is None:
+        pytest.fail("the `chroma` executable (from the chromadb package) is missing")
+    server = ChromaServer(exe)
     yield server
     server.stop()
 

@@ -59,6 +59,7 @@ from .fusion import fuse
 from .keyword_leg import keyword_leg
 from .profiles import effective, neighbour_support, strip_query
 from .ranking import Ranking
+from .relay import Relay
 from .replay import ReplayCache, ReplayState, replay_legs, state_at
 from .request import check_request, related_ids
 from .rerank import read_query_time, rerank
@@ -70,6 +71,9 @@ from .vector_leg import WIDEN, vector_leg
 log = logging.getLogger(__name__)
 
 QUERY_CACHE_SIZE = 1024
+#: Entities a shared vector index may be behind on that an ANN search scores from the mirror
+#: beside the index's proposals; more than that, it scores every candidate exactly.
+UNRELAYED_MAX = 2000
 #: How deep each leg ranks before reciprocal rank fusion.
 FUSION_DEPTH = 100
 #: How many of the fused proposals the profile's steps after fusion re-score (at least k).
@@ -97,6 +101,8 @@ class SearchEngine:
         self._previous_model: str | None = None  # a model change not yet caught up with
         #: states ``as_of`` searches rebuilt from the log (an erase rewrites history: empty it)
         self.replayed = ReplayCache()
+        #: with a vector index other processes share: which of them writes it
+        self.relay: Relay | None = None
 
     def _on_write(self, _con: Any, _tenant: str, op: str, _type_name: str,
                   _entity_id: str, _principal: str | None) -> None:
@@ -127,8 +133,13 @@ class SearchEngine:
         store.write_hooks.append(engine._on_write)
         store.foreign_hooks.append(engine._on_foreign)
         engine._previous_model = engine._record_model(settings.tenant)
+        if vectors.shared and store.db.shared:  # other processes write both
+            engine.indexer.leading = store.db.lead()
+            engine.relay = Relay(engine.indexer, store.db, engine.catch_up)
         if replay:
             engine.catch_up()
+        if engine.relay is not None:
+            engine.relay.start()
         return engine
 
     def catch_up(self) -> None:
@@ -136,7 +147,10 @@ class SearchEngine:
 
         Until it has run, searches are still correct (a vector that is missing or behind
         DuckDB is never returned) but may miss entities whose vectors are not indexed yet.
+        A process that shares its vector index catches up when it takes the relay's lead.
         """
+        if not self.indexer.leading:
+            return
         self.indexer.drain()
         previous, self._previous_model = self._previous_model, None
         if previous is not None:
@@ -193,6 +207,8 @@ class SearchEngine:
         """Apply what is pending and release the vector index client."""
         if self.query_batcher is not None:
             self.query_batcher.close()
+        if self.relay is not None:
+            self.relay.stop()
         try:
             self.indexer.drain()
         except Exception:  # noqa: BLE001 - pending rows are replayed on the next open
@@ -345,7 +361,7 @@ class SearchEngine:
             rankings["vector"], plan = vector_leg(
                 scope, self.indexer.local(scope.etype.key), self.vectors,
                 self.indexer.collection(scope.etype.key), qvec, depth,
-                self.settings.exact_threshold)
+                self.settings.exact_threshold, self._unrelayed(scope))
             lap("vector_ms")
         if mode != "vector":
             kw = self.indexer.keyword_index(scope.etype.key, scope.tenant)
@@ -355,6 +371,14 @@ class SearchEngine:
                 rankings["exact"] = exact_leg(kw, text, rankings["keyword"])
             lap("keyword_ms")
         return rankings, plan
+
+    def _unrelayed(self, scope: Scope) -> Callable[[], list[str] | None] | None:
+        """What the vector index may not have yet when other processes write it (the relay
+        leader): the entities of the scope's type and tenant with outbox rows pending."""
+        if not (self.vectors.shared and self.store.db.shared):
+            return None
+        return lambda: self.store.outbox.pending_ids(scope.etype.name, scope.tenant,
+                                                     UNRELAYED_MAX)
 
     def forget_candidates(self) -> None:
         """Drop the cached candidate counts, lists and rows (they are rebuilt on demand)."""

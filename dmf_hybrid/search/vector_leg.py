@@ -3,16 +3,20 @@
 Candidate sets up to ``exact_threshold`` are scored exactly (recall 1.0); larger ones ask the
 vector index for about ``2 k / selectivity`` proposals, keep those among the candidates, and
 widen until enough survive, or score every candidate exactly when the index cannot surface
-enough.
+enough. A vector index other processes write is behind the store by what its relay has not
+applied yet: those entities (``unrelayed``) join the proposals with their scores from the
+mirror, which is never behind.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import NotFound
 from ..indexer import own_ids
 from ..mirrors.vectors import SCORE_EPS, LocalVectors
 from ..vector.base import VectorIndex
@@ -26,8 +30,11 @@ WIDEN = 4
 
 
 def vector_leg(scope: Scope, local: LocalVectors | None, vectors: VectorIndex, collection: str,
-               qvec: np.ndarray, depth: int, exact_threshold: int) -> tuple[Ranking, str]:
-    """The vector ranking of the scope's candidates and the plan that made it ("exact"/"ann")."""
+               qvec: np.ndarray, depth: int, exact_threshold: int,
+               unrelayed: Callable[[], Sequence[str] | None] | None = None
+               ) -> tuple[Ranking, str]:
+    """The vector ranking of the scope's candidates and the plan that made it ("exact"/"ann");
+    ``unrelayed``: the IDs the vector index may be behind on (None: too many to tell)."""
     if scope.count == 0 or local is None or not len(local):
         return [], "exact"
     query = unit64(qvec)
@@ -40,9 +47,15 @@ def vector_leg(scope: Scope, local: LocalVectors | None, vectors: VectorIndex, c
     decided: set[str] = set()
     # with the candidate list at hand, a proposal is confirmed by membership, not by DuckDB
     member = scope.membership(local) if scope.listed() is not None else None
+    fresh = _fresh(scope, local, query, unrelayed)
+    if fresh is None:
+        return exact_ranking(scope, local, query, depth), "exact"
     while True:
-        pending = [hit for hit in own_ids(vectors.query(collection, qvec, n), scope.tenant)
-                   if hit[0] not in decided]
+        proposed = own_ids(_proposals(vectors, collection, qvec, n), scope.tenant)
+        if fresh:
+            proposed = sorted([h for h in proposed if h[0] not in fresh] + list(fresh.items()),
+                              key=lambda hit: (-hit[1], hit[0]))
+        pending = [hit for hit in proposed if hit[0] not in decided]
         # confirm proposals best first, a few at a time, until ``depth`` survive and no
         # unchecked proposal can still beat the last of them (a primary-key lookup per ID
         # costs more than the arithmetic, so stop early)
@@ -74,6 +87,33 @@ def vector_leg(scope: Scope, local: LocalVectors | None, vectors: VectorIndex, c
     found = local.top(query, depth, lambda: local.rows_of_ids(scope.tenant, keep))
     assert found is not None  # mapping by ID always succeeds
     return ranked(*found, depth), "ann"
+
+
+def _proposals(vectors: VectorIndex, collection: str, qvec: np.ndarray, n: int
+               ) -> list[tuple[str, float]]:
+    """The index's ``n`` nearest (none while the collection does not exist: a shared index
+    the relay has not written yet)."""
+    try:
+        return vectors.query(collection, qvec, n)
+    except NotFound:
+        return []
+
+
+def _fresh(scope: Scope, local: LocalVectors, query: npt.NDArray[np.float64],
+           unrelayed: Callable[[], Sequence[str] | None] | None) -> dict[str, float] | None:
+    """The mirror's similarities of the scope tenant's entities the index is behind on (None:
+    too many of them: score every candidate exactly)."""
+    if unrelayed is None:
+        return {}
+    ids = unrelayed()
+    if ids is None:
+        return None
+    ids = [eid for eid in ids if local.has(scope.tenant, eid)]
+    if not ids:
+        return {}
+    found = local.top(query, len(ids), lambda: local.rows_of_ids(scope.tenant, ids))
+    assert found is not None  # mapping by ID always succeeds
+    return {str(eid): float(score) for eid, score in zip(*found, strict=True)}
 
 
 def exact_ranking(scope: Scope, local: LocalVectors, query: npt.NDArray[np.float64],

@@ -39,6 +39,14 @@ class Outbox:
             con.execute("UPDATE outbox SET done = TRUE WHERE NOT done AND seq IN "
                         "(SELECT unnest(CAST(? AS BIGINT[])))", [seqs])
 
+    def pending_ids(self, type_name: str, tenant: str, limit: int) -> list[str] | None:
+        """The IDs of a tenant's entities of a type with rows pending (None: more than
+        ``limit``)."""
+        rows = self._db.fetchall(
+            "SELECT DISTINCT entity_id FROM outbox WHERE NOT done AND type = ? AND tenant = ? "
+            f"ORDER BY entity_id LIMIT {int(limit) + 1}", [type_name, tenant])
+        return None if len(rows) > limit else [str(r[0]) for r in rows]
+
     def count(self) -> int:
         """How many rows wait to be applied."""
         row = self._db.fetchone("SELECT count(*) FROM outbox WHERE NOT done")

@@ -37,6 +37,9 @@ from ..errors import DMFError, ServiceUnavailable, ValidationError
 from .dialect import Dialect, q, redact
 from .txn import Connection, Transactions
 
+#: The advisory lock the process that relays the outbox to a shared vector index holds, as a
+#: session lock on a connection of its own: it goes when the process or the connection dies.
+_RELAY_LOCK = (0x646D66, 0x726C79)
 #: The advisory lock (two int4 keys: "dmf-hybrid", "write") every write transaction of every
 #: process takes first, and a process holding off writes takes for as long as it does.
 _WRITE_LOCK = (0x646D66, 0x777274)
@@ -78,6 +81,8 @@ class PostgresDialect(Dialect):
     log_indexes = (
         "CREATE INDEX IF NOT EXISTS events_entity ON events (entity_id, tenant, seq)",
         "CREATE INDEX IF NOT EXISTS events_type ON events (type, tenant, entity_id, seq DESC)",
+        # what the relay and the searches of many processes ask of the outbox: its pending rows
+        "CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE NOT done",
     )
 
     @staticmethod
@@ -283,6 +288,7 @@ class PgDatabase(Transactions):
     """A PostgreSQL database with one writer connection and a pooled reader per thread."""
 
     dialect = POSTGRES
+    shared = True
 
     def __init__(self, url: str, readers: int = READERS) -> None:
         self.url = url
@@ -301,6 +307,9 @@ class PgDatabase(Transactions):
                                     kwargs={"connect_timeout": int(CONNECT_TIMEOUT)})
         self._held: list[psycopg.Connection[Any]] = []
         self._held_lock = threading.Lock()
+        self._relay: psycopg.Connection[Any] | None = None  # holds or asks for the relay lock
+        self._leading = False
+        self._relay_guard = threading.Lock()
 
     def _connect_writer(self) -> None:
         """Connect the writer."""
@@ -427,6 +436,29 @@ class PgDatabase(Transactions):
         self._pool.putconn(dropped)
         return self._take()
 
+    def lead(self) -> bool:
+        """Whether this process holds the relay lock (taking it if it is free). Leading, its
+        connection is checked alive on each call: a connection the server dropped took the
+        lock with it, and the next call connects again and asks anew."""
+        with self._relay_guard:
+            if self.closed:
+                return False
+            try:
+                if self._relay is None or self._relay.closed or self._relay.broken:
+                    self._relay, self._leading = connect(self.url), False
+                if self._leading:
+                    self._relay.execute("SELECT 1")
+                else:
+                    row = self._relay.execute("SELECT pg_try_advisory_lock(%s, %s)",
+                                              _RELAY_LOCK).fetchone()
+                    self._leading = bool(row and row[0])
+            except (psycopg.OperationalError, ServiceUnavailable):
+                self._leading = False
+                if self._relay is not None:
+                    self._relay.close()
+                    self._relay = None
+            return self._leading
+
     def checkpoint(self) -> None:
         """Nothing to do: PostgreSQL checkpoints by itself."""
 
@@ -444,3 +476,7 @@ class PgDatabase(Transactions):
             self._held.clear()
             self._pool.close()
             self._raw.close()
+        with self._relay_guard:
+            if self._relay is not None:  # the relay lock goes with it
+                self._relay.close()
+                self._relay, self._leading = None, False

@@ -60,6 +60,8 @@ class Transactions:
     readers use to tell which committed state they read. Subclasses open the connections."""
 
     dialect: Dialect
+    #: whether other processes may write the same database (a server's)
+    shared = False
     #: the database file (None: in memory, or a server's database)
     path: Path | None
     _writer: Connection
@@ -95,6 +97,12 @@ class Transactions:
 
     def sync(self) -> None:
         """Follow what other processes committed (an engine they may share overrides it)."""
+
+    def lead(self) -> bool:
+        """Whether this process leads the relay of the outbox to a vector index the store's
+        processes share (taking the lead if no other process holds it); an embedded database
+        has one process, which always does."""
+        return not self.closed
 
     def _begin_write(self) -> None:
         """Begin the outermost write transaction on the writer connection."""

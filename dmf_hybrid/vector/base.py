@@ -9,7 +9,11 @@ Contract of every implementation (tested by one shared suite against each of the
 - collections use cosine space; ``ensure_collection`` is idempotent and raises
   :class:`~dmf_hybrid.errors.SchemaError` when the collection exists with another dimension;
 - ``upsert`` replaces the vector *and the whole metadata dict* of each ID (keys absent from
-  the new metadata do not survive; a key whose value is ``None`` counts as absent);
+  the new metadata do not survive; a key whose value is ``None`` counts as absent); with
+  ``keep_newer`` naming an integer metadata key, an ID whose stored value of that key is
+  greater than the new one's keeps what it has (an older version never replaces a newer);
+- ``shared`` says whether other processes may write the same collections (a server), so one
+  process at a time should (the indexer's relay);
 - ``delete`` ignores unknown IDs, ``drop`` ignores unknown collections;
 - ``query`` returns ``(id, similarity)`` pairs, similarity = 1 - cosine distance, sorted by
   similarity descending then ID ascending; asking for more than the collection holds is fine;
@@ -59,6 +63,9 @@ class VectorRecord:
 class VectorIndex(Protocol):
     """A store of named cosine-space collections of (id, vector, metadata)."""
 
+    #: Whether other processes may write the same collections (a server, not a local copy).
+    shared: bool
+
     def ensure_collection(self, name: str, dim: int) -> None:
         """Create the collection if missing; SchemaError if it exists with another dim."""
         ...
@@ -69,8 +76,10 @@ class VectorIndex(Protocol):
         ids: Sequence[str],
         vectors: npt.ArrayLike,
         metadatas: Sequence[Mapping[str, MetadataValue | None]],
+        keep_newer: str | None = None,
     ) -> None:
-        """Insert or fully replace vector and metadata of each ID."""
+        """Insert or fully replace vector and metadata of each ID (with ``keep_newer``: of
+        each ID whose stored value of that key is not greater than the new one's)."""
         ...
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
@@ -255,3 +264,14 @@ def check_dim(dim: int) -> int:
 def rank_hits(hits: Sequence[tuple[str, float]], n: int) -> list[tuple[str, float]]:
     """The first ``n`` hits sorted by similarity descending, then ID ascending."""
     return sorted(hits, key=lambda hit: (-hit[1], hit[0]))[:n]
+
+
+def older_than_stored(stored: Mapping[str, Mapping[str, object]], ids: Sequence[str],
+                      metadatas: Sequence[Mapping[str, object]], key: str) -> set[int]:
+    """Positions of the batch whose ``key`` is below the stored entry's (``keep_newer``)."""
+    older = set()
+    for i, (id_, md) in enumerate(zip(ids, metadatas, strict=True)):
+        have, new = stored.get(id_, {}).get(key), md.get(key)
+        if isinstance(have, int) and isinstance(new, int) and have > new:
+            older.add(i)
+    return older

@@ -52,6 +52,7 @@ from dmf_hybrid.vector.base import (
     check_dim,
     check_n,
     check_query_vector,
+    older_than_stored,
 )
 
 if TYPE_CHECKING:
@@ -130,6 +131,7 @@ class ChromaIndex:
         *,
         hnsw: Mapping[str, int] | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        shared: bool = False,
     ) -> None:
         unknown = set(hnsw or {}) - HNSW_KEYS
         if unknown:
@@ -138,6 +140,8 @@ class ChromaIndex:
                 field="hnsw",
             )
         self._client = client
+        #: a server other processes write too (:meth:`http`), not this process's files
+        self.shared = shared
         self._hnsw: dict[str, Any] = {**(hnsw or {}), "space": "cosine"}
         self._requested_batch = max(1, batch_size)
         self._batch: int | None = None
@@ -173,7 +177,7 @@ class ChromaIndex:
             raise ServiceUnavailable(
                 f"cannot reach Chroma at {host}:{port}: {exc.message}", host=host, port=port
             ) from exc
-        return cls(client, **options)
+        return cls(client, shared=True, **options)
 
     def close(self) -> None:
         """Release the client (for a persistent client: its files and threads)."""
@@ -308,8 +312,10 @@ class ChromaIndex:
         ids: Sequence[str],
         vectors: npt.ArrayLike,
         metadatas: Sequence[Mapping[str, MetadataValue | None]],
+        keep_newer: str | None = None,
     ) -> None:
-        """Insert or fully replace vector and metadata of each ID."""
+        """Insert or fully replace vector and metadata of each ID (with ``keep_newer``: of
+        each ID whose stored value of that key is not greater than the new one's)."""
         _, dim = self._collection(name)
         id_list, matrix, clean = check_batch(ids, vectors, metadatas, dim)
         step = self._batch_size()
@@ -319,6 +325,7 @@ class ChromaIndex:
                 ids=id_list[start : start + step],
                 vectors=matrix[start : start + step],
                 metadatas=clean[start : start + step],
+                keep_newer=keep_newer,
             )
             self._run(name, write)
 
@@ -444,8 +451,10 @@ def _replace(
     ids: list[str],
     vectors: npt.NDArray[np.float32],
     metadatas: list[Metadata],
+    keep_newer: str | None,
 ) -> None:
-    """Write one batch so that each ID ends with exactly the new vector and metadata.
+    """Write one batch so that each ID ends with exactly the new vector and metadata (or,
+    with ``keep_newer``, keeps a stored entry whose value of that key is greater).
 
     Reads the stored entries first (Chroma returns them in its own order, so by ID). Stored
     keys missing from the new metadata are written as ``None``, which Chroma deletes. An ID
@@ -464,12 +473,16 @@ def _replace(
         )
         for i, id_ in enumerate(stored_ids)
     }
+    older = set() if keep_newer is None else older_than_stored(
+        {id_: md for id_, (md, _vector) in old.items()}, ids, metadatas, keep_newer)
     write_ids: list[str] = []
     write_rows: list[int] = []
     write_md: list[dict[str, Any] | None] = []
     meta_ids: list[str] = []
     meta_md: list[dict[str, Any]] = []
     for row, (id_, md) in enumerate(zip(ids, metadatas, strict=True)):
+        if row in older:
+            continue
         full: dict[str, Any] = dict(md)
         previous = old.get(id_)
         if previous is not None:

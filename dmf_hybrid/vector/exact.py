@@ -27,6 +27,7 @@ from dmf_hybrid.vector.base import (
     check_dim,
     check_n,
     check_query_vector,
+    older_than_stored,
 )
 
 _MIN_CAPACITY = 16
@@ -164,6 +165,8 @@ def top_k(
 class ExactIndex:
     """An exact in-memory VectorIndex; thread-safe for many readers and one writer."""
 
+    shared = False  # one process's memory
+
     def __init__(self) -> None:
         self._lock = ReadWriteLock()
         self._collections: dict[str, _Collection] = {}
@@ -197,8 +200,10 @@ class ExactIndex:
         ids: Sequence[str],
         vectors: npt.ArrayLike,
         metadatas: Sequence[Mapping[str, MetadataValue | None]],
+        keep_newer: str | None = None,
     ) -> None:
-        """Insert or fully replace vector and metadata of each ID."""
+        """Insert or fully replace vector and metadata of each ID (with ``keep_newer``: of
+        each ID whose stored value of that key is not greater than the new one's)."""
         with self._lock.read():
             dim = self._get(name).dim
         id_list, matrix, clean = check_batch(ids, vectors, metadatas, dim)
@@ -209,6 +214,11 @@ class ExactIndex:
             col = self._get(name)
             if col.dim != dim:  # dropped and re-created meanwhile
                 raise SchemaError(f"vector collection {name!r} changed dimension", collection=name)
+            if keep_newer is not None:
+                older = older_than_stored(col.metadata, id_list, clean, keep_newer)
+                keep = [i for i in range(len(id_list)) if i not in older]
+                id_list, unit_rows = [id_list[i] for i in keep], unit_rows[keep]
+                clean = [clean[i] for i in keep]
             col.upsert(id_list, unit_rows, clean)
 
     def delete(self, name: str, ids: Sequence[str]) -> None:

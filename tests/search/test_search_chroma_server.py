@@ -1,28 +1,18 @@
-"""Search through a real ``chroma run`` server (``Settings.chroma_url``), as on embedded Chroma.
-
-The server listens on 127.0.0.1 on a free port with its data in a temporary directory; the
-module starts it and stops it by its PID when its tests are done.
-"""
+"""Search through a real ``chroma run`` server (``Settings.chroma_url``), as on embedded Chroma
+(the test session's server, on 127.0.0.1; each test empties it first)."""
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
 from dmf_hybrid.config import Settings
 from dmf_hybrid.vector.chroma import ChromaIndex
+from evaluation.chromaserver import ChromaServer
 from tests.conftest import define_travel
 from tests.search.test_search import (
     SELECTIVITY,
@@ -36,55 +26,11 @@ from tests.search.test_search import (
 pytestmark = pytest.mark.slow  # starts a server
 
 MODES = ("vector", "keyword", "hybrid")
-STARTUP_TIMEOUT_S = 60.0
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="module")
-def chroma_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of a fresh ``chroma run`` server, stopped by PID afterwards."""
-    beside = Path(sys.executable).parent / "chroma"
-    exe = str(beside) if beside.is_file() else shutil.which("chroma")
-    if exe is None:
-        pytest.skip("the `chroma` executable (from the chromadb package) is not installed")
-    workdir = tmp_path_factory.mktemp("chroma_server")
-    port = free_port()
-    log_path = workdir / "server.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [exe, "run", "--path", str(workdir / "data"), "--host", "127.0.0.1",
-             "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "ANONYMIZED_TELEMETRY": "False"})
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"chroma run exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                heartbeat = f"http://127.0.0.1:{port}/api/v2/heartbeat"
-                if httpx.get(heartbeat, timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"no heartbeat from chroma run:\n{log_path.read_text()}")
-            time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+@pytest.fixture
+def chroma_url(chroma_server: ChromaServer) -> str:
+    return chroma_server.url
 
 
 @pytest.fixture

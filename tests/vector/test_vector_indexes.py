@@ -86,6 +86,30 @@ class IndexContract:
         assert top[0][1] == pytest.approx(1.0, abs=1e-5)
         assert index.query(name, unit(1), 2)[0][1] < 0.5  # the old vector is gone
 
+    def test_keep_newer_never_replaces_a_greater_version(self, index: VectorIndex,
+                                                         name: str) -> None:
+        index.ensure_collection(name, DIM)
+        index.upsert(name, ["a", "b"], np.stack([unit(1), unit(0, 1)]),
+                     [{"version": 3}, {"version": 1}])
+        # a late writer with older versions of "a", a newer one of "b", and a new "c"
+        index.upsert(name, ["a", "b", "c"], np.stack([unit(0, 0, 1), unit(0, 0, 1), unit(1)]),
+                     [{"version": 2}, {"version": 2}, {"version": 1}], keep_newer="version")
+        assert index.records(name) == {"a": {"version": 3}, "b": {"version": 2},
+                                       "c": {"version": 1}}
+        assert index.query(name, unit(1), 1)[0][0] in ("a", "c")  # a kept its own vector
+        assert index.query(name, unit(0, 0, 1), 1)[0][0] == "b"
+        # the same version again is written (a repair of a stale vector at that version)
+        index.upsert(name, ["a"], unit(0, 1)[None, :], [{"version": 3, "x": 1}],
+                     keep_newer="version")
+        assert index.records(name)["a"] == {"version": 3, "x": 1}
+        # without keep_newer an upsert replaces whatever is stored
+        index.upsert(name, ["a"], unit(1)[None, :], [{"version": 1}])
+        assert index.records(name)["a"] == {"version": 1}
+
+    def test_says_whether_it_is_shared(self, index: VectorIndex) -> None:
+        # only a server is written by other processes too
+        assert index.shared is (type(self).__name__ == "TestChromaServer")
+
     def test_upsert_with_empty_metadata_clears_it(self, index: VectorIndex, name: str) -> None:
         index.ensure_collection(name, DIM)
         index.upsert(name, ["a"], unit(1)[None, :], [{"k": "v"}])
