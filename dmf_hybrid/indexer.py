@@ -15,15 +15,17 @@ scores never depend on another tenant's documents). Both mirror DuckDB (loaded f
 kept in step by the outbox), not the vector index.
 
 A vector index other processes write too (a Chroma server the processes of one PostgreSQL store
-share) is written by one of them at a time, the relay leader (:mod:`dmf_hybrid.search.relay`):
-the others embed their own writes (into the shared embedding cache) and bring their own mirrors
-forward, and leave the outbox rows to the leader.
+share) is written by one of them at a time, the relay leader (:mod:`dmf_hybrid.search.relay`),
+from its relay thread, never in a write's path: every process embeds its own writes (into the
+shared embedding cache) and brings its own mirrors forward, and leaves the outbox rows to the
+relay.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -62,6 +64,9 @@ CACHE_CHUNK = 2048
 #: Entities per step of a drain: each step reads their rows, embeds, and writes the indexes, so
 #: a large batch's drain never holds a read or a write for long.
 DRAIN_PIECE = 256
+#: Seconds the relay leaves a write whose text is not cached yet to its writer (which embeds
+#: it right after its commit) before it embeds the text itself (the writer died, or failed).
+EMBED_GRACE = 5.0
 class Indexer:
     """Keeps the derived indexes in step with DuckDB."""
 
@@ -85,9 +90,13 @@ class Indexer:
         self.changes = changes
         #: the entities drains are applying right now (one drain per entity at a time)
         self._claims = Claims()
+        #: whether other processes write the store and the vector index too: then only the
+        #: relay writes the index, from the outbox (:class:`~dmf_hybrid.search.relay.Relay`)
+        self.relayed = False
+        #: relayed: when the relay first found an entity's text missing from the cache
+        self._uncached: dict[Key, float] = {}
         #: whether this process writes the vector index and marks outbox rows done: always,
-        #: unless other processes write the store and the index too (then while it leads
-        #: their relay, :class:`~dmf_hybrid.search.relay.Relay`)
+        #: unless relayed (then while it leads the relay)
         self.leading = True
 
     # ------------------------------------------------------------------ names
@@ -146,18 +155,28 @@ class Indexer:
         gone = sorted(set(keys or ()) - {(r[1], r[0]) for r in live})
         return items_of(etype, live, gone, _differs), gone
 
-    def _apply_type(self, etype: EntityType, keys: Sequence[Key], force: bool = False) -> None:
-        """Bring every index in step with DuckDB for these (tenant, id) of one type; unless
-        ``force`` (a repair), a vector of a newer version than the row read here (another
-        process's later write) is kept."""
+    def _apply_type(self, etype: EntityType, keys: Sequence[Key], force: bool = False
+                    ) -> set[Key]:
+        """Bring every index in step with DuckDB for these (tenant, id) of one type (relayed:
+        the vector index alone); unless ``force`` (a repair), a vector of a newer version than
+        the row read here (another process's later write) is kept. What it left for a later
+        turn: relayed, entities whose writer may still be embedding their text."""
         items, gone = self._items(etype, keys)
-        vectors = self.embed_texts({p[3]: p[4] for p in items})
+        texts = {p[3]: p[4] for p in items}
+        deferred = set() if force or not self.relayed else self._writer_embeds(
+            items, self.cached_vectors(list(texts)))
+        if deferred:
+            items = [p for p in items if (p[1], p[0]) not in deferred]
+            texts = {p[3]: p[4] for p in items}
+        vectors = self.embed_texts(texts)
         name = self.collection(etype.key)
         if self.fault:
             self.fault("before_vector_upsert")
         self.vectors.ensure_collection(name, self.embedder.dim)
         if gone:
             self.vectors.delete(name, [vector_id(t, e) for t, e in gone])
+            for key in gone:
+                self._uncached.pop(key, None)
         for i in range(0, len(items), UPSERT_CHUNK):
             part = items[i:i + UPSERT_CHUNK]
             self.vectors.upsert(
@@ -167,9 +186,29 @@ class Indexer:
                  for p in part], keep_newer=None if force else "version")
         if self.fault:
             self.fault("after_vector_upsert")
-        with self._lock:
-            self._update_local(etype.key, items, vectors, gone)
+        if not self.relayed:  # (relayed, the writes' own paths keep the mirrors)
+            with self._lock:
+                self._update_local(etype.key, items, vectors, gone)
         heap.handled(sum(len(p[4]) for p in items))
+        return deferred
+
+    def _writer_embeds(self, items: list[Item], cached: Mapping[str, np.ndarray]) -> set[Key]:
+        """The entities among ``items`` whose text is not in the embedding cache yet and whose
+        writer has had less than :data:`EMBED_GRACE` seconds (since the relay first saw it) to
+        put it there: the relay waits for the writer rather than embed the text a second time."""
+        now = time.monotonic()
+        waiting: set[Key] = set()
+        for p in items:
+            key = (p[1], p[0])
+            if p[3] in cached:
+                self._uncached.pop(key, None)
+                continue
+            first = self._uncached.setdefault(key, now)
+            if now - first < EMBED_GRACE:
+                waiting.add(key)
+            else:
+                del self._uncached[key]
+        return waiting
 
     def _update_local(self, tkey: str, items: list[Item],
                       vectors: dict[str, np.ndarray], gone: Sequence[Key]) -> None:
@@ -313,7 +352,7 @@ class Indexer:
             if etype is None or etype.typedef.embed is None:
                 continue
             keys = [(tenant, eid) for eid in sorted(ids)]
-            if self.vectors.shared:
+            if self.relayed:
                 if etype.key in self.mirror or etype.key in self._keyword_types:
                     self._refresh_local(etype, keys)
                 continue
@@ -362,14 +401,15 @@ class Indexer:
         """Those of ``rows`` another drain has not applied meanwhile."""
         return self.store.outbox.still_pending(rows)
 
-    def _apply_rows(self, rows: list[OutboxRow]) -> int:
+    def _apply_rows(self, rows: list[OutboxRow], relay: bool = True) -> int:
         """Bring the indexes in step for these outbox rows' entities (claimed by the caller)
-        and mark the rows done; not leading a shared index's relay, only this process's
-        mirrors, with the texts embedded into the cache (the leader's relay finds them there),
-        and the rows stay pending."""
+        and mark the rows done; with ``relay`` False, or not leading, only this process's
+        mirrors, with the texts embedded into the cache (the relay finds them there), and the
+        rows stay pending."""
         if not rows:
             return 0
-        leading = self.leading
+        leading = relay and self.leading
+        deferred: set[tuple[str, str, str]] = set()  # (type, tenant, id) left for the next turn
         by_type: dict[tuple[str, str], list[Key]] = {}
         for _seq, type_name, tenant, eid in rows:
             by_type.setdefault((tenant, type_name), []).append((tenant, eid))
@@ -380,13 +420,15 @@ class Indexer:
             keys = sorted(set(by_type[(tenant, type_name)]))
             for i in range(0, len(keys), DRAIN_PIECE):
                 if leading:
-                    self._apply_type(etype, keys[i:i + DRAIN_PIECE])
+                    deferred.update((type_name, *key) for key in self._apply_type(
+                        etype, keys[i:i + DRAIN_PIECE]))
                 else:
                     self._refresh_local(etype, keys[i:i + DRAIN_PIECE])
         if not leading:
             return 0
-        self.store.outbox.mark_done([r[0] for r in rows])
-        return len(rows)
+        done = [r[0] for r in rows if (r[1], r[2], r[3]) not in deferred]
+        self.store.outbox.mark_done(done)
+        return len(done)
 
     def pending(self) -> int:
         """How many outbox rows wait to be applied."""
@@ -395,16 +437,18 @@ class Indexer:
     def on_commit(self, batch: Iterable[tuple[int, str, str, str, str]]) -> None:
         """Transaction hook, run once the commit has let the write lock go: apply the rows the
         commit queued (waiting only for a drain of the same entities), and any other pending
-        row nobody is applying (errors leave rows pending and will be replayed)."""
+        row nobody is applying (errors leave rows pending and will be replayed); relayed,
+        only to this process's mirrors (the relay writes the index)."""
         own = {seq: (seq, type_name, tenant, eid) for seq, tenant, eid, type_name, _op in batch}
         try:
             with self._claims.hold({(t, tn, e) for _s, t, tn, e in own.values()},
                                    wait=not self.store.db.holds_lock) as held:
                 mine = [r for r in sorted(own.values()) if (r[1], r[2], r[3]) in held]
-                # (not leading: the mirrors take them even if the leader has relayed them)
-                self._apply_rows(self._still_pending(mine) if self.leading else mine)
-            others = [r for r in self._pending(DRAIN_PIECE) if r[0] not in own
-                      ] if self.leading else []
+                # (relayed: the mirrors take them even if the relay has applied them)
+                self._apply_rows(mine if self.relayed else self._still_pending(mine),
+                                 relay=not self.relayed)
+            others = [] if self.relayed else [
+                r for r in self._pending(DRAIN_PIECE) if r[0] not in own]
             if others:
                 with self._claims.hold({(t, tn, e) for _s, t, tn, e in others},
                                        wait=False) as held:

@@ -11,6 +11,7 @@ engines    ``evaluation.bench_engines``     the same on DuckDB and PostgreSQL si
 search     ``evaluation.bench_search``      filtered vector search vs Chroma ``where``, ingest
 keyword    ``evaluation.bench_keyword``     the BM25 leg vs bm25s on SciFact and synthetic
 http       ``evaluation.bench_http``        POST /search at 1, 4, 16 clients, real server
+workers    ``evaluation.bench_workers``     1 and 2 workers on PostgreSQL + a Chroma server
 coldstart  ``evaluation.bench_coldstart``   import, open, first search, server readiness
 embed      ``evaluation.bench_embed``       every embedder's passages/s, query latency, agreement
 loadwrites ``evaluation.bench_load_writes`` write latency while a type's mirrors load
@@ -92,6 +93,10 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
             Step("http", "evaluation.bench_http",
                  [("--n", "100"), ("--embedder", "hash"), ("--requests", "32"),
                   ("--rounds", "2"), ("--concurrency", "1", "4"), out("http")], 300),
+            Step("workers", "evaluation.bench_workers",
+                 [("--workers", "1", "2"), ("--clients", "1", "4"), ("--n", "200"),
+                  ("--embedder", "hash"), ("--seconds", "2"), ("--lag-samples", "5"),
+                  out("workers")], 400),
             Step("coldstart", "evaluation.bench_coldstart",
                  [("--n", "100"), ("--embedder", "hash"), ("--runs", "1"), out("coldstart")],
                  300),
@@ -117,6 +122,9 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
         Step("http", "evaluation.bench_http",
              [("--n", "1000"), ("--embedder", DEFAULT_EMBEDDER), ("--requests", "144"),
               ("--rounds", "3"), ("--max-seconds", "240"), out("http")], 480),
+        Step("workers", "evaluation.bench_workers",
+             [("--workers", "1", "2"), ("--clients", "1", "16", "64"), ("--n", "2000"),
+              ("--embedder", DEFAULT_EMBEDDER), out("workers")], 900),
         Step("coldstart", "evaluation.bench_coldstart",
              [("--n", "1000"), ("--embedder", DEFAULT_EMBEDDER), ("--runs", "3"), out("coldstart")],
              540),

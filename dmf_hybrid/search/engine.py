@@ -134,6 +134,7 @@ class SearchEngine:
         store.foreign_hooks.append(engine._on_foreign)
         engine._previous_model = engine._record_model(settings.tenant)
         if vectors.shared and store.db.shared:  # other processes write both
+            engine.indexer.relayed = True
             engine.indexer.leading = store.db.lead()
             engine.relay = Relay(engine.indexer, store.db, engine.catch_up)
         if replay:
@@ -375,7 +376,7 @@ class SearchEngine:
     def _unrelayed(self, scope: Scope) -> Callable[[], list[str] | None] | None:
         """What the vector index may not have yet when other processes write it (the relay
         leader): the entities of the scope's type and tenant with outbox rows pending."""
-        if not (self.vectors.shared and self.store.db.shared):
+        if not self.indexer.relayed:
             return None
         return lambda: self.store.outbox.pending_ids(scope.etype.name, scope.tenant,
                                                      UNRELAYED_MAX)

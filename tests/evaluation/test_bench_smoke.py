@@ -176,7 +176,7 @@ def test_bench_all_plans_every_benchmark(tmp_path: Path) -> None:
     for quick in (False, True):
         steps = bench_all.plan(tmp_path, tmp_path / "scifact", quick)
         assert [s.name for s in steps] == ["store", "engines", "search", "keyword", "http",
-                                           "coldstart", "embed", "loadwrites"]
+                                           "workers", "coldstart", "embed", "loadwrites"]
         for step in steps:
             name = "load_writes" if step.name == "loadwrites" else step.name
             assert ("--out", str(tmp_path / f"bench_{name}.json")) in step.flags
@@ -329,3 +329,19 @@ def test_bench_engines_measures_both_engines_side_by_side(tmp_path: Path) -> Non
     assert [(r["processes"], r["one_tenant"], r["writes"]) for r in document["processes"]] \
         == [(2, False, 20), (2, True, 20)]
     assert "| 2 | one each | 20 |" in table
+
+
+def test_bench_workers_smoke(tmp_path: Path) -> None:
+    from evaluation import bench_workers
+
+    out = tmp_path / "workers.json"
+    assert bench_workers.main(["--workers", "2", "--clients", "2", "--n", "40", "--embedder",
+                               "hash", "--seconds", "1", "--lag-samples", "3", "--out",
+                               str(out), "--no-png"]) == 0
+    doc = json.loads(out.read_text())
+    assert [(r["kind"], r["workers"], r["clients"]) for r in doc["results"]] == [
+        ("search", 2, 2), ("create", 2, 2)]
+    assert all(r["errors"] == 0 and r["rps"] > 0 for r in doc["results"])
+    assert len(doc["rss_mb"]["2"]) == 2 and all(m > 0 for m in doc["rss_mb"]["2"])
+    assert doc["lag"]["samples"] == 3 and doc["lag"]["search"]["p50_ms"] > 0
+    assert "| create | 2 | 2 |" in out.with_suffix(".md").read_text()

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
+from dmf_hybrid import indexer as indexer_module
 from dmf_hybrid.store.postgres import _RELAY_LOCK
 from dmf_hybrid.vector.chroma import ChromaIndex
 from evaluation.chromaserver import ChromaServer
@@ -117,6 +118,28 @@ def test_one_process_relays_what_every_process_wrote(opened: Callable[..., Memor
     assert repaired(leader) == (12, 0)
     # the one that does not lead applies nothing itself
     assert other.flush() == 0
+
+
+class BrokenEmbedder(HashEmbedder):
+    """The test embedder's model, failing: a writer that commits and then cannot embed."""
+
+    def embed(self, texts: list[str]) -> Any:
+        raise RuntimeError("the model is gone")
+
+
+def test_the_relay_embeds_what_a_writer_could_not(opened: Callable[..., Memory],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(indexer_module, "EMBED_GRACE", 1.0)
+    leader = opened("a", CountingEmbedder())
+    define_travel(leader)
+    writer = opened("b", BrokenEmbedder())
+    poi = writer.create("Poi", {"name": "Fram museum", "city": "Oslo"})  # committed, not embedded
+    start = time.monotonic()
+    wait_for(lambda: pending(writer) == 0)
+    # the relay waited for the writer first, then embedded the text itself, once
+    assert time.monotonic() - start >= 0.8
+    assert leader.engine.embedder.texts == 1  # type: ignore[attr-defined]
+    assert index_state(leader) == {poi.id: 1}
 
 
 def test_a_search_finds_what_the_index_does_not_have_yet(
