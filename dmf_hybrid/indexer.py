@@ -169,6 +169,10 @@ class Indexer:
             items = [p for p in items if (p[1], p[0]) not in deferred]
             texts = {p[3]: p[4] for p in items}
         vectors = self.embed_texts(texts)
+        if not self.relayed:  # the mirrors first (they mirror the store, whatever the index
+            # does); relayed, the writes' own paths keep them
+            with self._lock:
+                self._update_local(etype.key, items, vectors, gone)
         name = self.collection(etype.key)
         if self.fault:
             self.fault("before_vector_upsert")
@@ -186,9 +190,6 @@ class Indexer:
                  for p in part], keep_newer=None if force else "version")
         if self.fault:
             self.fault("after_vector_upsert")
-        if not self.relayed:  # (relayed, the writes' own paths keep the mirrors)
-            with self._lock:
-                self._update_local(etype.key, items, vectors, gone)
         heap.handled(sum(len(p[4]) for p in items))
         return deferred
 

@@ -185,6 +185,9 @@ class Receipt(BaseModel):
     rrf_k: int | None = None
     fusion: str | None = Field(None, description="How a hybrid search fused its legs.")
     dropped: int = Field(0, description="Proposed hits that failed resolution (fail closed).")
+    index_unavailable: bool = Field(
+        False, description="The vector index (Chroma) could not be reached: every candidate "
+        "was scored exactly from the process's mirror instead; the answer is still complete.")
     reference_time: dt.datetime | None = Field(
         None, description="The time the query's time phrases were read against (the given "
         "one; now when none was given and the query has time phrases; else null).")

@@ -33,15 +33,21 @@ def chroma_executable() -> str | None:
 
 
 class ChromaServer:
-    """A running ``chroma run`` on 127.0.0.1 (``stop()`` stops it and removes its files)."""
+    """A running ``chroma run`` on 127.0.0.1 (``stop()`` stops it and removes its files;
+    ``stop(remove=False)`` then ``start()`` is a restart on the same port and data)."""
 
     def __init__(self, executable: str) -> None:
+        self.executable = executable
         self.dir = Path(tempfile.mkdtemp(prefix="dmf-chroma-"))
         self.port = free_port()
         self.log = self.dir / "server.log"
-        with open(self.log, "wb") as log:
+        self.start()
+
+    def start(self) -> None:
+        """Start the server and wait for its heartbeat."""
+        with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [executable, "run", "--path", str(self.dir / "data"), "--host", "127.0.0.1",
+                [self.executable, "run", "--path", str(self.dir / "data"), "--host", "127.0.0.1",
                  "--port", str(self.port)], stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
                 env={**os.environ, "ANONYMIZED_TELEMETRY": "False"})
@@ -71,8 +77,8 @@ class ChromaServer:
                                    f"{self.log.read_text()}")
             time.sleep(0.2)
 
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL) and remove its directory."""
+    def stop(self, remove: bool = True) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and, with ``remove``, its directory."""
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -82,4 +88,5 @@ class ChromaServer:
                 self.proc.wait(timeout=STOP_TIMEOUT)
             except ProcessLookupError:
                 pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if remove:
+            shutil.rmtree(self.dir, ignore_errors=True)

@@ -157,7 +157,8 @@ class ServiceState:
             problems.append(f"warm-up failed: {self.warmup_error}")
         if not loaded:
             problems.append("embedding model not loaded yet")
-        if pending:
+        if pending and not engine.indexer.relayed:  # (relayed: the relay's backlog, which
+            # searches cover from the outbox; not this process's readiness)
             problems.append(f"{pending} outbox rows not yet indexed" if pending > 0
                             else "cannot read the outbox")
         return {"ready": not problems, "model_loaded": loaded, "outbox_pending": pending,

@@ -340,6 +340,7 @@ class SearchEngine:
             resolved_at_seq=scope.seen_seq, mode=mode, plan=plan, candidates=scope.count,
             model_id=self.embedder.model_id, k=k,
             rrf_k=opts.rrf_k if mode == "hybrid" else None, dropped=dropped,
+            index_unavailable=scope.index_unavailable,
             fusion=opts.fusion if mode == "hybrid" else None,
             reference_time=query_time.reference if query_time.windows or
             reference_time is not None else None,

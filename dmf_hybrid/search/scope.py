@@ -59,6 +59,7 @@ class Scope:
         self.count = 0
         self.seen_seq = at_seq
         self.by_key = False  # list candidates by DuckDB hash(tenant, id), not ID
+        self.index_unavailable = False  # the vector leg could not ask the vector index
         self.list_large = False  # list the candidates even when the ANN plan is likely
         self._ids: list[str] | None = None
         self._keys: npt.NDArray[np.uint64] | None = None

@@ -5,23 +5,27 @@ vector index for about ``2 k / selectivity`` proposals, keep those among the can
 widen until enough survive, or score every candidate exactly when the index cannot surface
 enough. A vector index other processes write is behind the store by what its relay has not
 applied yet: those entities (``unrelayed``) join the proposals with their scores from the
-mirror, which is never behind.
+mirror, which is never behind. An index that cannot be reached (a Chroma server that is down)
+proposes nothing: every candidate is scored exactly, and the scope says so.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import NotFound
+from ..errors import NotFound, ServiceUnavailable
 from ..indexer import own_ids
 from ..mirrors.vectors import SCORE_EPS, LocalVectors
 from ..vector.base import VectorIndex
 from .ranking import Ranking, ranked, unit64
 from .scope import Scope
+
+log = logging.getLogger(__name__)
 
 #: ANN proposals asked per wanted survivor, on top of 1 / selectivity.
 ANN_OVERFETCH = 2.0
@@ -51,7 +55,11 @@ def vector_leg(scope: Scope, local: LocalVectors | None, vectors: VectorIndex, c
     if fresh is None:
         return exact_ranking(scope, local, query, depth), "exact"
     while True:
-        proposed = own_ids(_proposals(vectors, collection, qvec, n), scope.tenant)
+        hits = _proposals(vectors, collection, qvec, n)
+        if hits is None:
+            scope.index_unavailable = True
+            return exact_ranking(scope, local, query, depth), "exact"
+        proposed = own_ids(hits, scope.tenant)
         if fresh:
             proposed = sorted([h for h in proposed if h[0] not in fresh] + list(fresh.items()),
                               key=lambda hit: (-hit[1], hit[0]))
@@ -90,13 +98,16 @@ def vector_leg(scope: Scope, local: LocalVectors | None, vectors: VectorIndex, c
 
 
 def _proposals(vectors: VectorIndex, collection: str, qvec: np.ndarray, n: int
-               ) -> list[tuple[str, float]]:
+               ) -> list[tuple[str, float]] | None:
     """The index's ``n`` nearest (none while the collection does not exist: a shared index
-    the relay has not written yet)."""
+    the relay has not written yet; None: the index cannot be reached)."""
     try:
         return vectors.query(collection, qvec, n)
     except NotFound:
         return []
+    except ServiceUnavailable as exc:
+        log.warning("vector index unavailable, scoring every candidate exactly: %s", exc)
+        return None
 
 
 def _fresh(scope: Scope, local: LocalVectors, query: npt.NDArray[np.float64],

@@ -17,7 +17,9 @@ from typer.testing import CliRunner
 
 from dmf_hybrid import MemoryClient
 from dmf_hybrid.cli import app
+from dmf_hybrid.vector.chroma import ChromaIndex
 from evaluation.bench_all import stop_group
+from evaluation.chromaserver import ChromaServer
 from evaluation.pgserver import PgServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,12 +39,30 @@ def _workers(supervisor: int) -> list[int]:
     return [int(line.split()[0]) for line in out.splitlines() if "spawn_main" in line]
 
 
+@pytest.fixture(params=["vectors in each worker", "a Chroma server"])
+def chroma_url(request: pytest.FixtureRequest) -> str | None:
+    """Where the workers keep their vectors: each in its memory, or a shared Chroma server
+    (the test session's, emptied first), which one worker at a time writes (the relay)."""
+    if request.param == "vectors in each worker":
+        return None
+    server: ChromaServer = request.getfixturevalue("chroma_server")
+    index = ChromaIndex.http("127.0.0.1", server.port)
+    for name in index.collections():
+        index.drop(name)
+    index.close()
+    return server.url
+
+
 @pytest.fixture
-def service(pg_server: PgServer, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def service(pg_server: PgServer, tmp_path: Path, chroma_url: str | None
+            ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DMF_EMBEDDER": "hash",
            "DMF_DATA_DIR": str(tmp_path / "data")}
     env.pop("DMF_STORE_URL", None)
+    env.pop("DMF_CHROMA_URL", None)
+    if chroma_url is not None:
+        env["DMF_CHROMA_URL"] = chroma_url
     proc = subprocess.Popen(
         [sys.executable, "-m", "dmf_hybrid.cli", "serve", "--store", pg_server.fresh(),
          "--workers", "2", "--port", str(port)], cwd=ROOT, env=env, text=True,
@@ -67,7 +87,7 @@ def service(pg_server: PgServer, tmp_path: Path) -> Iterator[tuple[str, subproce
 
 
 def test_workers_behind_one_port_answer_as_one_service(
-        service: tuple[str, subprocess.Popen[str]]) -> None:
+        service: tuple[str, subprocess.Popen[str]], chroma_url: str | None) -> None:
     url, proc = service
     assert len(_workers(proc.pid)) == 2
     with MemoryClient(url, timeout=60) as client:
@@ -98,6 +118,20 @@ def test_workers_behind_one_port_answer_as_one_service(
             name = client.get(eid).data.name
             assert eid in [h.entity.id for h in client.search("Poi", name, k=3).hits]
         assert client.verify_audit().ok
+        if chroma_url is not None:  # the relay (whichever worker leads now) brought it in
+            host, port = chroma_url.removeprefix("http://").split(":")
+            index = ChromaIndex.http(host, int(port))
+            deadline = time.monotonic() + START_TIMEOUT
+            while True:
+                stored = {vid for name in index.collections() if "Poi" in name
+                          for vid in index.records(name)}
+                if stored == set(made) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            index.close()
+            assert stored == set(made)
+            counts = client.reconcile()
+            assert counts.missing + counts.stale + counts.orphan == 0
 
 
 def test_more_than_one_worker_needs_the_shared_engine(tmp_path: Path) -> None:

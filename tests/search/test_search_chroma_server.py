@@ -12,7 +12,7 @@ import pytest
 from dmf_hybrid import HashEmbedder, Memory
 from dmf_hybrid.config import Settings
 from dmf_hybrid.vector.chroma import ChromaIndex
-from evaluation.chromaserver import ChromaServer
+from evaluation.chromaserver import ChromaServer, chroma_executable
 from tests.conftest import define_travel
 from tests.search.test_search import (
     SELECTIVITY,
@@ -114,3 +114,33 @@ def test_filtered_recall_and_determinism_on_the_ann_path(chroma_url: str,
             once = summary(mem.search("Item", text, where=where, mode=mode))
             assert summary(mem.search("Item", text, where=where, mode=mode)) == once
     mem.close()
+
+
+def test_writes_commit_and_searches_answer_while_the_server_is_down(tmp_path: Path) -> None:
+    exe = chroma_executable()
+    assert exe is not None
+    server = ChromaServer(exe)  # its own: this test stops it
+    try:
+        mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(),
+                          settings=Settings(chroma_url=server.url, exact_threshold=2))
+        define_travel(mem)
+        for i in range(6):
+            mem.create("Poi", {"name": f"Spot {i}", "city": "Oslo"})
+        assert mem.search("Poi", "Spot 3", mode="vector").receipt.plan == "ann"
+        server.stop(remove=False)
+        late = mem.create("Poi", {"name": "Munch museum", "city": "Oslo"})  # acknowledged
+        assert mem.get(late.id).version == 1 and mem.engine.indexer.pending() == 1
+        for mode in MODES:
+            res = mem.search("Poi", "Munch museum", mode=mode, k=3)
+            assert res.hits[0].entity.id == late.id, mode
+            # the vector leg could not ask the index, and says so; the keyword leg never does
+            assert res.receipt.index_unavailable is (mode != "keyword"), mode
+        server.start()  # the same port and data: the pending row is applied on the next drain
+        assert mem.flush() == 1 and mem.engine.indexer.pending() == 0
+        res = mem.search("Poi", "Munch museum", mode="vector", k=3)
+        assert res.hits[0].entity.id == late.id and not res.receipt.index_unavailable
+        counts = mem.reconcile()
+        assert (counts.checked, counts.missing + counts.stale + counts.orphan) == (7, 0)
+        mem.close()
+    finally:
+        server.stop()
