@@ -156,6 +156,12 @@ class Settings(BaseSettings):
         "least 2,048 candidates, so the exact plan scores a copy instead of gathering rows "
         "(per type, dropped on any vector change; 0 = off).",
     )
+    mirror_budget_mb: float = Field(
+        0, ge=0,
+        description="MiB the in-process mirrors of searched types (exact vectors, BM25 "
+        "indexes) may hold; past it, the least recently searched types' are dropped and "
+        "loaded again on their next search (0 = a quarter of the machine's memory).",
+    )
     embed_batch_size: int = Field(EMBED_BATCH_SIZE, ge=1, description="Texts per model call.")
     max_k: int = Field(MAX_K, ge=1, description="Largest k a search may ask for.")
     max_page_size: int = Field(MAX_PAGE_SIZE, ge=1, description="Largest query page.")

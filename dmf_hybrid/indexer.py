@@ -12,7 +12,8 @@ Besides the vector index (Chroma) the indexer keeps, per entity type and loaded 
 search, an in-memory exact mirror of the vectors (:class:`LocalVectors`, which the planner
 scores candidate sets against) and one BM25 :class:`KeywordIndex` per tenant (so a tenant's
 scores never depend on another tenant's documents). Both mirror DuckDB (loaded from it, then
-kept in step by the outbox), not the vector index.
+kept in step by the outbox), not the vector index; what is loaded stays within a memory budget
+(:mod:`dmf_hybrid.loaded_mirrors`).
 
 A vector index other processes write too (a Chroma server the processes of one PostgreSQL store
 share) is written by one of them at a time, the relay leader (:mod:`dmf_hybrid.search.relay`),
@@ -34,11 +35,11 @@ from . import heap
 from .claims import Claims
 from .embeddings import Embedder
 from .ids import split_vector_id, vector_id
+from .loaded_mirrors import LoadedMirrors
 from .mirror_load import (
     FaultHook,
     Item,
     Snapshot,
-    add_keyword,
     items_of,
     keyword_indexes,
     read_snapshot,
@@ -72,17 +73,15 @@ class Indexer:
 
     def __init__(self, store: Store, embedder: Embedder, vectors: VectorIndex,
                  batch_size: int = 64, block_bytes: int = 0,
-                 changes: ChangeFeed | None = None) -> None:
+                 changes: ChangeFeed | None = None, budget_bytes: int = 0) -> None:
         self.store = store
         self.embedder = embedder
         self.vectors = vectors
         self.batch_size = batch_size
         self.block_bytes = block_bytes  # bound of each mirror's Blocks
-        self.mirror: dict[str, LocalVectors] = {}  # type name -> loaded exact mirror
-        self._keyword: dict[tuple[str, str], KeywordIndex] = {}
-        self._keyword_types: set[str] = set()  # types whose keyword indexes are loaded
-        self._keyword_analysis: dict[str, TypeAnalyzer] = {}  # what they were analysed with
-        self._lock = threading.RLock()
+        #: the loaded mirrors, within the budget (their lock is the indexer's)
+        self.loaded = LoadedMirrors(budget_bytes)
+        self._lock = self.loaded.lock
         self._building = threading.Lock()  # held by the one snapshot load at a time
         self.fault: FaultHook | None = None
         #: What commits changed, to bring a snapshot forward; None: mirrors load holding
@@ -108,7 +107,7 @@ class Indexer:
     def keyword_index(self, key: str, tenant: str) -> KeywordIndex | None:
         """The BM25 index of one tenant's entities of a type (by storage key; None: nothing
         indexed)."""
-        return self._keyword.get((key, tenant))
+        return self.loaded.keyword.get((key, tenant))
 
     # ------------------------------------------------------------------ cache
 
@@ -172,7 +171,7 @@ class Indexer:
         if not self.relayed:  # the mirrors first (they mirror the store, whatever the index
             # does); relayed, the writes' own paths keep them
             with self._lock:
-                self._update_local(etype.key, items, vectors, gone)
+                self.loaded.update(etype.key, items, vectors, gone)
         name = self.collection(etype.key)
         if self.fault:
             self.fault("before_vector_upsert")
@@ -211,43 +210,6 @@ class Indexer:
                 del self._uncached[key]
         return waiting
 
-    def _update_local(self, tkey: str, items: list[Item],
-                      vectors: dict[str, np.ndarray], gone: Sequence[Key]) -> None:
-        """Apply a change to the loaded mirror and keyword indexes of a type (lock held)."""
-        local = self.mirror.get(tkey)
-        if local is not None:
-            local.delete(gone)
-            if items:
-                local.upsert([p[0] for p in items], [p[5] for p in items],
-                             np.stack([vectors[p[3]] for p in items]),
-                             [p[1] for p in items], [p[3] for p in items])
-        if tkey in self._keyword_types:
-            by_tenant: dict[str, list[str]] = {}
-            for tenant, eid in gone:
-                by_tenant.setdefault(tenant, []).append(eid)
-            for tenant, ids in sorted(by_tenant.items()):
-                kw = self._keyword.get((tkey, tenant))
-                if kw is not None:
-                    kw.delete(ids)
-            self._add_keyword(tkey, items)
-
-    def _add_keyword(self, tkey: str, items: list[Item]) -> None:
-        def index_of(tenant: str) -> KeywordIndex:
-            key = (tkey, tenant)
-            if key not in self._keyword:
-                self._keyword[key] = KeywordIndex(analyzer=self._keyword_analysis[tkey])
-            return self._keyword[key]
-
-        add_keyword(index_of, items)
-
-    def _has_local(self, etype: EntityType, keyword: bool, analysis: TypeAnalyzer) -> bool:
-        return etype.key in self.mirror and (not keyword or self._keyword_loaded(
-            etype.key, analysis))
-
-    def _keyword_loaded(self, tkey: str, analysis: TypeAnalyzer) -> bool:
-        return (tkey in self._keyword_types
-                and self._keyword_analysis.get(tkey) == analysis)
-
     def ensure_local(self, etype: EntityType, keyword: bool = True) -> None:
         """Load the exact mirror (and, with ``keyword``, the BM25 indexes) of a type, once.
 
@@ -258,7 +220,7 @@ class Indexer:
         transaction's writes.
         """
         analysis = type_analysis(etype)
-        if self._has_local(etype, keyword, analysis):
+        if self.loaded.has(etype.key, keyword, analysis):
             return
         if self.store.db.in_transaction:
             errors: list[BaseException] = []
@@ -274,22 +236,25 @@ class Indexer:
             worker.join()
             if errors:
                 raise errors[0]
+            with self._lock:
+                self.loaded.loaded(etype.key)
             return
         with self._building:  # one load at a time: a second caller finds the first's mirrors
-            if self._has_local(etype, keyword, analysis):
+            if self.loaded.has(etype.key, keyword, analysis):
                 return
             snapshot = None if self.changes is None else read_snapshot(
                 self.store, etype, model_id=self.embedder.model_id, dim=self.embedder.dim,
-                block_bytes=self.block_bytes, mirror=etype.key not in self.mirror,
-                keyword=analysis if keyword and not self._keyword_loaded(
+                block_bytes=self.block_bytes, mirror=etype.key not in self.loaded.vectors,
+                keyword=analysis if keyword and not self.loaded.keyword_loaded(
                     etype.key, analysis) else None, fault=self.fault)
             # the database's lock, then the indexer's (a drain takes the indexer's alone, and
             # the database's only while holding neither): the load may write the embedding
             # cache, which takes the database's lock again
             with self.store.db.no_writes(), self._lock:
                 if snapshot is None or not self._install(etype, analysis, snapshot) or (
-                        not self._has_local(etype, keyword, analysis)):  # forgotten meanwhile
+                        not self.loaded.has(etype.key, keyword, analysis)):  # forgotten meanwhile
                     self._load(etype, keyword, analysis)  # reads only what is missing
+                self.loaded.loaded(etype.key)
 
     def _install(self, etype: EntityType, analysis: TypeAnalyzer, snapshot: Snapshot) -> bool:
         """Install a snapshot's mirrors and bring them to the current state; False if what
@@ -301,10 +266,10 @@ class Indexer:
             return False
         name = etype.key
         own = (etype.name, etype.tenant)
-        if snapshot.mirror is not None and name not in self.mirror:
-            self.mirror[name] = snapshot.mirror
-        if snapshot.keyword is not None and not self._keyword_loaded(name, analysis):
-            self._set_keyword(name, analysis, snapshot.keyword)
+        if snapshot.mirror is not None and name not in self.loaded.vectors:
+            self.loaded.vectors[name] = snapshot.mirror
+        if snapshot.keyword is not None and not self.loaded.keyword_loaded(name, analysis):
+            self.loaded.set_keyword(name, analysis, snapshot.keyword)
         keys = set(snapshot.missing)  # vectors evicted from the cache (or never made)
         keys.update((etype.tenant, eid) for eid in changed.ids.get(own, ()))
         if keys:
@@ -317,31 +282,21 @@ class Indexer:
         items, gone = self._items(etype, keys)
         vectors = self.embed_texts({p[3]: p[4] for p in items})
         with self._lock:
-            self._update_local(etype.key, items, vectors, gone)
-
-    def _set_keyword(self, tkey: str, analysis: TypeAnalyzer,
-                     indexes: dict[str, KeywordIndex]) -> None:
-        """Replace every tenant's BM25 index of a type (first load, or the type's analyzer
-        changed with a new type version: never two analyzers mixed)."""
-        for key in [key for key in self._keyword if key[0] == tkey]:
-            del self._keyword[key]
-        for tenant, index in indexes.items():
-            self._keyword[(tkey, tenant)] = index
-        self._keyword_analysis[tkey] = analysis
-        self._keyword_types.add(tkey)
+            self.loaded.update(etype.key, items, vectors, gone)
 
     def _load(self, etype: EntityType, keyword: bool, analysis: TypeAnalyzer) -> None:
         """Read the mirrors at the current state (the caller orders the locks)."""
         with self._lock:
             reader = self.store.db.reader()
-            if etype.key not in self.mirror:
+            if etype.key not in self.loaded.vectors:
                 local, missing = vector_mirror(reader, etype, self.embedder.model_id,
                                                self.embedder.dim, self.block_bytes)
-                self.mirror[etype.key] = local
+                self.loaded.vectors[etype.key] = local
                 if missing:  # vectors evicted from the cache (or never made): embed them
                     self._refresh_local(etype, missing)
-            if keyword and not self._keyword_loaded(etype.key, analysis):
-                self._set_keyword(etype.key, analysis, keyword_indexes(reader, etype, analysis))
+            if keyword and not self.loaded.keyword_loaded(etype.key, analysis):
+                self.loaded.set_keyword(etype.key, analysis,
+                                        keyword_indexes(reader, etype, analysis))
 
     def bring_forward(self, entities: Mapping[tuple[str, str], set[str]]) -> None:
         """Other processes created, changed or removed these entities (by (type, tenant)):
@@ -354,7 +309,7 @@ class Indexer:
                 continue
             keys = [(tenant, eid) for eid in sorted(ids)]
             if self.relayed:
-                if etype.key in self.mirror or etype.key in self._keyword_types:
+                if self.loaded.holds(etype.key):
                     self._refresh_local(etype, keys)
                 continue
             for i in range(0, len(keys), DRAIN_PIECE):
@@ -362,15 +317,25 @@ class Indexer:
 
     def local(self, key: str) -> LocalVectors | None:
         """The loaded exact mirror of a type, by storage key (None until its first search)."""
-        return self.mirror.get(key)
+        return self.loaded.vectors.get(key)
 
     def forget_local(self) -> None:
         """Drop the in-memory mirrors (they reload lazily)."""
         with self._lock:
-            self.mirror.clear()
-            self._keyword_types.clear()
-            self._keyword_analysis.clear()
-            self._keyword.clear()
+            self.loaded.forget()
+
+    def mirrors(self, etype: EntityType, tenant: str, keyword: bool = True, load: bool = True
+                ) -> tuple[LocalVectors | None, KeywordIndex | None]:
+        """A type's mirrors for a search of one tenant (the exact vectors, and its BM25 index or
+        None if it has no document), as just used; with ``load``, loaded first if they are not
+        (or were dropped to stay within the budget)."""
+        analysis = type_analysis(etype)
+        while True:
+            if load:
+                self.ensure_local(etype, keyword)
+            with self._lock:
+                if not load or self.loaded.has(etype.key, keyword, analysis):
+                    return self.loaded.take(etype.key, tenant)
 
     # ------------------------------------------------------------------ outbox
 

@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 
 #: Initial rows of a mirror.
 MIN_ROWS = 64
+#: Bytes of the Python objects of one row besides its arrays (its entity ID and text hash
+#: strings, their list slots, its entry in the row map): 260 measured with tracemalloc over
+#: 4,000 rows.
+ROW_OBJECT_BYTES = 260
 #: A candidate set of at least 1/FULL_SCAN_FRACTION of the mirror is scored in one full pass.
 FULL_SCAN_FRACTION = 2
 #: Rows gathered and scored at a time: the block stays in cache and BLAS stays on one thread
@@ -142,6 +146,13 @@ class LocalVectors:
 
     def __len__(self) -> int:
         return self.size
+
+    def nbytes(self) -> int:
+        """What it holds: its arrays and kept blocks exactly, the Python objects of its rows
+        (IDs, text hashes, the row map) by :data:`ROW_OBJECT_BYTES` each."""
+        with self._lock.read():
+            arrays = self._matrix.nbytes + self._keys.nbytes + self._tenant.nbytes
+            return arrays + self.blocks.held + self.size * ROW_OBJECT_BYTES
 
     def has(self, tenant: str, eid: str) -> bool:
         """Whether the entity ``eid`` of ``tenant`` has a vector here."""

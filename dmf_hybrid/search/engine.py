@@ -30,6 +30,7 @@ ANN plan, which is approximate, answered it, or an entity was erased since).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -46,7 +47,8 @@ from ..embeddings import Embedder, embed_queries
 from ..embeddings.batching import make_query_batcher
 from ..filters import parse_filter
 from ..indexer import Indexer
-from ..mirrors.keyword import exact_leg
+from ..mirrors.keyword import KeywordIndex, exact_leg
+from ..mirrors.vectors import LocalVectors
 from ..models import Receipt, ReconcileCounts, ReindexCounts, SearchResult
 from ..schema import EntityType
 from ..store import Store
@@ -80,6 +82,13 @@ FUSION_DEPTH = 100
 RERANK_DEPTH = FUSION_DEPTH
 
 
+def mirror_budget(settings: Settings) -> int:
+    """Bytes the mirrors may hold: ``mirror_budget_mb``, or a quarter of physical memory."""
+    if settings.mirror_budget_mb:
+        return int(settings.mirror_budget_mb * 2**20)
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+
+
 class SearchEngine:
     """Indexer plus planner for one store."""
 
@@ -92,7 +101,8 @@ class SearchEngine:
         # what commits changed: for both search caches, and for mirrors loaded while writes go on
         self.changes = ChangeFeed(store.journal)
         self.indexer = Indexer(store, embedder, vectors, batch_size=settings.embed_batch_size,
-                               block_bytes=settings.block_cache_mb * 2**20, changes=self.changes)
+                               block_bytes=settings.block_cache_mb * 2**20, changes=self.changes,
+                               budget_bytes=mirror_budget(settings))
         self.filters = FilterCache(settings.exact_threshold, self.changes)
         self.rows = RowCache(settings.row_cache_size, self.changes)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -289,8 +299,10 @@ class SearchEngine:
                     scope = Scope(self.store, etype, tenant, seq, at_seq, node, related)
                     if seq is None and not db.in_transaction:
                         self.rows.attach(scope, generation, visible)
-                    local = self.indexer.local(etype.key)
-                    kw = self.indexer.keyword_index(etype.key, tenant)
+                    # this pass's mirrors (a type evicted since is loaded again; one evicted
+                    # later stays as it is, which the pass's stamp vouches for)
+                    local, kw = self.indexer.mirrors(
+                        etype, tenant, keyword=mode != "vector", load=seq is None)
                     # candidates are listed by 64-bit hash(tenant, id), not as strings, while
                     # the legs can map hashes (no collision in the mirror or the BM25 index)
                     scope.by_key = (mode == "keyword" or (
@@ -305,7 +317,8 @@ class SearchEngine:
                     lap("candidates_ms")
                     depth = k if mode != "hybrid" else max(k, FUSION_DEPTH)
                     while True:
-                        rankings, plan = self._legs(scope, mode, text, qvec, depth, lap, state)
+                        rankings, plan = self._legs(scope, mode, text, qvec, depth, lap, state,
+                                                    local, kw)
                         fused = (fuse(rankings, opts.fusion, k=opts.rrf_k,
                                       weights=opts.weights, depth=depth)
                                  if mode == "hybrid" else rankings[mode])
@@ -319,8 +332,8 @@ class SearchEngine:
                                        query_time=query_time, depth=max(k, RERANK_DEPTH))
                         lap("rerank_ms")
                         hits, dropped = resolve_hits(
-                            scope, self.store, None if seq is not None else
-                            self.indexer.local(etype.key), fused, rankings, k)
+                            scope, self.store, None if seq is not None else local, fused,
+                            rankings, k)
                         lap("resolve_ms")
                         truncated = any(len(r) >= depth for r in rankings.values())
                         if len(hits) >= k or not truncated or depth >= scope.count:
@@ -350,7 +363,8 @@ class SearchEngine:
         return SearchResult(hits=hits, receipt=receipt)
 
     def _legs(self, scope: Scope, mode: str, text: str, qvec: np.ndarray | None, depth: int,
-              lap: Callable[[str], None], state: ReplayState | None
+              lap: Callable[[str], None], state: ReplayState | None,
+              local: LocalVectors | None, kw: KeywordIndex | None
               ) -> tuple[dict[str, Ranking], str]:
         if state is not None:
             replay = replay_legs(scope, self.indexer, mode, text, qvec, depth, state)
@@ -361,12 +375,11 @@ class SearchEngine:
         if mode != "keyword":
             assert qvec is not None
             rankings["vector"], plan = vector_leg(
-                scope, self.indexer.local(scope.etype.key), self.vectors,
+                scope, local, self.vectors,
                 self.indexer.collection(scope.etype.key), qvec, depth,
                 self.settings.exact_threshold, self._unrelayed(scope))
             lap("vector_ms")
         if mode != "vector":
-            kw = self.indexer.keyword_index(scope.etype.key, scope.tenant)
             rankings["keyword"] = keyword_leg(scope, kw, text, depth,
                                               self.settings.exact_threshold)
             if mode == "hybrid":
