@@ -56,9 +56,17 @@ class PgServer:
                    "-c max_connections=200")
         if not durable:
             options += " -c fsync=off -c full_page_writes=off"
-        self._run([str(self.bin / "pg_ctl"), "-D", str(data), "-o", options, "-w", "-t", "60",
-                   "-l", str(self.dir / "log"), "start"])
+        self._options = options
         self.data = data
+        self._pg_ctl("start")
+
+    def _pg_ctl(self, action: str) -> None:
+        self._run([str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", self._options, "-w",
+                   "-t", "60", "-m", "fast", "-l", str(self.dir / "log"), action])
+
+    def restart(self) -> None:
+        """Restart the server (a fast shutdown: every connection is closed by the server)."""
+        self._pg_ctl("restart")
 
     def _run(self, argv: list[str]) -> None:
         if self._as_postgres:

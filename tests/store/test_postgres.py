@@ -21,7 +21,7 @@ import pytest
 from dmf_hybrid import Conflict, HashEmbedder, Memory, Settings, ValidationError
 from dmf_hybrid.errors import ServiceUnavailable
 from dmf_hybrid.vector.exact import ExactIndex
-from evaluation.pgserver import PgServer, free_port
+from evaluation.pgserver import PgServer, binaries, free_port
 from tests.conftest import define_travel, tenant_like
 from tests.store import dump_rows
 from tests.store.test_bundle import DERIVED, fill_mixed
@@ -202,6 +202,32 @@ def test_connections_the_server_dropped_are_made_again(pg_server: PgServer) -> N
         assert mem.verify_audit().ok and mem.last_seq() == second_seq(mem)
     finally:
         mem.close()
+
+
+def test_a_server_restart_loses_nothing_and_the_store_goes_on() -> None:
+    bin_dir = binaries()
+    assert bin_dir is not None
+    server = PgServer(bin_dir)  # its own: the test restarts it
+    try:
+        mem = _open(server.fresh())
+        try:
+            define_travel(mem)
+            names = ("Oslo Bergen Lima Cusco Quito Rome Turin Nice Lyon Porto Faro Braga Evora "
+                     "Sintra Tavira").split()
+            made = [mem.create("Trip", {"destination": name}).id for name in names[:10]]
+            assert mem.search("Trip", "Lima", mode="keyword").hits
+            server.restart()
+            # the writer connects again at its next transaction, each reader at its next read
+            made += [mem.create("Trip", {"destination": name}).id for name in names[10:]]
+            assert sorted(e.id for e in mem.query("Trip", limit=100).items) == sorted(made)
+            for eid in made:
+                name = mem.get(eid).data.destination
+                assert mem.search("Trip", name, mode="keyword", k=1).hits[0].entity.id == eid
+            assert mem.verify_audit().ok and mem.last_seq() == second_seq(mem)
+        finally:
+            mem.close()
+    finally:
+        server.stop()
 
 
 def second_seq(mem: Memory) -> int:

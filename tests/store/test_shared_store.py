@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,3 +180,39 @@ def test_a_version_conflict_names_the_other_processs_write(two: tuple[Memory, Me
     with pytest.raises(VersionConflict):
         a.update(poi.id, {"cost": 50}, expected_version=1)
     assert a.get(poi.id).data.cost == 40
+
+
+def test_a_process_that_joins_while_another_writes_misses_nothing(pg_server: PgServer) -> None:
+    url = pg_server.fresh()
+    a = _open(url)
+    define_travel(a)
+    names = [f"{w} garden" for w in ("amber birch cedar dahlia elm fern ginkgo hazel iris "
+                                     "juniper kale lotus maple nettle olive peony quince rowan "
+                                     "sage tulip umber violet willow yarrow zinnia").split()]
+    made: list[str] = []
+    started = threading.Event()
+
+    def writer() -> None:
+        for i, name in enumerate(names * 4):
+            made.append(a.create("Poi", {"name": f"{name} {i}", "city": "Oslo"}).id)
+            if i == 10:
+                started.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        started.wait(60)
+        b = _open(url)  # joins mid-burst: its mirrors load from a snapshot while a writes
+        b.search("Poi", "garden", k=1)
+        thread.join()
+        assert len(made) == 100
+        assert sorted(e.id for e in b.query("Poi", limit=200).items) == sorted(made)
+        for eid in made[::9]:
+            name = b.get(eid).data.name
+            for mode in ("vector", "keyword"):
+                assert b.search("Poi", name, mode=mode, k=1).hits[0].entity.id == eid, mode
+        assert b.verify_audit().ok
+        b.close()
+    finally:
+        thread.join()
+        a.close()
