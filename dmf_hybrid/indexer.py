@@ -68,6 +68,8 @@ DRAIN_PIECE = 256
 #: Seconds the relay leaves a write whose text is not cached yet to its writer (which embeds
 #: it right after its commit) before it embeds the text itself (the writer died, or failed).
 EMBED_GRACE = 5.0
+
+
 class Indexer:
     """Keeps the derived indexes in step with DuckDB."""
 
