@@ -115,6 +115,8 @@ class RowReader(StoreState):
         """The type and erasure seq of an ID in this tenant, or NotFound."""
         eid = check_id(eid, "entity_id")
         row = self._point_row(con, "entity_index", "type, erased_seq", eid, tenant)
+        if row is not None:  # a shared engine: another process may have defined or migrated
+            self.db.sync()  # its type since this one last followed the log
         etype = None if row is None else self.registry.get(row[0], tenant)
         if row is None or etype is None:
             raise NotFound(f"no entity {eid}", entity_id=eid)

@@ -216,3 +216,14 @@ def test_a_process_that_joins_while_another_writes_misses_nothing(pg_server: PgS
     finally:
         thread.join()
         a.close()
+
+
+def test_an_entity_of_a_type_another_process_just_defined_is_found_by_id(
+        two: tuple[Memory, Memory]) -> None:
+    a, b = two
+    b.last_seq()  # b has followed the log once, before the type existed
+    define_travel(a)
+    poi = a.create("Poi", {"name": "Fram museum", "city": "Oslo"})
+    assert b.get(poi.id).data.name == "Fram museum"  # nothing else made b follow first
+    a.update(poi.id, {"cost": 12})
+    assert b.get(poi.id).version == 2
