@@ -174,6 +174,8 @@ class Indexer:
             # does); relayed, the writes' own paths keep them
             with self._lock:
                 self.loaded.update(etype.key, items, vectors, gone)
+        if not items and not gone:  # (relayed: every one left to its writer for now)
+            return deferred
         name = self.collection(etype.key)
         if self.fault:
             self.fault("before_vector_upsert")

@@ -77,11 +77,6 @@ DEFAULT_K1 = 0.9
 DEFAULT_B = 0.4
 #: Postings the delta may always hold before it is merged (see KeywordIndex).
 MERGE_AT = 65_536
-#: Bytes of the Python objects of one document besides its arrays (ID, slot map, its field
-#: values' term sets), and of one posting in the delta: measured with tracemalloc over 4,000
-#: short documents, 540 to 1,710 per document (6 and 30 words) and 53 per posting.
-DOC_OBJECT_BYTES = 1000
-DELTA_POSTING_BYTES = 60
 
 _FloatArray = npt.NDArray[np.float64]
 _IntArray = npt.NDArray[np.int64]
@@ -334,14 +329,6 @@ class KeywordIndex:
         self.generation = next(_GENERATIONS)
 
     # ------------------------------------------------------------------ reads
-
-    def nbytes(self) -> int:
-        """What it holds: its arrays exactly, the Python objects of its documents (IDs, slot
-        map, field values' term sets) and of the postings waiting in the delta by measured
-        averages (:data:`DOC_OBJECT_BYTES`, :data:`DELTA_POSTING_BYTES`)."""
-        stats = self.stats()
-        return (stats["array_bytes"] + (stats["documents"] + stats["dead_slots"])
-                * DOC_OBJECT_BYTES + stats["delta_postings"] * DELTA_POSTING_BYTES)
 
     def __len__(self) -> int:
         """The number of indexed documents."""

@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from dmf_hybrid import MemoryClient
+from dmf_hybrid import MemoryClient, VersionConflict
 from dmf_hybrid.cli import app
 from dmf_hybrid.vector.chroma import ChromaIndex
 from evaluation.bench_all import stop_group
@@ -30,6 +32,9 @@ WORDS = ("amber birch cedar dahlia elm fern ginkgo hazel iris juniper kale lotus
          "clover daisy ember").split()
 POI = {"name": "Poi", "identity": ["name"], "embed": "{name} in {city}",
        "fields": {"name": {}, "city": {}}}
+#: A counter that If-Match updates raise.
+TALLY = {"name": "Tally", "identity": ["name"], "fields": {"name": {}, "count": {"type": "int",
+                                                                                  "default": 0}}}
 
 
 def _workers(supervisor: int) -> list[int]:
@@ -140,3 +145,74 @@ def test_more_than_one_worker_needs_the_shared_engine(tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert "store_url" in result.output
     assert not (tmp_path / "m").exists()  # nothing opened
+
+
+def test_eight_clients_and_five_kills_lose_no_acknowledged_write(
+        service: tuple[str, subprocess.Popen[str]], chroma_url: str | None) -> None:
+    if chroma_url is None:
+        pytest.skip("run once, with the whole deployment (a shared Chroma server)")
+    url, proc = service
+    with MemoryClient(url, timeout=60) as client:
+        client.define_type(POI)
+        client.define_type(TALLY)
+        spots = [client.create("Tally", {"name": f"{WORDS[i]} square"}).id for i in range(3)]
+    applied: Counter[str] = Counter()
+
+    def updater(n: int) -> None:  # If-Match updates, retried on a conflict, of the same 3
+        with MemoryClient(url, timeout=60) as mine:
+            for i in range(10):
+                eid = spots[(n + i) % 3]
+                while True:
+                    current = mine.get(eid)
+                    try:
+                        mine.update(eid, {"count": current.data.count + 1},
+                                    expected_version=current.version)
+                        applied[eid] += 1
+                        break
+                    except VersionConflict:
+                        continue
+
+    threads = [threading.Thread(target=updater, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    acked: list[str] = []
+    with MemoryClient(url, timeout=60) as client:
+        for eid in spots:  # each acknowledged update is there, none lost to another
+            entity = client.get(eid)
+            assert entity.version == 1 + applied[eid] and entity.data.count == applied[eid]
+        for round_ in range(5):  # a burst of writes, a worker killed in the middle of it
+            stop = threading.Event()
+
+            def burst(tag: int = round_, stop: threading.Event = stop) -> None:
+                with MemoryClient(url, timeout=60) as writer:
+                    i = 0
+                    while not stop.is_set():
+                        try:
+                            acked.append(writer.create("Poi", {
+                                "name": f"{WORDS[i % len(WORDS)]} stop {tag}x{i}",
+                                "city": "Bergen"}).id)
+                        except Exception:  # noqa: BLE001 - the request the killed worker held
+                            time.sleep(0.05)
+                        i += 1
+
+            thread = threading.Thread(target=burst)
+            thread.start()
+            time.sleep(0.7)
+            victim = _workers(proc.pid)[0]
+            os.kill(victim, signal.SIGKILL)
+            time.sleep(0.7)
+            stop.set()
+            thread.join()
+            deadline = time.monotonic() + START_TIMEOUT
+            while len(_workers(proc.pid)) < 2 or victim in _workers(proc.pid):
+                assert time.monotonic() < deadline
+                time.sleep(0.3)
+        stored = {e.id for e in client.query("Poi", {"city": "Bergen"}, limit=1000).items}
+        # every acknowledged write is there (one cut off unanswered may be there too)
+        assert set(acked) <= stored and len(acked) > 10
+        for eid in acked[::5]:
+            name = client.get(eid).data.name
+            assert eid in [h.entity.id for h in client.search("Poi", name, k=3).hits]
+        assert client.verify_audit().ok
