@@ -334,8 +334,16 @@ class Indexer:
         None if it has no document), as just used; with ``load``, loaded first if they are not
         (or were dropped to stay within the budget)."""
         analysis = type_analysis(etype)
+        db = self.store.db
         while True:
-            if load:
+            if load and db.holds_lock and not db.in_transaction:
+                # writes are held off by this thread (a search's locked pass): read the current
+                # state here; waiting for another thread's load would wait for this lock
+                with self._lock:
+                    if not self.loaded.has(etype.key, keyword, analysis):
+                        self._load(etype, keyword, analysis)
+                        self.loaded.loaded(etype.key)
+            elif load:
                 self.ensure_local(etype, keyword)
             with self._lock:
                 if not load or self.loaded.has(etype.key, keyword, analysis):

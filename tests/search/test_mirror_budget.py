@@ -154,3 +154,39 @@ def test_a_type_dropped_right_after_its_load_is_loaded_again_for_the_search(
     res = mem.search("Alpha", "Alpha7", mode="hybrid", k=1)
     assert res.hits[0].entity.data.title.endswith("Alpha7") and len(calls) >= 2
     mem.close()
+
+
+def test_a_search_holding_off_writes_loads_without_waiting_for_another_load(
+        tmp_path: Path) -> None:
+    """A search's locked pass (writes held off) that finds its type's mirrors gone loads them
+    itself: waiting for another thread's load, which waits for that lock, would never end."""
+    mem = open_memory(tmp_path / "m", None)
+    define_and_fill(mem)
+    indexer, db = mem.engine.indexer, mem.engine.store.db
+    read, locked = threading.Event(), threading.Event()
+
+    def pause(point: str) -> None:
+        if point == "snapshot_read" and threading.current_thread().name == "other-load":
+            read.set()
+            locked.wait(30)  # then it wants the database's lock, which the search holds
+
+    indexer.fault = pause
+    other = threading.Thread(target=indexer.ensure_local, args=(mem.get_type("Beta"),),
+                             name="other-load")
+    other.start()
+    assert read.wait(30)
+    found: list[Any] = []
+
+    def locked_pass() -> None:
+        with db.no_writes():
+            locked.set()
+            found.append(indexer.mirrors(mem.get_type("Alpha"), mem.tenant))
+
+    search = threading.Thread(target=locked_pass)
+    search.start()
+    search.join(30)
+    finished = not search.is_alive()
+    other.join(30)
+    assert finished and found[0][0] is not None and len(found[0][0]) == ROWS
+    assert not other.is_alive() and indexer.local("Beta") is not None
+    mem.close()
