@@ -46,7 +46,7 @@ from evaluation.bench_http import (
     make_queries,
     make_rows,
 )
-from evaluation.chroma_peer import rss_mb
+from evaluation.chroma_peer import cpu_seconds, rss_mb
 from evaluation.chromaserver import ChromaServer, chroma_executable
 from evaluation.pgserver import PgServer, binaries, free_port
 from evaluation.plotting import environment, line_plots, markdown_table, write_results
@@ -121,7 +121,6 @@ def drive(url: str, workers: int, clients: Sequence[int], seconds: int, pids: li
     rows: list[dict[str, Any]] = []
 
     def idle() -> float | None:
-        from evaluation.chroma_peer import cpu_seconds
         used = [cpu_seconds(p) for p in pids]
         return None if None in used else sum(u for u in used if u is not None)
 
