@@ -117,13 +117,16 @@ class Indexer:
         """Cached vectors of the current model for the given text hashes."""
         return self.store.embedding_cache.vectors(self.embedder.model_id, hashes)
 
-    def embed_texts(self, texts: dict[str, str]) -> dict[str, np.ndarray]:
-        """Vectors for {text_hash: text}: from the cache, embedding (and caching) the rest.
+    def embed_texts(self, texts: dict[str, str],
+                    cached: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Vectors for {text_hash: text}: from the cache (or ``cached``, what the caller read
+        of it already), embedding (and caching) the rest.
 
         The model sees ``batch_size`` texts per call; new vectors are cached every
         ``CACHE_CHUNK`` texts, one transaction each (a commit costs more than the rows).
         """
-        vectors = self.cached_vectors(list(texts))
+        vectors = (self.cached_vectors(list(texts)) if cached is None
+                   else {h: cached[h] for h in texts if h in cached})
         missing = sorted(h for h in texts if h not in vectors)
         new: list[tuple[str, np.ndarray]] = []
         for i in range(0, len(missing), self.batch_size):
@@ -164,12 +167,12 @@ class Indexer:
         turn: relayed, entities whose writer may still be embedding their text."""
         items, gone = self._items(etype, keys)
         texts = {p[3]: p[4] for p in items}
-        deferred = set() if force or not self.relayed else self._writer_embeds(
-            items, self.cached_vectors(list(texts)))
+        cached = None if force or not self.relayed else self.cached_vectors(list(texts))
+        deferred = set() if cached is None else self._writer_embeds(items, cached)
         if deferred:
             items = [p for p in items if (p[1], p[0]) not in deferred]
             texts = {p[3]: p[4] for p in items}
-        vectors = self.embed_texts(texts)
+        vectors = self.embed_texts(texts, cached)
         if not self.relayed:  # the mirrors first (they mirror the store, whatever the index
             # does); relayed, the writes' own paths keep them
             with self._lock:
