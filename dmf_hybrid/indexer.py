@@ -396,6 +396,9 @@ class Indexer:
             by_type.setdefault((tenant, type_name), []).append((tenant, eid))
         for tenant, type_name in sorted(by_type):
             etype = self.store.registry.get(type_name, tenant)
+            if etype is None:  # another process may have defined it since this one followed
+                self.store.db.sync()  # the log (outside a transaction; inside, the lock's
+                etype = self.store.registry.get(type_name, tenant)  # holder has followed)
             if etype is None:  # a type gone from the registry
                 continue
             keys = sorted(set(by_type[(tenant, type_name)]))

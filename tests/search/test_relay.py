@@ -120,6 +120,18 @@ def test_one_process_relays_what_every_process_wrote(opened: Callable[..., Memor
     assert other.flush() == 0
 
 
+def test_the_relay_indexes_a_type_another_process_defined_after_it_followed_the_log(
+        opened: Callable[..., Memory]) -> None:
+    leader = opened("a")
+    other = opened("b")
+    assert leader.engine.indexer.leading
+    define_travel(other)  # the leader has not read the log since: the type is new to it
+    made = [other.create("Poi", {"name": f"Place {i}", "city": "Rome"}) for i in range(3)]
+    wait_for(lambda: pending(other) == 0)
+    assert index_state(other) == {e.id: 1 for e in made}
+    assert repaired(leader) == (3, 0)
+
+
 class BrokenEmbedder(HashEmbedder):
     """The test embedder's model, failing: a writer that commits and then cannot embed."""
 
