@@ -66,6 +66,8 @@ Direction = Literal["out", "in", "both"]
 DIRECTIONS: tuple[str, ...] = get_args(Direction)
 SearchMode = Literal["hybrid", "vector", "keyword"]
 SEARCH_MODES: tuple[str, ...] = get_args(SearchMode)
+#: Longest search query text, in characters.
+MAX_QUERY_CHARS = 10_000
 #: How many of a conversation's last turns ``context(conversation=...)`` shows by default,
 #: and at most.
 LAST_TURNS, MAX_TURNS = 6, 50
@@ -175,6 +177,15 @@ def parse_as_of(value: Any) -> int | dt.datetime | None:
     return value
 
 
+def check_request_as_of(value: Any) -> int | dt.datetime | None:
+    """``as_of`` of a request: an audit seq (an integer), a datetime or an ISO-8601 time
+    string (JSON's form of one), or None; a string of digits is not a seq here (only a query
+    string, where everything is a string, gives a seq that way: :func:`parse_as_of`)."""
+    if value == "" or isinstance(value, str) and value.strip().isdigit():
+        raise ValidationError("as_of must be an audit seq (int) or a datetime", field="as_of")
+    return parse_as_of(value)
+
+
 def check_time(value: Any, field: str, *, dates: bool = False) -> dt.datetime | None:
     """A time argument: a datetime or an ISO-8601 string (with ``dates``, also a date: its
     midnight), as an aware UTC datetime (naive means UTC); None stays None. Anything else is
@@ -273,13 +284,6 @@ def check_rows(rows: Any) -> Sequence[Any]:
     return rows
 
 
-def check_where(where: Any) -> Mapping[str, Any] | None:
-    """A ``where`` that must be an object of field conditions (or None)."""
-    if where is not None and not isinstance(where, Mapping):
-        raise ValidationError("where must be an object of field conditions", field="where")
-    return where
-
-
 def check_seq_bounds(**values: Any) -> None:
     """Each named value is None or a non-negative integer (since_seq, until_seq, limit)."""
     for name, value in values.items():
@@ -356,16 +360,90 @@ def check_filter(where: Any, field: str = "where") -> Mapping[str, Any] | None:
     return where
 
 
-def check_page(limit: Any, cursor: Any, max_limit: int | None = None) -> None:
-    """A page's ``limit`` (an integer, at most ``max_limit`` when known) and ``cursor``."""
+def check_order(order_by: Any) -> list[str] | None:
+    """An ``order_by``'s shape: a field name, ``-`` prefixed for descending, or a list of
+    them (whether the fields exist and can be ordered by is the schema's answer)."""
+    if order_by is None:
+        return None
+    if isinstance(order_by, str):
+        items: list[Any] = [order_by]
+    elif isinstance(order_by, Sequence):
+        items = list(order_by)
+    else:
+        raise FilterError("order_by takes a field name or a list of them", field="order_by")
+    for item in items:
+        if not isinstance(item, str) or not item.lstrip("-"):
+            raise FilterError("order_by takes field names, '-' prefixed for descending",
+                              field="order_by")
+    return items
+
+
+def check_mode(mode: Any) -> str:
+    """A search mode, one of :data:`SEARCH_MODES`."""
+    if mode not in SEARCH_MODES:
+        raise ValidationError(f"mode must be one of {', '.join(SEARCH_MODES)}", field="mode")
+    return str(mode)
+
+
+def check_k(k: Any, max_k: int | None = None) -> int:
+    """How many hits a search asks for: an integer from 1 (to ``max_k`` when known)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1 or (
+            max_k is not None and k > max_k):
+        upper = f"from 1 to {max_k}" if max_k is not None else "of at least 1"
+        raise ValidationError(f"k must be an integer {upper}", field="k")
+    return k
+
+
+def check_search_text(text: Any) -> str:
+    """A search's query text: a non-empty string of at most :data:`MAX_QUERY_CHARS`."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValidationError("text must be a non-empty string", field="text")
+    if len(text) > MAX_QUERY_CHARS:
+        raise ValidationError(f"text is longer than {MAX_QUERY_CHARS} characters", field="text")
+    return text
+
+
+def check_related_to(related_to: Any) -> dict[str, str] | None:
+    """A search's ``related_to``: ``{"relation": name, "from": entity_id, "direction":
+    "out"|"in"}`` (direction defaults to "out"), or None."""
+    if related_to is None:
+        return None
+    if not isinstance(related_to, Mapping) or not {"relation", "from"} <= set(
+            related_to) or set(related_to) - {"relation", "from", "direction"}:
+        raise FilterError('related_to takes {"relation": name, "from": entity_id, '
+                          '"direction": "out"|"in"}', field="related_to")
+    direction = related_to.get("direction", "out")
+    if direction not in ("out", "in"):
+        raise FilterError("related_to.direction must be 'out' or 'in'",
+                          field="related_to.direction")
+    if not isinstance(related_to["relation"], str) or not isinstance(related_to["from"], str):
+        raise FilterError("related_to.relation and .from must be strings", field="related_to")
+    return {"relation": related_to["relation"], "from": related_to["from"],
+            "direction": direction}
+
+
+def check_limit(limit: Any, max_limit: int | None = None) -> int:
+    """A page's ``limit``: an integer from 1 (to ``max_limit`` when known)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or (
             max_limit is not None and limit > max_limit):
         upper = f" to {max_limit}" if max_limit is not None else " of at least 1"
         raise ValidationError(f"limit must be an integer from 1{upper}"
                               if max_limit is not None else
                               f"limit must be an integer{upper}", field="limit")
+    return limit
+
+
+def check_cursor(cursor: Any) -> str | None:
+    """A page's ``cursor``: None or the ``next_cursor`` string of the previous page."""
     if cursor is not None and not isinstance(cursor, str):
         raise FilterError("cursor must be a string", field="cursor")
+    return cursor
+
+
+def check_page(limit: Any, cursor: Any, max_limit: int | None = None) -> None:
+    """A page's ``limit`` (an integer, at most ``max_limit`` when known) and ``cursor``."""
+    check_limit(limit, max_limit)
+    check_cursor(cursor)
 
 
 def check_related(relation: Any, direction: Any, depth: Any) -> None:

@@ -26,7 +26,6 @@ import httpx
 import pydantic
 from pydantic import BaseModel
 
-from .bodies import constraints_body, context_body, count_body, query_body, search_body
 from .checks import (
     AsOf,
     check_audit,
@@ -83,7 +82,18 @@ from .protocol import MemoryAPI
 from .ruledefs import RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, build_model, load_toml, typedef_from_model
 from .version import __version__
-from .wire import CountPublic, HeadPublic, LinkPublic, SeqPublic, TypePublic
+from .wire import (
+    ConstraintQuery,
+    ContextRequest,
+    CountPublic,
+    EntityCount,
+    EntityQuery,
+    HeadPublic,
+    LinkPublic,
+    SearchRequest,
+    SeqPublic,
+    TypePublic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -357,12 +367,13 @@ class MemoryClient(MemoryAPI):
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
         return self._get(Page, "POST", f"/entities/{type_segment(type_name)}/query",
-                         json=query_body(where, order_by, limit, cursor, as_of))
+                         json=EntityQuery.of(where=where, order_by=order_by, limit=limit,
+                                             cursor=cursor, as_of=as_of).body())
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
         return self._get(CountPublic, "POST", f"/entities/{type_segment(type_name)}/count",
-                         json=count_body(where, as_of)).count
+                         json=EntityCount.of(where=where, as_of=as_of).body()).count
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
@@ -443,8 +454,9 @@ class MemoryClient(MemoryAPI):
                related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
                conversation: str | None = None,
                reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
-        body = search_body(type_name, text, where, k, mode, related_to, as_of, conversation,
-                           reference_time)
+        body = SearchRequest.of(type=type_name, text=text, where=where, k=k, mode=mode,
+                                related_to=related_to, as_of=as_of, conversation=conversation,
+                                reference_time=reference_time).body()
         return self._get(SearchResult, "POST", "/search", json=body)
 
     def reconcile(self) -> ReconcileCounts:
@@ -470,7 +482,9 @@ class MemoryClient(MemoryAPI):
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
                 budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5,
                 conversation: str | None = None, turns: int | None = None) -> MemoryContext:
-        body = context_body(focus_ids, query, budget_tokens, as_of, k, conversation, turns)
+        body = ContextRequest.of(focus_ids=focus_ids, query=query, budget_tokens=budget_tokens,
+                                 as_of=as_of, k=k, conversation=conversation,
+                                 turns=turns).body()
         return self._get(MemoryContext, "POST", "/context", json=body)
 
     def summarize(self, scope: str | None = None, since_seq: int | None = None,
@@ -498,7 +512,8 @@ class MemoryClient(MemoryAPI):
     def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
         return self._get(Page, "POST", "/constraints/query",
-                         json=constraints_body(where, limit, cursor, as_of))
+                         json=ConstraintQuery.of(where=where, limit=limit, cursor=cursor,
+                                                 as_of=as_of).body())
 
     # ---------------------------------------------------------------- agent tools
 

@@ -22,6 +22,7 @@ The API turns an error into ``{"error": code, "message": ..., "details": {...}}`
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -142,6 +143,39 @@ def first_problem(exc: Any) -> tuple[str, str]:
     """``(dotted location, message)`` of the first error of a pydantic ValidationError."""
     first = exc.errors()[0]
     return ".".join(str(part) for part in first["loc"]), str(first["msg"])
+
+
+def request_error(errors: Sequence[Mapping[str, Any]], prefixes: tuple[str, ...] = ()
+                  ) -> DMFError:
+    """The error of a request model's first problem: the error one of our checks raised as
+    it was (pydantic reports it as a value error), else a ValidationError naming the field
+    (``prefixes``: the first parts of a location that say where a field came from, such as
+    HTTP's ``body``, left out of the name)."""
+    if not errors:
+        return ValidationError("invalid request")
+    first = errors[0]
+    raised = raised_check(first)
+    if raised is not None:
+        return raised
+    field = field_of(first.get("loc", ()), prefixes)
+    return ValidationError(f"{field}: {first.get('msg', 'invalid value')}", field=field)
+
+
+def raised_check(error: Mapping[str, Any]) -> DMFError | None:
+    """The error one of our checks raised inside a field validator, which pydantic reports
+    as a value error of its own, or None."""
+    raised = (error.get("ctx") or {}).get("error")
+    return raised if isinstance(raised, DMFError) else None
+
+
+def field_of(loc: Sequence[Any], prefixes: tuple[str, ...] = ()) -> str:
+    """A pydantic error location as a dotted field name (``body`` for the whole body)."""
+    parts = list(loc)
+    if parts and parts[0] in prefixes:
+        where = parts.pop(0)
+        if not parts:
+            return str(where)
+    return ".".join(str(p) for p in parts) or "body"
 
 
 def _all_error_classes() -> list[type[DMFError]]:

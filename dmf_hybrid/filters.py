@@ -14,7 +14,7 @@ from typing import Any, Literal, Union
 import pydantic
 from pydantic import TypeAdapter
 
-from .checks import check_filter, identity_text
+from .checks import check_filter, check_order, identity_text
 from .errors import FilterError, first_problem
 from .jsonpaths import split_path
 from .schema import INT64_MAX, INT64_MIN, PY_TYPES, EntityType, FieldSpec, fits_int64
@@ -202,19 +202,8 @@ def _cmp(etype: EntityType, name: str, spec: FieldSpec, op: Any, operand: Any,
 
 def parse_order(etype: EntityType, order_by: str | Sequence[str] | None) -> list[tuple[str, bool]]:
     """``[(field, descending)]`` from ``"field"`` / ``"-field"`` or a list of those."""
-    if order_by is None:
-        return []
-    if isinstance(order_by, str):
-        items: list[Any] = [order_by]
-    elif isinstance(order_by, Sequence):
-        items = list(order_by)
-    else:
-        raise FilterError("order_by takes a field name or a list of them", field="order_by")
     result = []
-    for item in items:
-        if not isinstance(item, str) or not item.lstrip("-"):
-            raise FilterError("order_by takes field names, '-' prefixed for descending",
-                              field="order_by")
+    for item in check_order(order_by) or ():
         desc = item.startswith("-")
         name = item.lstrip("-")
         if name in ("created_at", "updated_at", "version"):

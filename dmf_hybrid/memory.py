@@ -20,7 +20,7 @@ import pydantic
 from pydantic import BaseModel
 
 from . import plans, tools
-from .checks import TENANT_RE, AsOf, check_rows, check_where, full_match
+from .checks import TENANT_RE, AsOf, check_rows, full_match
 from .config import Settings, is_postgres_url
 from .conversations import MESSAGE_TYPE, check_conversation, check_log_type, message_rows
 from .embeddings import Embedder
@@ -65,6 +65,7 @@ from .store.integrity import (
 from .store.reads import Reads
 from .store.rules import rule_json
 from .vector.base import VectorIndex
+from .wire import ConstraintQuery, ContextRequest, EntityCount, EntityQuery, SearchRequest
 
 log = logging.getLogger(__name__)
 
@@ -291,12 +292,15 @@ class Memory(MemoryAPI):
     def query(self, type_name: str, where: Mapping[str, Any] | None = None,
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
-        return self._store.query(self.tenant, type_name, where, order_by, limit, cursor, as_of,
-                                 max_limit=self.settings.max_page_size)
+        req = EntityQuery.of(where=where, order_by=order_by, limit=limit, cursor=cursor,
+                             as_of=as_of)
+        return self._store.query(self.tenant, type_name, req.where, req.order_by, req.limit,
+                                 req.cursor, req.as_of, max_limit=self.settings.max_page_size)
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
-        return self._store.count(self.tenant, type_name, where, as_of)
+        req = EntityCount.of(where=where, as_of=as_of)
+        return self._store.count(self.tenant, type_name, req.where, req.as_of)
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
@@ -459,9 +463,13 @@ class Memory(MemoryAPI):
                related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
                conversation: str | None = None,
                reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
-        return self._engine.search(self.tenant, type_name, text, where=where, k=k, mode=mode,
-                                   related_to=related_to, as_of=as_of,
-                                   conversation=conversation, reference_time=reference_time)
+        req = SearchRequest.of(type=type_name, text=text, where=where, k=k, mode=mode,
+                               related_to=related_to, as_of=as_of, conversation=conversation,
+                               reference_time=reference_time)
+        return self._engine.search(self.tenant, req.type, req.text, where=req.where, k=req.k,
+                                   mode=req.mode, related_to=req.related_to, as_of=req.as_of,
+                                   conversation=req.conversation,
+                                   reference_time=req.reference_time)
 
     def reconcile(self) -> ReconcileCounts:
         lost = unreachable_by_id(self._store.db)
@@ -482,8 +490,9 @@ class Memory(MemoryAPI):
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
                 budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5,
                 conversation: str | None = None, turns: int | None = None) -> MemoryContext:
-        return context.build_context(self, focus_ids, query, budget_tokens, as_of, k=k,
-                                     conversation=conversation, turns=turns)
+        return context.build_context(self, ContextRequest.of(
+            focus_ids=focus_ids, query=query, budget_tokens=budget_tokens, as_of=as_of, k=k,
+            conversation=conversation, turns=turns))
 
     def summarize(self, scope: str | None = None, since_seq: int | None = None,
                   until_seq: int | None = None, *,
@@ -499,9 +508,10 @@ class Memory(MemoryAPI):
 
     def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
-        check_where(where)
-        return self.query(CONSTRAINT_TYPE, {**(where or {}), "status": "open"},
-                          order_by=["created_at"], limit=limit, cursor=cursor, as_of=as_of)
+        req = ConstraintQuery.of(where=where, limit=limit, cursor=cursor, as_of=as_of)
+        return self.query(CONSTRAINT_TYPE, {**(req.where or {}), "status": "open"},
+                          order_by=["created_at"], limit=req.limit, cursor=req.cursor,
+                          as_of=req.as_of)
 
     # ---------------------------------------------------------------- agent tools & plans
 

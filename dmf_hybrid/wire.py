@@ -1,33 +1,56 @@
-"""The HTTP wire format: request bodies and the responses that are not public result types.
+"""The requests of every door, and the HTTP responses that are not public result types.
 
-The server validates request bodies with these models and encodes its answers with them and
-with the public result types of :mod:`dmf_hybrid.models` (``Entity``, ``Page``,
-``SearchResult``, ...); ``MemoryClient`` decodes the same classes. Imports neither FastAPI
-nor DuckDB.
+An operation's arguments are one :class:`Request` model: ``Memory`` checks its arguments
+with it, ``MemoryClient`` builds its body with it, the server parses the body with it. The
+server encodes its answers with the models here and with the public result types of
+:mod:`dmf_hybrid.models` (``Entity``, ``Page``, ``SearchResult``, ...); ``MemoryClient``
+decodes the same classes. Imports neither FastAPI nor DuckDB.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+import pydantic
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 
 from .checks import (
     LAST_TURNS,
     MAX_SEQ,
     MAX_TURNS,
     SearchMode,
+    check_cursor,
+    check_filter,
+    check_id,
+    check_k,
+    check_limit,
+    check_mode,
+    check_order,
     check_reference_time,
-    parse_as_of,
+    check_related_to,
+    check_request_as_of,
+    check_search_text,
+    check_type_name,
 )
+from .conversations import check_conversation, check_turns
+from .encoding import jsonable
+from .errors import FilterError, ValidationError, request_error
 from .expiry import EXPIRES_AT_DOC, TTL_DOC
 from .filters import FILTER_DOC
 from .schema import EntityType, TypeDef
 
-#: ``as_of`` in a body: validated whole by :func:`checks.parse_as_of` (a float or a negative
-#: number is not read as a Unix time).
-AsOfBody = Annotated[int | dt.datetime | None, BeforeValidator(parse_as_of), WithJsonSchema(
+#: ``as_of`` of a request: validated whole by :func:`checks.check_request_as_of` (a float or
+#: a negative number is not read as a Unix time).
+AsOfBody = Annotated[int | dt.datetime | None, BeforeValidator(check_request_as_of), WithJsonSchema(
     {"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
                {"type": "string", "format": "date-time"}, {"type": "null"}]})]
 AS_OF_DOC = "Read as of an audit seq (integer) or an ISO-8601 UTC time; omitted = now."
@@ -42,14 +65,49 @@ REFERENCE_TIME_DOC = ("The time a query's time phrases are read against (\"last 
 CONTEXT_MAX_FOCUS = 50
 CONTEXT_MAX_QUERY_CHARS = 2000
 CONTEXT_MIN_BUDGET, CONTEXT_MAX_BUDGET = 32, 100_000
+CONTEXT_MAX_K = 50
 OPS_DOC = ('Steps like {"op": "create", "type": "Trip", "data": {...}}; a later step may use '
            'an earlier result through "$0.id" or "$2.hits[0].entity.id".')
 
 
 class Request(BaseModel):
-    """Base of request bodies: unknown fields are an error, not silently ignored."""
+    """Base of the request models: one per operation, the only statement of its arguments.
+
+    ``Memory`` checks its arguments with :meth:`of`, ``MemoryClient`` builds its body the same
+    way (:meth:`body`), the route parses the body with it. A field's checks are the functions
+    of :mod:`dmf_hybrid.checks`, so a bad argument raises the same error on every door; what
+    needs the schema or the settings (a type's fields, ``max_k``) is the memory's to check.
+    Unknown fields are an error, not silently ignored.
+    """
 
     model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def of(cls, **arguments: Any) -> Self:
+        """The request of these arguments, or the error a bad one is (naming its field)."""
+        try:
+            return cls.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            raise request_error(exc.errors()) from None
+
+    def body(self) -> dict[str, Any]:
+        """The request as a JSON body (a NaN or infinite number is refused, named)."""
+        return {name: jsonable(value, name, FilterError if name == "where" else ValidationError)
+                for name, value in self.model_dump().items()}
+
+
+def _checked(check: Callable[[Any], Any]) -> BeforeValidator:
+    """A check of :mod:`dmf_hybrid.checks` as a field validator (None passes)."""
+    return BeforeValidator(lambda value: None if value is None else check(value))
+
+
+#: A filter (:data:`~dmf_hybrid.filters.FILTER_DOC`): its shape checked here, its fields by
+#: the schema.
+Where = Annotated[dict[Any, Any] | None, BeforeValidator(check_filter)]
+OrderBy = Annotated[list[str] | None, _checked(check_order)]
+Limit = Annotated[int, BeforeValidator(check_limit)]
+Cursor = Annotated[str | None, _checked(check_cursor)]
+Conversation = Annotated[str | None, _checked(check_conversation)]
 
 
 # ---------------------------------------------------------------- errors
@@ -137,17 +195,17 @@ class EntityQuery(Request):
         {"where": {"$or": [{"category": "museum"}, {"category": "park"}]}, "limit": 20},
     ]})
 
-    where: dict[str, Any] | None = Field(None, description=FILTER_DOC)
-    order_by: str | list[str] | None = Field(None, description='"field" or "-field" (desc).')
-    limit: int = Field(50, description="Page size.")
-    cursor: str | None = Field(None, description="next_cursor of the previous page.")
+    where: Where = Field(None, description=FILTER_DOC)
+    order_by: OrderBy = Field(None, description='"field" or "-field" (desc), or a list.')
+    limit: Limit = Field(50, description="Page size.")
+    cursor: Cursor = Field(None, description="next_cursor of the previous page.")
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
 
 
 class EntityCount(Request):
     """Count the entities of a type matching a filter."""
 
-    where: dict[str, Any] | None = Field(None, description=FILTER_DOC)
+    where: Where = Field(None, description=FILTER_DOC)
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
 
 
@@ -186,22 +244,25 @@ class LinkPublic(BaseModel):
 class SearchRequest(Request):
     """A similarity search over one type, with the options of ``Memory.search``."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"type": "PointOfInterest", "text": "soup dumplings", "where": {"city": "Shanghai"},
-         "k": 3},
-        {"type": "PointOfInterest", "text": "外滩夜景", "mode": "keyword", "k": 5},
-    ]})
+    model_config = ConfigDict(extra="forbid", validate_default=True, json_schema_extra={
+        "examples": [
+            {"type": "PointOfInterest", "text": "soup dumplings", "where": {"city": "Shanghai"},
+             "k": 3},
+            {"type": "PointOfInterest", "text": "外滩夜景", "mode": "keyword", "k": 5},
+        ]})
 
-    type: str = Field(description="Entity type to search.")
-    text: str | None = Field(None, description="Query text.")
-    where: dict[str, Any] | None = Field(None, description=FILTER_DOC)
-    k: int = Field(10, description="How many hits.")
-    mode: SearchMode = Field("hybrid", description="hybrid (vectors + BM25 keywords, fused), "
-                             "vector or keyword.")
-    related_to: dict[str, Any] | None = Field(
+    type: Annotated[str, BeforeValidator(check_type_name)] = Field(
+        description="Entity type to search.")
+    text: Annotated[str | None, BeforeValidator(check_search_text)] = Field(
+        None, description="Query text (required).")
+    where: Where = Field(None, description=FILTER_DOC)
+    k: Annotated[int, BeforeValidator(check_k)] = Field(10, description="How many hits.")
+    mode: Annotated[SearchMode, BeforeValidator(check_mode)] = Field(
+        "hybrid", description="hybrid (vectors + BM25 keywords, fused), vector or keyword.")
+    related_to: Annotated[dict[str, Any] | None, _checked(check_related_to)] = Field(
         None, description='Only entities linked: {"relation": r, "from": id, "direction": "out"}.')
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-    conversation: str | None = Field(
+    conversation: Conversation = Field(
         None, description="Only rows of this conversation (the type's conversation field), "
                           "ANDed with where.")
     reference_time: ReferenceTimeBody = Field(None, description=REFERENCE_TIME_DOC)
@@ -255,6 +316,38 @@ class ReadyPublic(BaseModel):
 # ---------------------------------------------------------------- lifecycle
 
 
+def _focus_ids(value: Any) -> list[str]:
+    """A context's focus IDs: a list of entity IDs (repeats dropped), at most
+    :data:`CONTEXT_MAX_FOCUS`."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ValidationError("focus_ids must be a list of entity IDs", field="focus_ids")
+    focus = list(dict.fromkeys(check_id(f, "focus_ids") for f in value))
+    if len(focus) > CONTEXT_MAX_FOCUS:
+        raise ValidationError(f"at most {CONTEXT_MAX_FOCUS} focus_ids", field="focus_ids")
+    return focus
+
+
+def _context_query(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > CONTEXT_MAX_QUERY_CHARS:
+        raise ValidationError(f"query must be a non-empty string of at most "
+                              f"{CONTEXT_MAX_QUERY_CHARS} characters", field="query")
+    return value
+
+
+def _budget(value: Any) -> int:
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not CONTEXT_MIN_BUDGET <= value <= CONTEXT_MAX_BUDGET):
+        raise ValidationError(f"budget_tokens must be an integer from {CONTEXT_MIN_BUDGET} to "
+                              f"{CONTEXT_MAX_BUDGET}", field="budget_tokens")
+    return value
+
+
+def _context_k(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= CONTEXT_MAX_K:
+        raise ValidationError(f"k must be an integer from 1 to {CONTEXT_MAX_K}", field="k")
+    return value
+
+
 class ContextRequest(Request):
     """What the prompt context is about and how many tokens it may take."""
 
@@ -264,19 +357,28 @@ class ContextRequest(Request):
         {"conversation": "chat-1", "turns": 6, "query": "the cat's name"},
     ]})
 
-    focus_ids: list[str] | None = Field(None, max_length=CONTEXT_MAX_FOCUS,
-                                        description="IDs of the entities the task is about.")
-    query: str | None = Field(None, max_length=CONTEXT_MAX_QUERY_CHARS,
-                              description="Adds the top search hits for this text.")
-    budget_tokens: int = Field(800, ge=CONTEXT_MIN_BUDGET, le=CONTEXT_MAX_BUDGET)
-    k: int = Field(5, ge=1, le=50, description="How many search hits.")
+    focus_ids: Annotated[list[str] | None, _checked(_focus_ids)] = Field(
+        None, description=f"IDs of the entities the task is about (at most "
+                          f"{CONTEXT_MAX_FOCUS}).")
+    query: Annotated[str | None, _checked(_context_query)] = Field(
+        None, description="Adds the top search hits for this text.")
+    budget_tokens: Annotated[int, BeforeValidator(_budget)] = Field(
+        800, description=f"From {CONTEXT_MIN_BUDGET} to {CONTEXT_MAX_BUDGET}.")
+    k: Annotated[int, BeforeValidator(_context_k)] = Field(
+        5, description=f"How many search hits (at most {CONTEXT_MAX_K}).")
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-    conversation: str | None = Field(
+    conversation: Conversation = Field(
         None, description="Adds the conversation's last turns; scopes the query's hits of "
                           "types with a conversation field to it.")
-    turns: int | None = Field(None, ge=1, le=MAX_TURNS,
-                              description=f"How many last turns (default {LAST_TURNS}; "
-                                          "needs conversation).")
+    turns: int | None = Field(None, description=f"How many last turns (default {LAST_TURNS}, "
+                                                f"at most {MAX_TURNS}; needs conversation).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _turns(cls, values: Any) -> Any:
+        if isinstance(values, Mapping):
+            check_turns(values.get("turns"), values.get("conversation"))
+        return values
 
 
 class SummaryRequest(Request):
@@ -290,11 +392,11 @@ class SummaryRequest(Request):
 class ConstraintQuery(Request):
     """A filter over the open constraints, a page size, a cursor and time travel."""
 
-    where: dict[str, Any] | None = Field(
+    where: Where = Field(
         None, description='Filter on Constraint fields, e.g. {"kind": "budget"}; '
                           'status is always "open". ' + FILTER_DOC)
-    limit: int = Field(50, description="Page size.")
-    cursor: str | None = Field(None, description="next_cursor of the previous page.")
+    limit: Limit = Field(50, description="Page size.")
+    cursor: Cursor = Field(None, description="next_cursor of the previous page.")
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
 
 

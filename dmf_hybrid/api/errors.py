@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import DMFError, LimitExceeded, Unauthorized
+from ..errors import DMFError, LimitExceeded, Unauthorized, field_of, raised_check
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +39,6 @@ def dmf_error_response(exc: DMFError) -> JSONResponse:
     return error_response(exc.status_code, exc.to_payload(), headers)
 
 
-def _field_of(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = list(loc)
-    if parts and parts[0] in _LOC_PREFIXES:
-        where = parts.pop(0)
-        if not parts:
-            return str(where)
-    return ".".join(str(p) for p in parts) or "body"
-
-
 def _jsonable(value: Any) -> Any:
     try:
         json.dumps(value)
@@ -62,11 +53,11 @@ def validation_payload(exc: RequestValidationError) -> dict[str, Any]:
     if not errors:
         return {"error": "validation_error", "message": "invalid request", "details": {}}
     first = errors[0]
-    field = _field_of(first.get("loc", ()))
+    field = field_of(first.get("loc", ()), _LOC_PREFIXES)
     msg = str(first.get("msg", "invalid value"))
     if first.get("type") == "json_invalid":
         field, msg = "body", f"invalid JSON: {first.get('ctx', {}).get('error', msg)}"
-    items = [{"field": _field_of(e.get("loc", ())), "msg": str(e.get("msg")),
+    items = [{"field": field_of(e.get("loc", ()), _LOC_PREFIXES), "msg": str(e.get("msg")),
               "type": e.get("type")} for e in errors[:20]]
     return {"error": "validation_error", "message": f"{field}: {msg}",
             "details": {"field": field, "errors": _jsonable(items)}}
@@ -81,6 +72,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
+        errors = exc.errors()
+        raised = raised_check(errors[0]) if errors else None
+        if raised is not None:  # one of our checks: the error Memory raises for it
+            return dmf_error_response(raised)
         return error_response(422, validation_payload(exc))
 
     async def on_http(_request: Request, exc: Exception) -> JSONResponse:

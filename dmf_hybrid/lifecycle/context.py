@@ -1,7 +1,8 @@
 """Prompt context: a compact, deterministic description of what an agent needs now.
 
-``build_context(mem, focus_ids, query, budget_tokens, as_of)`` returns a :class:`MemoryContext`:
-a text for the prompt and the structured data behind it. Sections, in this order (which is
+``build_context(mem, request)`` returns a :class:`MemoryContext` for a
+:class:`~dmf_hybrid.wire.ContextRequest` (its focus IDs, query, token budget, ``as_of``): a
+text for the prompt and the structured data behind it. Sections, in this order (which is
 also their priority when the token budget runs out):
 
 1. ``Focus``: each focus entity with its ID, type, version and non-empty fields (identity
@@ -65,6 +66,7 @@ from ..wire import (
     CONTEXT_MAX_FOCUS,
     CONTEXT_MAX_QUERY_CHARS,
     CONTEXT_MIN_BUDGET,
+    ContextRequest,
 )
 from .summaries import SUMMARY_OPS, SUMMARY_TYPE, _value, describe_event
 
@@ -177,28 +179,6 @@ class _Builder:
         return [payload for _, payload in items[start:]]
 
 
-def _check_args(focus_ids: Any, query: Any, budget_tokens: Any, k: Any) -> list[str]:
-    if focus_ids is None:
-        focus: list[str] = []
-    elif isinstance(focus_ids, (str, bytes)) or not isinstance(focus_ids, Sequence):
-        raise ValidationError("focus_ids must be a list of entity IDs", field="focus_ids")
-    else:
-        focus = list(dict.fromkeys(check_id(f, "focus_ids") for f in focus_ids))
-    if len(focus) > MAX_FOCUS:
-        raise ValidationError(f"at most {MAX_FOCUS} focus_ids", field="focus_ids")
-    if query is not None and (not isinstance(query, str) or not query.strip()
-                              or len(query) > MAX_QUERY_CHARS):
-        raise ValidationError(f"query must be a non-empty string of at most {MAX_QUERY_CHARS} "
-                              "characters", field="query")
-    if (isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int)
-            or not MIN_BUDGET <= budget_tokens <= MAX_BUDGET):
-        raise ValidationError(f"budget_tokens must be an integer from {MIN_BUDGET} to "
-                              f"{MAX_BUDGET}", field="budget_tokens")
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 50:
-        raise ValidationError("k must be an integer from 1 to 50", field="k")
-    return focus
-
-
 def _recent_events(mem: EmbeddedMemory, focus: list[str], seq: int) -> list[AuditEvent]:
     selection = EventSelection(SUMMARY_OPS, upto=seq, about=focus or None)
     return mem.reads.events(selection, newest_first=True, limit=MAX_CHANGES)
@@ -243,13 +223,13 @@ def _turn_line(turn: ContextTurn) -> str:
            f"{json.dumps(text, ensure_ascii=False)}" + (f" [{dates}]" if dates else "")
 
 
-def build_context(mem: EmbeddedMemory, focus_ids: Any = None, query: Any = None,
-                  budget_tokens: Any = 800, as_of: Any = None, *, k: Any = 5,
-                  conversation: Any = None, turns: Any = None) -> MemoryContext:
-    """The prompt context for the focus entities and query at ``as_of`` (see the module doc)."""
-    last = check_turns(turns, conversation)
-    focus = _check_args(focus_ids, query, budget_tokens, k)
-    resolved = mem.reads.resolve_as_of(as_of)
+def build_context(mem: EmbeddedMemory, request: ContextRequest) -> MemoryContext:
+    """The prompt context a request asks for (see the module doc)."""
+    focus, query, budget_tokens, k = (request.focus_ids or [], request.query,
+                                      request.budget_tokens, request.k)
+    conversation = request.conversation
+    last = check_turns(request.turns, conversation)
+    resolved = mem.reads.resolve_as_of(request.as_of)
     seq = mem.last_seq() if resolved is None else resolved
     count, counter_name = token_counter(mem)
     b = _Builder(count, budget_tokens)
@@ -266,7 +246,7 @@ def build_context(mem: EmbeddedMemory, focus_ids: Any = None, query: Any = None,
         short=[f"- {i.type} {i.id} v{i.version}{': ' + i.label if i.label else ''}"
                for i in items])
 
-    if last is not None:
+    if last is not None and conversation is not None:
         out.turns = b.last_section(f"Conversation {conversation}", [
             (_turn_line(t), t) for t in _last_turns(mem, conversation, last, resolved)])
 
@@ -425,9 +405,6 @@ def call_context_tool(mem: EmbeddedMemory, arguments: dict[str, Any]) -> dict[st
     unknown = sorted(set(arguments) - set(CONTEXT_TOOL_ARGS))
     if unknown:
         raise ValidationError(f"context takes no argument {unknown[0]!r}", field=unknown[0])
-    result = build_context(mem, arguments.get("focus_ids"), arguments.get("query"),
-                           arguments.get("budget_tokens", 800), arguments.get("as_of"),
-                           conversation=arguments.get("conversation"),
-                           turns=arguments.get("turns"))
+    result = build_context(mem, ContextRequest.of(**arguments))
     return result.model_dump(mode="json", include={"text", "ids", "as_of_seq", "tokens",
                                                    "truncated"})

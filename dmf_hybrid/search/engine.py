@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import check_reference_time
+from ..checks import check_reference_time, check_related_to
 from ..config import Settings
 from ..conversations import scope_to_conversation
 from ..embeddings import Embedder, embed_queries
@@ -251,6 +251,9 @@ class SearchEngine:
                conversation: Any = None, reference_time: Any = None) -> SearchResult:
         """Top-k hits for a text under filters, resolved from DuckDB; see the module doc.
 
+        The caller checked the arguments with the search's request model
+        (:class:`~dmf_hybrid.wire.SearchRequest`); here only what needs the store is.
+
         ``conversation``: only rows whose ``conversation`` field is that ID (ANDed with
         ``where``, so it is one more exact filter term).
 
@@ -270,8 +273,8 @@ class SearchEngine:
             timings[name] = round(timings.get(name, 0.0) + (now - clock) * 1000, 3)
             clock = now
 
-        etype, text, k, mode, rel = check_request(self.store, tenant, self.settings.max_k,
-                                                  type_name, text, k, mode, related_to)
+        etype = check_request(self.store, tenant, self.settings.max_k, type_name, k)
+        rel = check_related_to(related_to)
         query_time = read_query_time(text, check_reference_time(reference_time))
         opts = effective(etype.typedef.search if profile else None, self.settings,
                          fusion=fusion, rrf_k=rrf_k, weights=weights, query_terms=query_terms,

@@ -1,54 +1,27 @@
-"""Request checks of a search: type, text, k, mode and ``related_to``, each naming its field."""
+"""A search's checks that need the store: its type, ``k`` within ``max_k``, and what
+``related_to`` reaches."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from ..checks import SEARCH_MODES
-from ..errors import FilterError, NotFound, SchemaError, ValidationError
+from ..checks import check_k
+from ..errors import FilterError, NotFound, SchemaError
 from ..schema import EntityType
 from ..store import Store
 
-MAX_QUERY_CHARS = 10_000
 
-
-def check_request(store: Store, tenant: str, max_k: int, type_name: Any, text: Any, k: Any,
-                  mode: Any, related_to: Any
-                  ) -> tuple[EntityType, str, int, str, dict[str, str] | None]:
-    """The checked arguments of a search: (type, text, k, mode, related_to or None)."""
+def check_request(store: Store, tenant: str, max_k: int, type_name: Any, k: Any
+                  ) -> EntityType:
+    """What a search's request model (:class:`~dmf_hybrid.wire.SearchRequest`) cannot check
+    alone: that the type exists in the tenant and is searchable, and ``k`` within the
+    service's ``max_k``."""
     etype = store.type_of(type_name, tenant)
     if etype.typedef.embed is None:
         raise SchemaError(f"{etype.name} has no embed template, so it is not searchable",
                           field="type")
-    if mode not in SEARCH_MODES:
-        raise ValidationError(f"mode must be one of {', '.join(SEARCH_MODES)}",
-                              field="mode")
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= max_k:
-        raise ValidationError(f"k must be an integer from 1 to {max_k}",
-                              field="k")
-    if not isinstance(text, str) or not text.strip():
-        raise ValidationError("text must be a non-empty string", field="text")
-    if len(text) > MAX_QUERY_CHARS:
-        raise ValidationError(f"text is longer than {MAX_QUERY_CHARS} characters",
-                              field="text")
-    rel = None
-    if related_to is not None:
-        if not isinstance(related_to, Mapping) or not {"relation", "from"} <= set(
-                related_to) or set(related_to) - {"relation", "from", "direction"}:
-            raise FilterError('related_to takes {"relation": name, "from": entity_id, '
-                              '"direction": "out"|"in"}', field="related_to")
-        direction = related_to.get("direction", "out")
-        if direction not in ("out", "in"):
-            raise FilterError("related_to.direction must be 'out' or 'in'",
-                              field="related_to.direction")
-        if not isinstance(related_to["relation"], str) or not isinstance(
-                related_to["from"], str):
-            raise FilterError("related_to.relation and .from must be strings",
-                              field="related_to")
-        rel = {"relation": related_to["relation"], "from": related_to["from"],
-               "direction": direction}
-    return etype, text, k, mode, rel
+    check_k(k, max_k)
+    return etype
 
 
 def related_ids(store: Store, tenant: str, etype: EntityType, rel: dict[str, str],

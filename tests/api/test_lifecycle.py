@@ -178,7 +178,7 @@ def _bad_calls(api: Front) -> dict[str, tuple[type[Exception], str | None,
                            lambda: mem.open_constraints({"kind": {"$near": 1}})),
         "where value": (FilterError, "where.kind",
                         lambda: mem.open_constraints({"kind": "weather"})),
-        "where type": (ValidationError, "where",
+        "where type": (FilterError, "where",
                        lambda: mem.open_constraints([1])),  # type: ignore[arg-type]
         "queue limit": (ValidationError, "limit", lambda: mem.open_constraints(limit=10**6)),
         "rule condition": (SchemaError, "condition", lambda: mem.define_rule(
