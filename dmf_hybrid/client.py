@@ -26,13 +26,12 @@ import httpx
 import pydantic
 from pydantic import BaseModel
 
+from . import wire
 from .checks import (
     AsOf,
-    check_audit,
     check_before_seq,
     check_changes,
     check_data,
-    check_expected_version,
     check_id,
     check_on_conflict,
     check_related,
@@ -42,6 +41,7 @@ from .checks import (
 from .conversations import MESSAGE_TYPE
 from .encoding import (
     as_of_value,
+    audit_headers,
     field_adapter,
     id_segment,
     jsonable,
@@ -82,18 +82,7 @@ from .protocol import MemoryAPI
 from .ruledefs import RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, build_model, load_toml, typedef_from_model
 from .version import __version__
-from .wire import (
-    ConstraintQuery,
-    ContextRequest,
-    CountPublic,
-    EntityCount,
-    EntityQuery,
-    HeadPublic,
-    LinkPublic,
-    SearchRequest,
-    SeqPublic,
-    TypePublic,
-)
+from .wire import CountPublic, HeadPublic, LinkPublic, SeqPublic, TypePublic
 
 log = logging.getLogger(__name__)
 
@@ -203,17 +192,7 @@ class MemoryClient(MemoryAPI):
         return [item.model_validate(x, context=self._decoding)
                 for x in self._call(method, path, **kwargs)]
 
-    @staticmethod
-    def _audit(actor: Any = None, reason: Any = None, trace_id: Any = None,
-               expected_version: Any = None) -> dict[str, str]:
-        headers = {}
-        for header, value in zip(("X-Actor", "X-Reason", "X-Trace-Id"),
-                                 check_audit(actor, reason, trace_id), strict=True):
-            if value is not None:
-                headers[header] = quote(value, safe="")
-        if check_expected_version(expected_version) is not None:
-            headers["If-Match"] = f'"{expected_version}"'
-        return headers
+    _audit = staticmethod(audit_headers)
 
     # ---------------------------------------------------------------- decoding
 
@@ -367,13 +346,13 @@ class MemoryClient(MemoryAPI):
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
         return self._get(Page, "POST", f"/entities/{type_segment(type_name)}/query",
-                         json=EntityQuery.of(where=where, order_by=order_by, limit=limit,
+                         json=wire.EntityQuery.of(where=where, order_by=order_by, limit=limit,
                                              cursor=cursor, as_of=as_of).body())
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
         return self._get(CountPublic, "POST", f"/entities/{type_segment(type_name)}/count",
-                         json=EntityCount.of(where=where, as_of=as_of).body()).count
+                         json=wire.EntityCount.of(where=where, as_of=as_of).body()).count
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
@@ -388,7 +367,7 @@ class MemoryClient(MemoryAPI):
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
         headers = self._audit(actor, reason, trace_id, expected_version)
-        body = {"field": field, "values": jsonable(values, "values")}
+        body = wire.EntityAppend.of(field=field, values=values).body()
         return self._get(Entity, "POST", f"/entities/{id_segment(entity_id)}/append",
                          json=body, headers=headers)
 
@@ -415,13 +394,13 @@ class MemoryClient(MemoryAPI):
 
     def link(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
              reason: str | None = None, trace_id: str | None = None) -> bool:
-        body = {"from_id": from_id, "relation": relation, "to_id": to_id}
+        body = wire.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id).body()
         return self._get(LinkPublic, "POST", "/relations", json=body,
                          headers=self._audit(actor, reason, trace_id)).linked
 
     def unlink(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> int:
-        body = {"from_id": from_id, "relation": relation, "to_id": to_id}
+        body = wire.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id).body()
         return self._get(SeqPublic, "DELETE", "/relations", json=body,
                          headers=self._audit(actor, reason, trace_id)).seq
 
@@ -454,7 +433,7 @@ class MemoryClient(MemoryAPI):
                related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
                conversation: str | None = None,
                reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
-        body = SearchRequest.of(type=type_name, text=text, where=where, k=k, mode=mode,
+        body = wire.SearchRequest.of(type=type_name, text=text, where=where, k=k, mode=mode,
                                 related_to=related_to, as_of=as_of, conversation=conversation,
                                 reference_time=reference_time).body()
         return self._get(SearchResult, "POST", "/search", json=body)
@@ -482,7 +461,7 @@ class MemoryClient(MemoryAPI):
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
                 budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5,
                 conversation: str | None = None, turns: int | None = None) -> MemoryContext:
-        body = ContextRequest.of(focus_ids=focus_ids, query=query, budget_tokens=budget_tokens,
+        body = wire.ContextRequest.of(focus_ids=focus_ids, query=query, budget_tokens=budget_tokens,
                                  as_of=as_of, k=k, conversation=conversation,
                                  turns=turns).body()
         return self._get(MemoryContext, "POST", "/context", json=body)
@@ -512,7 +491,7 @@ class MemoryClient(MemoryAPI):
     def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
         return self._get(Page, "POST", "/constraints/query",
-                         json=ConstraintQuery.of(where=where, limit=limit, cursor=cursor,
+                         json=wire.ConstraintQuery.of(where=where, limit=limit, cursor=cursor,
                                                  as_of=as_of).body())
 
     # ---------------------------------------------------------------- agent tools

@@ -17,7 +17,9 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .checks import (
     check_as_of,
+    check_audit,
     check_data,
+    check_expected_version,
     check_filter,
     check_id,
     check_type_name,
@@ -35,6 +37,20 @@ def type_segment(value: Any) -> str:
 def id_segment(value: Any, field: str = "entity_id") -> str:
     """An entity ID as one URL path segment (checked as Memory checks it)."""
     return quote(check_id(value, field), safe="")
+
+
+def audit_headers(actor: Any = None, reason: Any = None, trace_id: Any = None,
+                  expected_version: Any = None) -> dict[str, str]:
+    """The headers of a write's audit context (``X-Actor``, ``X-Reason``, ``X-Trace-Id``) and
+    of its ``expected_version`` (``If-Match``), checked as Memory checks them."""
+    headers = {}
+    for header, value in zip(("X-Actor", "X-Reason", "X-Trace-Id"),
+                             check_audit(actor, reason, trace_id), strict=True):
+        if value is not None:
+            headers[header] = quote(value, safe="")
+    if check_expected_version(expected_version) is not None:
+        headers["If-Match"] = f'"{expected_version}"'
+    return headers
 
 
 def jsonable(value: Any, field: str, error: type[ValidationError] = ValidationError) -> Any:

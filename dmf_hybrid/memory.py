@@ -19,7 +19,7 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel
 
-from . import plans, tools
+from . import plans, tools, wire
 from .checks import TENANT_RE, AsOf, check_rows, full_match
 from .config import Settings, is_postgres_url
 from .conversations import MESSAGE_TYPE, check_conversation, check_log_type, message_rows
@@ -65,7 +65,6 @@ from .store.integrity import (
 from .store.reads import Reads
 from .store.rules import rule_json
 from .vector.base import VectorIndex
-from .wire import ConstraintQuery, ContextRequest, EntityCount, EntityQuery, SearchRequest
 
 log = logging.getLogger(__name__)
 
@@ -292,14 +291,14 @@ class Memory(MemoryAPI):
     def query(self, type_name: str, where: Mapping[str, Any] | None = None,
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
-        req = EntityQuery.of(where=where, order_by=order_by, limit=limit, cursor=cursor,
+        req = wire.EntityQuery.of(where=where, order_by=order_by, limit=limit, cursor=cursor,
                              as_of=as_of)
         return self._store.query(self.tenant, type_name, req.where, req.order_by, req.limit,
                                  req.cursor, req.as_of, max_limit=self.settings.max_page_size)
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
-        req = EntityCount.of(where=where, as_of=as_of)
+        req = wire.EntityCount.of(where=where, as_of=as_of)
         return self._store.count(self.tenant, type_name, req.where, req.as_of)
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
@@ -314,7 +313,8 @@ class Memory(MemoryAPI):
     def append(self, entity_id: str, field: str, values: list[Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
-        return self._store.append(self.tenant, entity_id, field, values,
+        req = wire.EntityAppend.of(field=field, values=values)
+        return self._store.append(self.tenant, entity_id, req.field, req.values,
                                   expected_version=expected_version, actor=actor, reason=reason,
                                   trace_id=trace_id, principal=self.principal)
 
@@ -354,13 +354,16 @@ class Memory(MemoryAPI):
 
     def link(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
              reason: str | None = None, trace_id: str | None = None) -> bool:
-        return self._store.link(self.tenant, from_id, relation, to_id, actor=actor,
+        req = wire.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id)
+        return self._store.link(self.tenant, req.from_id, req.relation, req.to_id, actor=actor,
                                 reason=reason, trace_id=trace_id, principal=self.principal)
 
     def unlink(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> int:
-        return self._store.unlink(self.tenant, from_id, relation, to_id, actor=actor,
-                                  reason=reason, trace_id=trace_id, principal=self.principal)
+        req = wire.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id)
+        return self._store.unlink(self.tenant, req.from_id, req.relation, req.to_id,
+                                  actor=actor, reason=reason, trace_id=trace_id,
+                                  principal=self.principal)
 
     def related(self, entity_id: str, relation: str | None = None, direction: str = "out",
                 depth: int = 1, as_of: AsOf = None) -> list[Related]:
@@ -463,7 +466,7 @@ class Memory(MemoryAPI):
                related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
                conversation: str | None = None,
                reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
-        req = SearchRequest.of(type=type_name, text=text, where=where, k=k, mode=mode,
+        req = wire.SearchRequest.of(type=type_name, text=text, where=where, k=k, mode=mode,
                                related_to=related_to, as_of=as_of, conversation=conversation,
                                reference_time=reference_time)
         return self._engine.search(self.tenant, req.type, req.text, where=req.where, k=req.k,
@@ -490,7 +493,7 @@ class Memory(MemoryAPI):
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
                 budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5,
                 conversation: str | None = None, turns: int | None = None) -> MemoryContext:
-        return context.build_context(self, ContextRequest.of(
+        return context.build_context(self, wire.ContextRequest.of(
             focus_ids=focus_ids, query=query, budget_tokens=budget_tokens, as_of=as_of, k=k,
             conversation=conversation, turns=turns))
 
@@ -508,7 +511,7 @@ class Memory(MemoryAPI):
 
     def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
-        req = ConstraintQuery.of(where=where, limit=limit, cursor=cursor, as_of=as_of)
+        req = wire.ConstraintQuery.of(where=where, limit=limit, cursor=cursor, as_of=as_of)
         return self.query(CONSTRAINT_TYPE, {**(req.where or {}), "status": "open"},
                           order_by=["created_at"], limit=req.limit, cursor=req.cursor,
                           as_of=req.as_of)

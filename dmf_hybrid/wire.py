@@ -179,11 +179,32 @@ class EntityUpdate(Request):
     expires_at: str | None = Field(None, description=EXPIRES_AT_DOC)
 
 
+def _values(value: Any) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise ValidationError("values must be a non-empty list", field="values")
+    return value
+
+
+def _name(field: str) -> BeforeValidator:
+    """A field holding a name (a list field's, a relation's): a string (whether the type has
+    it is the schema's answer)."""
+    def check(value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValidationError(f"{field} must be a name", field=field)
+        return value
+    return BeforeValidator(check)
+
+
+def _entity_id(field: str) -> BeforeValidator:
+    return BeforeValidator(lambda value: check_id(value, field))
+
+
 class EntityAppend(Request):
     """Append values to a list field atomically."""
 
-    field: str
-    values: list[Any]
+    field: Annotated[str, _name("field")] = Field(description="A list field of the type.")
+    values: Annotated[list[Any], BeforeValidator(_values)] = Field(
+        description="The values to append (a non-empty list).")
 
 
 class EntityQuery(Request):
@@ -227,9 +248,9 @@ class SeqPublic(BaseModel):
 class LinkRequest(Request):
     """A link ``from_id --relation--> to_id``."""
 
-    from_id: str
-    relation: str
-    to_id: str
+    from_id: Annotated[str, _entity_id("from_id")]
+    relation: Annotated[str, _name("relation")]
+    to_id: Annotated[str, _entity_id("to_id")]
 
 
 class LinkPublic(BaseModel):
@@ -466,3 +487,17 @@ class WhoAmIPublic(BaseModel):
         "tenant", description='"store" for admin keys: admin routes (reconcile, reindex, '
         "snapshot, archive, rules, types) and the audit head/verify act on the whole store; "
         "the key's tenant only holds its own entity writes.")
+
+
+#: The request model of each ``MemoryAPI`` operation that has one (``tests/test_requests.py``
+#: walks it: each door checks the operation's arguments with this model, the route parses it).
+REQUESTS: dict[str, type[Request]] = {
+    "query": EntityQuery,
+    "count": EntityCount,
+    "search": SearchRequest,
+    "context": ContextRequest,
+    "open_constraints": ConstraintQuery,
+    "append": EntityAppend,
+    "link": LinkRequest,
+    "unlink": LinkRequest,
+}

@@ -1,0 +1,139 @@
+"""One request model per operation: the protocol's arguments, each door's check and the
+route's body are the same model (``dmf_hybrid.wire.REQUESTS``)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from dmf_hybrid import DMFError, MemoryAPI, MemoryClient, Settings
+from dmf_hybrid import wire as wire_module
+from dmf_hybrid.api import create_app
+from dmf_hybrid.wire import REQUESTS, Request
+from tests.store import behind, open_door
+
+#: A MemoryAPI parameter by the name of the model field it fills (where the names differ).
+PARAMETER = {"type": "type_name"}
+#: Each operation's route (method, path) and a call of it with good arguments.
+ROUTES = {
+    "query": ("POST", "/entities/{type_name}/query"),
+    "count": ("POST", "/entities/{type_name}/count"),
+    "search": ("POST", "/search"),
+    "context": ("POST", "/context"),
+    "open_constraints": ("POST", "/constraints/query"),
+    "append": ("POST", "/entities/{entity_id}/append"),
+    "link": ("POST", "/relations"),
+    "unlink": ("DELETE", "/relations"),
+}
+#: Each operation's call with good arguments, made after what it needs exists.
+GOOD: dict[str, Callable[[MemoryAPI], Callable[[], Any]]] = {
+    "query": lambda m: lambda: m.query("Poi", {"city": "Rome"}, order_by=["-rating", "name"],
+                                       limit=5),
+    "count": lambda m: lambda: m.count("Poi", {"city": "Rome"}),
+    "search": lambda m: lambda: m.search("Poi", "old bridge", where={"city": "Rome"}, k=3,
+                                         mode="keyword"),
+    "context": lambda m: lambda: m.context(query="old bridge", budget_tokens=200, k=2),
+    "open_constraints": lambda m: lambda: m.open_constraints(limit=5),
+    "append": lambda m: partial(m.append, m.create("Trip", {"destination": "Rome"}).id, "tags",
+                                ["art"]),
+    "link": lambda m: partial(m.link, m.create("Trip", {"destination": "Rome"}).id, "includes",
+                              m.query("Poi").items[0].id),
+    "unlink": lambda m: partial(m.unlink, *_linked(m)),
+}
+#: A bad argument of each operation that the model itself refuses, and the field it names.
+BAD: dict[str, tuple[Callable[[MemoryAPI], Any], str]] = {
+    "query": (lambda m: m.query("Poi", limit=0), "limit"),
+    "count": (lambda m: m.count("Poi", [1]), "where"),  # type: ignore[arg-type]
+    "search": (lambda m: m.search("Poi", "x", mode="fuzzy"), "mode"),
+    "context": (lambda m: m.context(budget_tokens=1), "budget_tokens"),
+    "open_constraints": (lambda m: m.open_constraints(cursor=5), "cursor"),  # type: ignore[arg-type]
+    "append": (lambda m: m.append(m.query("Poi").items[0].id, "tags", []), "values"),
+    "link": (lambda m: m.link("Trip_x", 5, "Poi_y"), "relation"),  # type: ignore[arg-type]
+    "unlink": (lambda m: m.unlink("Trip_x", "includes", "no such id"), "to_id"),
+}
+
+
+def _linked(mem: MemoryAPI) -> tuple[str, str, str]:
+    """A link made first (unlink's good arguments)."""
+    trip = mem.create("Trip", {"destination": "Oslo"}).id
+    poi = mem.query("Poi").items[0].id
+    mem.link(trip, "includes", poi)
+    return trip, "includes", poi
+
+
+def test_every_operation_with_a_model_is_walked_here() -> None:
+    assert set(REQUESTS) == set(ROUTES) == set(GOOD) == set(BAD)
+
+
+@pytest.mark.parametrize("op", sorted(REQUESTS))
+def test_the_model_states_the_operations_arguments(op: str) -> None:
+    params = inspect.signature(getattr(MemoryAPI, op)).parameters
+    for name, field in REQUESTS[op].model_fields.items():
+        param = params[PARAMETER.get(name, name)]
+        if param.default is not inspect.Parameter.empty:
+            assert field.default == param.default, f"{op}.{name}: the defaults differ"
+
+
+def test_each_route_parses_the_operations_model(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=tmp_path / "d", embedder="hash", load_examples=False))
+    paths = app.openapi()["paths"]
+    for op, (method, path) in ROUTES.items():
+        body = paths[path][method.lower()]["requestBody"]["content"]["application/json"]
+        assert body["schema"]["$ref"] == f"#/components/schemas/{REQUESTS[op].__name__}", op
+
+
+@pytest.fixture(params=["memory", "http"])
+def door(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryAPI]:
+    with open_door(request.param, tmp_path / "mem") as mem:
+        mem.create("Poi", {"name": "Ponte Vecchio", "city": "Rome", "rating": 4})
+        yield mem
+
+
+@pytest.mark.parametrize("op", sorted(REQUESTS))
+def test_each_door_checks_the_arguments_with_the_operations_model(
+        op: str, door: MemoryAPI, monkeypatch: pytest.MonkeyPatch) -> None:
+    used: list[type[Request]] = []
+    of = Request.of.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[Request], **arguments: Any) -> Any:
+        used.append(cls)
+        return of(cls, **arguments)
+
+    call = GOOD[op](door)
+    monkeypatch.setattr(wire_module.Request, "of", classmethod(spy))
+    call()
+    # in process the memory checks them first; over HTTP the client, then the server's
+    # memory (what either does next, such as the queries of a context, comes after)
+    first = 2 if isinstance(door, MemoryClient) else 1
+    assert used[:first] == [REQUESTS[op]] * first
+
+
+@pytest.mark.parametrize("op", sorted(REQUESTS))
+def test_a_bad_argument_is_the_same_error_on_every_door(op: str, door: MemoryAPI) -> None:
+    call, field = BAD[op]
+    with pytest.raises(DMFError) as raised:
+        call(door)
+    assert raised.value.details.get("field") == field
+    embedded = behind(door)
+    with pytest.raises(type(raised.value)) as again:
+        call(embedded)
+    assert again.value.message == raised.value.message
+    assert again.value.details.get("field") == field
+
+
+def test_the_server_answers_a_bad_body_as_the_memory_raises_it(tmp_path: Path) -> None:
+    """Past the client (a plain HTTP body), the route's model raises the memory's error."""
+    with open_door("http", tmp_path / "mem") as client:
+        assert isinstance(client, MemoryClient)
+        with pytest.raises(DMFError) as raised:
+            behind(client).search("Poi", "x", mode="fuzzy")
+        answer = httpx.post(f"{client.base_url}/search",
+                            json={"type": "Poi", "text": "x", "mode": "fuzzy"})
+    assert answer.status_code == raised.value.status_code
+    assert answer.json() == raised.value.to_payload()
