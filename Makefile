@@ -67,7 +67,7 @@ postgres:
 	else echo "the PostgreSQL engine's tests need postgresql: run 'make postgres' as root"; fi
 
 test: lint browser postgres
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n 2
 
 bench: $(STAMP)
 	$(PY) -m evaluation.bench_all

@@ -44,7 +44,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -70,6 +69,7 @@ from evaluation.plotting import (
     markdown_table,
     write_results,
 )
+from evaluation.ports import free_port
 from evaluation.wrk_driver import WrkResult, require_wrk, run_wrk, wait_until_idle
 
 log = logging.getLogger("bench_http")
@@ -147,13 +147,6 @@ def make_queries(count: int, seed: int = 11) -> list[str]:
 
 
 # ---------------------------------------------------------------- the service process
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

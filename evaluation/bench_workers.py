@@ -48,8 +48,9 @@ from evaluation.bench_http import (
 )
 from evaluation.chroma_peer import cpu_seconds, rss_mb
 from evaluation.chromaserver import ChromaServer, chroma_executable
-from evaluation.pgserver import PgServer, binaries, free_port
+from evaluation.pgserver import PgServer, binaries
 from evaluation.plotting import environment, line_plots, markdown_table, write_results
+from evaluation.ports import free_port
 from evaluation.wrk_driver import run_wrk, wait_until_idle
 
 log = logging.getLogger("bench_workers")

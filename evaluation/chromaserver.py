@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from .pgserver import free_port
+from .ports import free_port
 
 #: Seconds a server may take to answer its heartbeat (it imports chromadb first).
 START_TIMEOUT = 60.0

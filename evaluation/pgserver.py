@@ -12,10 +12,11 @@ import glob
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from .ports import free_port
 
 #: Where Debian puts the server's binaries (one directory per major version).
 BIN_GLOB = "/usr/lib/postgresql/*/bin"
@@ -30,12 +31,6 @@ def binaries() -> Path | None:
             return Path(directory)
     on_path = shutil.which("pg_ctl")
     return Path(on_path).parent if on_path else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PgServer:

@@ -17,7 +17,6 @@ import os
 import queue
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,6 +30,7 @@ from typing import Any
 import httpx
 
 from evaluation.crash_worker import KILL_ENV, KILL_POINTS, NOTE_TYPEDEF, TYPE_NAME, WORDS
+from evaluation.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -421,13 +421,6 @@ def run_embedded_crashes(workdir: Path, kills: int, seed: int = 0,
 
 
 # ---------------------------------------------------------------------------- HTTP
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 HTTP_KEY = "crash-admin-key"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from dmf_hybrid import HashEmbedder, Memory, Settings
 from dmf_hybrid.cli import app
 from dmf_hybrid.cli_support import MAX_CELL, cell, display_width
 from dmf_hybrid.vector.exact import ExactIndex
+from evaluation.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAVEL = ROOT / "indexes" / "travel.toml"
@@ -177,18 +177,12 @@ def test_a_locked_directory_names_the_url_option(data: Path) -> None:
 # ---------------------------------------------------------------- against a server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     from dmf_hybrid.api.server import create_server
 
     mem = Memory.open(tmp_path / "served", embedder=HashEmbedder(), vector_index=ExactIndex())
-    settings = Settings(port=_free_port(), load_examples=False)
+    settings = Settings(port=free_port(), load_examples=False)
     srv = create_server(settings, mem, log_level="warning")
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
@@ -329,7 +323,7 @@ SERVE_WAIT = 60.0
 
 
 def test_serve_says_where_it_is_and_when_it_is_ready(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**ENV, "DMF_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-c", "from dmf_hybrid.cli import main; main()", "serve",
                "--port", str(port), "--host", "127.0.0.1", "--demo"]

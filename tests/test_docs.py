@@ -15,6 +15,7 @@ import pytest
 
 from dmf_hybrid.cli import app
 from dmf_hybrid.config import Settings
+from evaluation.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -63,7 +64,6 @@ def test_ci_runs_the_readme_test_command() -> None:
 def test_readme_curl_examples_answer(tmp_path: Path) -> None:
     """The README's curl lines, in order, work against a real server on a fresh store (as
     ``make serve`` starts it: no example data), twice (they are safe to run again)."""
-    import socket
     import threading
     import time
 
@@ -71,9 +71,7 @@ def test_readme_curl_examples_answer(tmp_path: Path) -> None:
 
     from dmf_hybrid.api.server import create_server
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     settings = Settings(data_dir=tmp_path / "data", port=port, embedder="hash")
     server = create_server(settings, log_level="warning")
     thread = threading.Thread(target=server.run, daemon=True)

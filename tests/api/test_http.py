@@ -312,12 +312,9 @@ def test_open_mode_uses_the_default_tenant(tmp_path: Path) -> None:
 
 
 def test_unreachable_server_is_service_unavailable() -> None:
-    import socket
+    from evaluation.ports import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with MemoryClient(f"http://127.0.0.1:{port}", timeout=2) as client, \
+    with MemoryClient(f"http://127.0.0.1:{free_port()}", timeout=2) as client, \
             pytest.raises(ServiceUnavailable):
         client.types()
 

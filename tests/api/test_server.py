@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from dmf_hybrid import Memory, Settings, Unauthorized, ValidationError
 from dmf_hybrid.api.auth import KeyRing, Role, check_bind, hash_key, is_loopback
 from dmf_hybrid.api.server import create_server, service_urls
 from dmf_hybrid.client import MemoryClient
+from evaluation.ports import free_port
 from tests.api.conftest import open_memory
 
 WAIT = 20.0
@@ -82,12 +82,6 @@ def test_missing_keys_file(tmp_path: Path) -> None:
     assert err.value.details["field"] == "keys_file"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def serving(settings: Settings, api_key: str | None = None) -> Iterator[MemoryClient]:
     """A client of ``create_server(settings)`` running in a thread, once it is ready."""
@@ -117,7 +111,7 @@ def test_serve_seeds_examples_and_answers(tmp_path: Path) -> None:
     key_hash = hash_key("reader-key")
     keys_file = tmp_path / "keys.txt"
     keys_file.write_text(f"{key_hash}:default:reader\n")
-    settings = Settings(data_dir=tmp_path / "data", port=_free_port(), embedder="hash",
+    settings = Settings(data_dir=tmp_path / "data", port=free_port(), embedder="hash",
                         keys_file=keys_file, load_examples=True)
     with serving(settings, "reader-key") as client:
         names = {t.name for t in client.types()}
@@ -153,7 +147,7 @@ SHOP = [
 def test_a_fresh_served_store_takes_ones_own_shop(tmp_path: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="dmf_hybrid")
-    settings = Settings(data_dir=tmp_path / "data", port=_free_port(), embedder="hash")
+    settings = Settings(data_dir=tmp_path / "data", port=free_port(), embedder="hash")
     with serving(settings) as client:
         assert client.types() == []  # no example data unless asked for (dmf serve --demo)
         for typedef in SHOP:

@@ -22,7 +22,8 @@ from dmf_hybrid.cli import app
 from dmf_hybrid.vector.chroma import ChromaIndex
 from evaluation.bench_all import stop_group
 from evaluation.chromaserver import ChromaServer
-from evaluation.pgserver import PgServer, free_port
+from evaluation.pgserver import PgServer
+from evaluation.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 180.0  # two workers importing the service on a busy 2-core machine

@@ -21,7 +21,8 @@ import pytest
 from dmf_hybrid import Conflict, HashEmbedder, Memory, Settings, ValidationError
 from dmf_hybrid.errors import ServiceUnavailable
 from dmf_hybrid.vector.exact import ExactIndex
-from evaluation.pgserver import PgServer, binaries, free_port
+from evaluation.pgserver import PgServer, binaries
+from evaluation.ports import free_port
 from tests.conftest import define_travel, tenant_like
 from tests.store import dump_rows
 from tests.store.test_bundle import DERIVED, fill_mixed

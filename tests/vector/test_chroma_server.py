@@ -10,7 +10,7 @@ import pytest
 from dmf_hybrid.errors import ServiceUnavailable
 from dmf_hybrid.vector import ChromaIndex, VectorIndex
 from evaluation.chromaserver import ChromaServer
-from evaluation.pgserver import free_port
+from evaluation.ports import free_port
 
 from .test_vector_indexes import IndexContract
 
