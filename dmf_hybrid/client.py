@@ -30,12 +30,7 @@ from . import wire
 from .checks import (
     AsOf,
     check_before_seq,
-    check_changes,
-    check_data,
-    check_id,
-    check_on_conflict,
     check_related,
-    check_rows,
     check_seq_bounds,
 )
 from .conversations import MESSAGE_TYPE
@@ -45,7 +40,6 @@ from .encoding import (
     field_adapter,
     id_segment,
     jsonable,
-    row_json,
     type_segment,
     typedef_body,
 )
@@ -56,7 +50,7 @@ from .errors import (
     ValidationError,
     error_from_payload,
 )
-from .expiry import TTL, ExpiresAt, expiry_json
+from .expiry import TTL, ExpiresAt
 from .models import (
     ArchiveResult,
     AuditEvent,
@@ -311,9 +305,8 @@ class MemoryClient(MemoryAPI):
                id: str | None = None, on_conflict: str = "return", actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
-        body = {"data": check_data(jsonable(data, "data")),
-                "id": None if id is None else check_id(id),
-                "on_conflict": check_on_conflict(on_conflict), **expiry_json(ttl, expires_at)}
+        body = wire.EntityCreate.of(data=data, id=id, on_conflict=on_conflict, ttl=ttl,
+                                    expires_at=expires_at).body()
         return self._get(Entity, "POST", f"/entities/{type_segment(type_name)}", json=body,
                          headers=self._audit(actor, reason, trace_id))
 
@@ -322,8 +315,8 @@ class MemoryClient(MemoryAPI):
                     on_conflict: str = "return", actor: str | None = None,
                     reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                     expires_at: ExpiresAt = None) -> list[Entity]:
-        body = {"rows": [row_json(i, r) for i, r in enumerate(check_rows(rows))],
-                "on_conflict": check_on_conflict(on_conflict), **expiry_json(ttl, expires_at)}
+        body = wire.EntityBatchCreate.of(rows=rows, on_conflict=on_conflict, ttl=ttl,
+                                         expires_at=expires_at).body()
         entities = self._list(Entity, "POST", f"/entities/{type_segment(type_name)}/batch",
                               json=body, headers=self._audit(actor, reason, trace_id))
         if callable(progress):
@@ -347,7 +340,7 @@ class MemoryClient(MemoryAPI):
               cursor: str | None = None, as_of: AsOf = None) -> Page:
         return self._get(Page, "POST", f"/entities/{type_segment(type_name)}/query",
                          json=wire.EntityQuery.of(where=where, order_by=order_by, limit=limit,
-                                             cursor=cursor, as_of=as_of).body())
+                                                  cursor=cursor, as_of=as_of).body())
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
@@ -358,8 +351,7 @@ class MemoryClient(MemoryAPI):
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
-        expiry = expiry_json(ttl, expires_at)
-        body = {"data": check_changes(jsonable(changes, "changes"), bool(expiry)), **expiry}
+        body = wire.EntityUpdate.of(data=changes, ttl=ttl, expires_at=expires_at).body()
         return self._get(Entity, "PATCH", f"/entities/{id_segment(entity_id)}", json=body,
                          headers=self._audit(actor, reason, trace_id, expected_version))
 
@@ -434,7 +426,7 @@ class MemoryClient(MemoryAPI):
                conversation: str | None = None,
                reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
         body = wire.SearchRequest.of(type=type_name, text=text, where=where, k=k, mode=mode,
-                                related_to=related_to, as_of=as_of, conversation=conversation,
+                                     related_to=related_to, as_of=as_of, conversation=conversation,
                                 reference_time=reference_time).body()
         return self._get(SearchResult, "POST", "/search", json=body)
 
@@ -462,7 +454,7 @@ class MemoryClient(MemoryAPI):
                 budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5,
                 conversation: str | None = None, turns: int | None = None) -> MemoryContext:
         body = wire.ContextRequest.of(focus_ids=focus_ids, query=query, budget_tokens=budget_tokens,
-                                 as_of=as_of, k=k, conversation=conversation,
+                                      as_of=as_of, k=k, conversation=conversation,
                                  turns=turns).body()
         return self._get(MemoryContext, "POST", "/context", json=body)
 
@@ -492,7 +484,7 @@ class MemoryClient(MemoryAPI):
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
         return self._get(Page, "POST", "/constraints/query",
                          json=wire.ConstraintQuery.of(where=where, limit=limit, cursor=cursor,
-                                                 as_of=as_of).body())
+                                                      as_of=as_of).body())
 
     # ---------------------------------------------------------------- agent tools
 

@@ -20,7 +20,7 @@ import pydantic
 from pydantic import BaseModel
 
 from . import plans, tools, wire
-from .checks import TENANT_RE, AsOf, check_rows, full_match
+from .checks import TENANT_RE, AsOf, full_match
 from .config import Settings, is_postgres_url
 from .conversations import MESSAGE_TYPE, check_conversation, check_log_type, message_rows
 from .embeddings import Embedder
@@ -232,10 +232,12 @@ class Memory(MemoryAPI):
                id: str | None = None, on_conflict: str = "return", actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
-        return self._store.create(self.tenant, type_name, _as_data(data), id=id,
-                                  on_conflict=on_conflict, actor=actor, reason=reason,
-                                  trace_id=trace_id, principal=self.principal, ttl=ttl,
-                                  expires_at=expires_at)
+        req = wire.EntityCreate.of(data=data, id=id, on_conflict=on_conflict, ttl=ttl,
+                                   expires_at=expires_at)
+        return self._store.create(self.tenant, type_name, req.data, id=req.id,
+                                  on_conflict=req.on_conflict, actor=actor, reason=reason,
+                                  trace_id=trace_id, principal=self.principal, ttl=req.ttl,
+                                  expires_at=req.expires_at)
 
     def add_messages(self, conversation: str, messages: Sequence[Mapping[str, Any]], *,
                      type_name: str = MESSAGE_TYPE, actor: str | None = None,
@@ -266,19 +268,21 @@ class Memory(MemoryAPI):
                     on_conflict: str = "return", actor: str | None = None,
                     reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                     expires_at: ExpiresAt = None) -> list[Entity]:
-        check_rows(rows)
+        req = wire.EntityBatchCreate.of(rows=rows, on_conflict=on_conflict, ttl=ttl,
+                                        expires_at=expires_at)
         callback = progress if callable(progress) else None
         bar = None
         if progress is True:
             from tqdm import tqdm  # start-up cost: only a progress bar needs it
 
-            bar = tqdm(total=len(rows), desc=f"create {type_name}", unit="row")
+            bar = tqdm(total=len(req.rows), desc=f"create {type_name}", unit="row")
             callback = bar.update
         try:
             entities = self._store.create_many(
-                self.tenant, type_name, [_as_data(r) for r in rows], on_conflict=on_conflict,
-                actor=actor, reason=reason, trace_id=trace_id, principal=self.principal,
-                progress=callback, ttl=ttl, expires_at=expires_at)
+                self.tenant, type_name, [_as_data(r) for r in req.rows],
+                on_conflict=req.on_conflict, actor=actor, reason=reason, trace_id=trace_id,
+                principal=self.principal, progress=callback, ttl=req.ttl,
+                expires_at=req.expires_at)
         finally:
             if bar is not None:
                 bar.close()
@@ -292,7 +296,7 @@ class Memory(MemoryAPI):
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
         req = wire.EntityQuery.of(where=where, order_by=order_by, limit=limit, cursor=cursor,
-                             as_of=as_of)
+                                  as_of=as_of)
         return self._store.query(self.tenant, type_name, req.where, req.order_by, req.limit,
                                  req.cursor, req.as_of, max_limit=self.settings.max_page_size)
 
@@ -305,10 +309,11 @@ class Memory(MemoryAPI):
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
-        return self._store.update(self.tenant, entity_id, changes,
+        req = wire.EntityUpdate.of(data=changes, ttl=ttl, expires_at=expires_at)
+        return self._store.update(self.tenant, entity_id, req.data,
                                   expected_version=expected_version, actor=actor, reason=reason,
-                                  trace_id=trace_id, principal=self.principal, ttl=ttl,
-                                  expires_at=expires_at)
+                                  trace_id=trace_id, principal=self.principal, ttl=req.ttl,
+                                  expires_at=req.expires_at)
 
     def append(self, entity_id: str, field: str, values: list[Any], *,
                expected_version: int | None = None, actor: str | None = None,
@@ -467,7 +472,7 @@ class Memory(MemoryAPI):
                conversation: str | None = None,
                reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
         req = wire.SearchRequest.of(type=type_name, text=text, where=where, k=k, mode=mode,
-                               related_to=related_to, as_of=as_of, conversation=conversation,
+                                    related_to=related_to, as_of=as_of, conversation=conversation,
                                reference_time=reference_time)
         return self._engine.search(self.tenant, req.type, req.text, where=req.where, k=req.k,
                                    mode=req.mode, related_to=req.related_to, as_of=req.as_of,

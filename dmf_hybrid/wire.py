@@ -19,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     WithJsonSchema,
     model_validator,
 )
@@ -28,23 +29,34 @@ from .checks import (
     MAX_SEQ,
     MAX_TURNS,
     SearchMode,
+    check_changes,
     check_cursor,
+    check_data,
     check_filter,
     check_id,
     check_k,
     check_limit,
     check_mode,
+    check_on_conflict,
     check_order,
     check_reference_time,
     check_related_to,
     check_request_as_of,
+    check_rows,
     check_search_text,
     check_type_name,
 )
 from .conversations import check_conversation, check_turns
-from .encoding import jsonable
+from .encoding import jsonable, row_json
 from .errors import FilterError, ValidationError, request_error
-from .expiry import EXPIRES_AT_DOC, TTL_DOC
+from .expiry import (
+    EXPIRES_AT_DOC,
+    NEVER,
+    TTL_DOC,
+    check_expires_at,
+    check_expiry_args,
+    check_ttl,
+)
 from .filters import FILTER_DOC
 from .schema import EntityType, TypeDef
 
@@ -146,7 +158,45 @@ ON_CONFLICT_DOC = ("What to do when the identity already exists: return the stor
                    "conflict when a given field differs, or update it to the given values.")
 
 
-class EntityCreate(Request):
+def _data(value: Any) -> Any:
+    """An entity's fields: an object (a pydantic model instance: its fields)."""
+    return check_data(value.model_dump() if isinstance(value, BaseModel) else value)
+
+
+def _changes(value: Any) -> Any:
+    """An update's changes: an object (a memory names the argument ``changes``)."""
+    return check_data(value.model_dump() if isinstance(value, BaseModel) else value, "changes")
+
+
+def _ttl_json(value: dt.timedelta | str | None) -> float | str | None:
+    return value.total_seconds() if isinstance(value, dt.timedelta) else value
+
+
+#: ``ttl`` of a write (:func:`~dmf_hybrid.expiry.check_ttl`): a duration, "never" or None.
+TTLField = Annotated[
+    dt.timedelta | str | None, BeforeValidator(check_ttl), PlainSerializer(_ttl_json),
+    WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0},
+                              {"const": NEVER}, {"type": "null"}]})]
+#: ``expires_at`` of a write (:func:`~dmf_hybrid.expiry.check_expires_at`).
+ExpiresAtField = Annotated[
+    dt.datetime | None, BeforeValidator(check_expires_at),
+    WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}]})]
+Data = Annotated[dict[Any, Any], BeforeValidator(_data)]
+
+
+class _Expiring(Request):
+    """A write that may set the entity's expiry: ``ttl`` or ``expires_at``, not both."""
+
+    ttl: TTLField = Field(None, description=TTL_DOC)
+    expires_at: ExpiresAtField = Field(None, description=EXPIRES_AT_DOC)
+
+    @model_validator(mode="after")
+    def _one_expiry(self) -> Self:
+        check_expiry_args(self.ttl, self.expires_at)
+        return self
+
+
+class EntityCreate(_Expiring):
     """Create an entity of the path's type; ``id`` is optional (default: from identity)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
@@ -155,28 +205,39 @@ class EntityCreate(Request):
          "on_conflict": "update"},
     ]})
 
-    data: dict[str, Any] = Field(description="The entity's fields as a JSON object.")
-    id: str | None = Field(None, description="A caller-chosen ID instead of the derived one.")
-    on_conflict: OnConflict = Field("return", description=ON_CONFLICT_DOC)
-    ttl: float | str | None = Field(None, description=TTL_DOC)
-    expires_at: str | None = Field(None, description=EXPIRES_AT_DOC)
+    data: Data = Field(description="The entity's fields as a JSON object.")
+    id: Annotated[str | None, _checked(check_id)] = Field(
+        None, description="A caller-chosen ID instead of the derived one.")
+    on_conflict: Annotated[OnConflict, BeforeValidator(check_on_conflict)] = Field(
+        "return", description=ON_CONFLICT_DOC)
 
 
-class EntityBatchCreate(Request):
+class EntityBatchCreate(_Expiring):
     """Create many entities of the path's type in one request."""
 
-    rows: list[dict[str, Any]]
-    on_conflict: OnConflict = Field("return", description=ON_CONFLICT_DOC)
-    ttl: float | str | None = Field(None, description=TTL_DOC)
-    expires_at: str | None = Field(None, description=EXPIRES_AT_DOC)
+    rows: Annotated[list[Any], BeforeValidator(check_rows)] = Field(
+        description="The entities' fields, one JSON object each.")
+    on_conflict: Annotated[OnConflict, BeforeValidator(check_on_conflict)] = Field(
+        "return", description=ON_CONFLICT_DOC)
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body, a bad row named by its index."""
+        out = Request.body(self.model_copy(update={"rows": []}))
+        out["rows"] = [row_json(i, r) for i, r in enumerate(self.rows)]
+        return out
 
 
-class EntityUpdate(Request):
+class EntityUpdate(_Expiring):
     """Change some fields of an entity (send ``If-Match: "<version>"`` to guard the write)."""
 
-    data: dict[str, Any] = Field(description="Fields to change, as a JSON object.")
-    ttl: float | str | None = Field(None, description=TTL_DOC)
-    expires_at: str | None = Field(None, description=EXPIRES_AT_DOC)
+    data: Annotated[dict[Any, Any], BeforeValidator(_changes)] = Field(
+        description="Fields to change, as a JSON object (may be empty when the update only "
+                    "sets a new ttl or expires_at).")
+
+    @model_validator(mode="after")
+    def _renews(self) -> Self:
+        check_changes(self.data, renews=self.ttl is not None or self.expires_at is not None)
+        return self
 
 
 def _values(value: Any) -> list[Any]:
@@ -497,6 +558,9 @@ REQUESTS: dict[str, type[Request]] = {
     "search": SearchRequest,
     "context": ContextRequest,
     "open_constraints": ConstraintQuery,
+    "create": EntityCreate,
+    "create_many": EntityBatchCreate,
+    "update": EntityUpdate,
     "append": EntityAppend,
     "link": LinkRequest,
     "unlink": LinkRequest,

@@ -20,6 +20,8 @@ from tests.store import behind, open_door
 
 #: A MemoryAPI parameter by the name of the model field it fills (where the names differ).
 PARAMETER = {"type": "type_name"}
+#: ... and where an operation names it otherwise.
+PARAMETER_OF = {("update", "data"): "changes"}
 #: Each operation's route (method, path) and a call of it with good arguments.
 ROUTES = {
     "query": ("POST", "/entities/{type_name}/query"),
@@ -27,6 +29,9 @@ ROUTES = {
     "search": ("POST", "/search"),
     "context": ("POST", "/context"),
     "open_constraints": ("POST", "/constraints/query"),
+    "create": ("POST", "/entities/{type_name}"),
+    "create_many": ("POST", "/entities/{type_name}/batch"),
+    "update": ("PATCH", "/entities/{entity_id}"),
     "append": ("POST", "/entities/{entity_id}/append"),
     "link": ("POST", "/relations"),
     "unlink": ("DELETE", "/relations"),
@@ -40,6 +45,9 @@ GOOD: dict[str, Callable[[MemoryAPI], Callable[[], Any]]] = {
                                          mode="keyword"),
     "context": lambda m: lambda: m.context(query="old bridge", budget_tokens=200, k=2),
     "open_constraints": lambda m: lambda: m.open_constraints(limit=5),
+    "create": lambda m: lambda: m.create("Poi", {"name": "Colosseum", "city": "Rome"}, ttl=60),
+    "create_many": lambda m: lambda: m.create_many("Poi", [{"name": "Pantheon", "city": "Rome"}]),
+    "update": lambda m: partial(m.update, m.query("Poi").items[0].id, {"rating": 5}),
     "append": lambda m: partial(m.append, m.create("Trip", {"destination": "Rome"}).id, "tags",
                                 ["art"]),
     "link": lambda m: partial(m.link, m.create("Trip", {"destination": "Rome"}).id, "includes",
@@ -53,6 +61,10 @@ BAD: dict[str, tuple[Callable[[MemoryAPI], Any], str]] = {
     "search": (lambda m: m.search("Poi", "x", mode="fuzzy"), "mode"),
     "context": (lambda m: m.context(budget_tokens=1), "budget_tokens"),
     "open_constraints": (lambda m: m.open_constraints(cursor=5), "cursor"),  # type: ignore[arg-type]
+    "create": (lambda m: m.create("Poi", {"name": "Forum", "city": "Rome"}, ttl=1,
+                                  expires_at="2999-01-01T00:00:00Z"), "ttl"),
+    "create_many": (lambda m: m.create_many("Poi", {"name": "Forum"}), "rows"),  # type: ignore[arg-type]
+    "update": (lambda m: m.update(m.query("Poi").items[0].id, {}), "changes"),
     "append": (lambda m: m.append(m.query("Poi").items[0].id, "tags", []), "values"),
     "link": (lambda m: m.link("Trip_x", 5, "Poi_y"), "relation"),  # type: ignore[arg-type]
     "unlink": (lambda m: m.unlink("Trip_x", "includes", "no such id"), "to_id"),
@@ -75,7 +87,7 @@ def test_every_operation_with_a_model_is_walked_here() -> None:
 def test_the_model_states_the_operations_arguments(op: str) -> None:
     params = inspect.signature(getattr(MemoryAPI, op)).parameters
     for name, field in REQUESTS[op].model_fields.items():
-        param = params[PARAMETER.get(name, name)]
+        param = params[PARAMETER_OF.get((op, name), PARAMETER.get(name, name))]
         if param.default is not inspect.Parameter.empty:
             assert field.default == param.default, f"{op}.{name}: the defaults differ"
 
