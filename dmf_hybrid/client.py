@@ -26,7 +26,7 @@ import httpx
 import pydantic
 from pydantic import BaseModel
 
-from . import wire
+from . import requests
 from .checks import (
     AsOf,
     check_before_seq,
@@ -305,7 +305,7 @@ class MemoryClient(MemoryAPI):
                id: str | None = None, on_conflict: str = "return", actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
-        body = wire.EntityCreate.of(data=data, id=id, on_conflict=on_conflict, ttl=ttl,
+        body = requests.EntityCreate.of(data=data, id=id, on_conflict=on_conflict, ttl=ttl,
                                     expires_at=expires_at).body()
         return self._get(Entity, "POST", f"/entities/{type_segment(type_name)}", json=body,
                          headers=self._audit(actor, reason, trace_id))
@@ -315,7 +315,7 @@ class MemoryClient(MemoryAPI):
                     on_conflict: str = "return", actor: str | None = None,
                     reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                     expires_at: ExpiresAt = None) -> list[Entity]:
-        body = wire.EntityBatchCreate.of(rows=rows, on_conflict=on_conflict, ttl=ttl,
+        body = requests.EntityBatchCreate.of(rows=rows, on_conflict=on_conflict, ttl=ttl,
                                          expires_at=expires_at).body()
         entities = self._list(Entity, "POST", f"/entities/{type_segment(type_name)}/batch",
                               json=body, headers=self._audit(actor, reason, trace_id))
@@ -326,7 +326,7 @@ class MemoryClient(MemoryAPI):
     def add_messages(self, conversation: str, messages: Sequence[Mapping[str, Any]], *,
                      type_name: str = MESSAGE_TYPE, actor: str | None = None,
                      reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
-        body = {"messages": jsonable(messages, "messages"), "type_name": type_name}
+        body = requests.MessagesAppend.of(messages=messages, type_name=type_name).body()
         return self._list(Entity, "POST",
                           f"/conversations/{id_segment(conversation, 'conversation')}/messages",
                           json=body, headers=self._audit(actor, reason, trace_id))
@@ -339,19 +339,19 @@ class MemoryClient(MemoryAPI):
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
         return self._get(Page, "POST", f"/entities/{type_segment(type_name)}/query",
-                         json=wire.EntityQuery.of(where=where, order_by=order_by, limit=limit,
+                         json=requests.EntityQuery.of(where=where, order_by=order_by, limit=limit,
                                                   cursor=cursor, as_of=as_of).body())
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
         return self._get(CountPublic, "POST", f"/entities/{type_segment(type_name)}/count",
-                         json=wire.EntityCount.of(where=where, as_of=as_of).body()).count
+                         json=requests.EntityCount.of(where=where, as_of=as_of).body()).count
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
-        body = wire.EntityUpdate.of(data=changes, ttl=ttl, expires_at=expires_at).body()
+        body = requests.EntityUpdate.of(data=changes, ttl=ttl, expires_at=expires_at).body()
         return self._get(Entity, "PATCH", f"/entities/{id_segment(entity_id)}", json=body,
                          headers=self._audit(actor, reason, trace_id, expected_version))
 
@@ -359,7 +359,7 @@ class MemoryClient(MemoryAPI):
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
         headers = self._audit(actor, reason, trace_id, expected_version)
-        body = wire.EntityAppend.of(field=field, values=values).body()
+        body = requests.EntityAppend.of(field=field, values=values).body()
         return self._get(Entity, "POST", f"/entities/{id_segment(entity_id)}/append",
                          json=body, headers=headers)
 
@@ -386,13 +386,13 @@ class MemoryClient(MemoryAPI):
 
     def link(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
              reason: str | None = None, trace_id: str | None = None) -> bool:
-        body = wire.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id).body()
+        body = requests.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id).body()
         return self._get(LinkPublic, "POST", "/relations", json=body,
                          headers=self._audit(actor, reason, trace_id)).linked
 
     def unlink(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> int:
-        body = wire.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id).body()
+        body = requests.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id).body()
         return self._get(SeqPublic, "DELETE", "/relations", json=body,
                          headers=self._audit(actor, reason, trace_id)).seq
 
@@ -425,9 +425,9 @@ class MemoryClient(MemoryAPI):
                related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
                conversation: str | None = None,
                reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
-        body = wire.SearchRequest.of(type=type_name, text=text, where=where, k=k, mode=mode,
-                                     related_to=related_to, as_of=as_of, conversation=conversation,
-                                reference_time=reference_time).body()
+        body = requests.SearchRequest.of(
+            type=type_name, text=text, where=where, k=k, mode=mode, related_to=related_to,
+            as_of=as_of, conversation=conversation, reference_time=reference_time).body()
         return self._get(SearchResult, "POST", "/search", json=body)
 
     def reconcile(self) -> ReconcileCounts:
@@ -453,9 +453,9 @@ class MemoryClient(MemoryAPI):
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
                 budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5,
                 conversation: str | None = None, turns: int | None = None) -> MemoryContext:
-        body = wire.ContextRequest.of(focus_ids=focus_ids, query=query, budget_tokens=budget_tokens,
-                                      as_of=as_of, k=k, conversation=conversation,
-                                 turns=turns).body()
+        body = requests.ContextRequest.of(
+            focus_ids=focus_ids, query=query, budget_tokens=budget_tokens, as_of=as_of, k=k,
+            conversation=conversation, turns=turns).body()
         return self._get(MemoryContext, "POST", "/context", json=body)
 
     def summarize(self, scope: str | None = None, since_seq: int | None = None,
@@ -467,7 +467,8 @@ class MemoryClient(MemoryAPI):
                 "a summariser cannot be sent over HTTP: summariser plug-ins run in the server "
                 "process (call Memory.summarize there, or leave summariser out)",
                 field="summariser")
-        body = {"scope": scope, "since_seq": since_seq, "until_seq": until_seq}
+        body = requests.SummaryRequest.of(scope=scope, since_seq=since_seq,
+                                      until_seq=until_seq).body()
         return self._get(SummaryResult, "POST", "/summaries", json=body,
                          headers=self._audit(actor=actor, reason=reason))
 
@@ -483,7 +484,7 @@ class MemoryClient(MemoryAPI):
     def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
         return self._get(Page, "POST", "/constraints/query",
-                         json=wire.ConstraintQuery.of(where=where, limit=limit, cursor=cursor,
+                         json=requests.ConstraintQuery.of(where=where, limit=limit, cursor=cursor,
                                                       as_of=as_of).body())
 
     # ---------------------------------------------------------------- agent tools

@@ -89,6 +89,17 @@ def check_turns(turns: Any, conversation: Any) -> int | None:
     return turns
 
 
+def check_messages(messages: Any) -> Sequence[Any]:
+    """The ``messages`` of one ``add_messages`` call: a list of 1 to :data:`MAX_MESSAGES`
+    (each message is checked as it becomes a row)."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise ValidationError("messages must be a list of messages", field="messages")
+    if not 1 <= len(messages) <= MAX_MESSAGES:
+        raise ValidationError(f"messages must hold 1 to {MAX_MESSAGES} messages",
+                              field="messages")
+    return messages
+
+
 def message_rows(conversation: Any, messages: Any, next_turn: int) -> list[dict[str, Any]]:
     """The ``Message`` rows of one call (``next_turn``: the turn after the last stored one).
 
@@ -96,11 +107,7 @@ def message_rows(conversation: Any, messages: Any, next_turn: int) -> list[dict[
     earlier in the call; two messages of the call with the same turn are a ``Conflict``.
     """
     conversation = check_conversation(conversation)
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        raise ValidationError("messages must be a list of messages", field="messages")
-    if not 1 <= len(messages) <= MAX_MESSAGES:
-        raise ValidationError(f"messages must hold 1 to {MAX_MESSAGES} messages",
-                              field="messages")
+    messages = check_messages(messages)
     rows: list[dict[str, Any]] = []
     turn = next_turn
     seen: dict[int, int] = {}  # turn -> index of the message of this call that has it

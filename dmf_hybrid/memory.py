@@ -19,7 +19,7 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel
 
-from . import plans, tools, wire
+from . import plans, requests, tools
 from .checks import TENANT_RE, AsOf, full_match
 from .config import Settings, is_postgres_url
 from .conversations import MESSAGE_TYPE, check_conversation, check_log_type, message_rows
@@ -232,7 +232,7 @@ class Memory(MemoryAPI):
                id: str | None = None, on_conflict: str = "return", actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
-        req = wire.EntityCreate.of(data=data, id=id, on_conflict=on_conflict, ttl=ttl,
+        req = requests.EntityCreate.of(data=data, id=id, on_conflict=on_conflict, ttl=ttl,
                                    expires_at=expires_at)
         return self._store.create(self.tenant, type_name, req.data, id=req.id,
                                   on_conflict=req.on_conflict, actor=actor, reason=reason,
@@ -243,14 +243,15 @@ class Memory(MemoryAPI):
                      type_name: str = MESSAGE_TYPE, actor: str | None = None,
                      reason: str | None = None, trace_id: str | None = None) -> list[Entity]:
         conversation = check_conversation(conversation)
+        req = requests.MessagesAppend.of(messages=messages, type_name=type_name)
         # the next turn and the new rows in one state; a bad call leaves no bundled type
         with self.transaction():
-            etype = self._store.type_of(type_name, self.tenant, principal=self.principal)
+            etype = self._store.type_of(req.type_name, self.tenant, principal=self.principal)
             check_log_type(etype)
             last = self.query(etype.name, {"conversation": conversation}, order_by="-turn",
                               limit=1).items
             next_turn = int(last[0].data.turn) + 1 if last else 0
-            rows = message_rows(conversation, messages, next_turn)
+            rows = message_rows(conversation, req.messages, next_turn)
             stored = self.create_many(etype.name, rows, actor=actor, reason=reason,
                                       trace_id=trace_id)
             for i, entity in enumerate(stored):
@@ -268,7 +269,7 @@ class Memory(MemoryAPI):
                     on_conflict: str = "return", actor: str | None = None,
                     reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                     expires_at: ExpiresAt = None) -> list[Entity]:
-        req = wire.EntityBatchCreate.of(rows=rows, on_conflict=on_conflict, ttl=ttl,
+        req = requests.EntityBatchCreate.of(rows=rows, on_conflict=on_conflict, ttl=ttl,
                                         expires_at=expires_at)
         callback = progress if callable(progress) else None
         bar = None
@@ -279,7 +280,8 @@ class Memory(MemoryAPI):
             callback = bar.update
         try:
             entities = self._store.create_many(
-                self.tenant, type_name, [_as_data(r) for r in req.rows],
+                self.tenant, type_name,
+                [r.model_dump() if isinstance(r, BaseModel) else r for r in req.rows],
                 on_conflict=req.on_conflict, actor=actor, reason=reason, trace_id=trace_id,
                 principal=self.principal, progress=callback, ttl=req.ttl,
                 expires_at=req.expires_at)
@@ -295,21 +297,21 @@ class Memory(MemoryAPI):
     def query(self, type_name: str, where: Mapping[str, Any] | None = None,
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
-        req = wire.EntityQuery.of(where=where, order_by=order_by, limit=limit, cursor=cursor,
+        req = requests.EntityQuery.of(where=where, order_by=order_by, limit=limit, cursor=cursor,
                                   as_of=as_of)
         return self._store.query(self.tenant, type_name, req.where, req.order_by, req.limit,
                                  req.cursor, req.as_of, max_limit=self.settings.max_page_size)
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
-        req = wire.EntityCount.of(where=where, as_of=as_of)
+        req = requests.EntityCount.of(where=where, as_of=as_of)
         return self._store.count(self.tenant, type_name, req.where, req.as_of)
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
-        req = wire.EntityUpdate.of(data=changes, ttl=ttl, expires_at=expires_at)
+        req = requests.EntityUpdate.of(data=changes, ttl=ttl, expires_at=expires_at)
         return self._store.update(self.tenant, entity_id, req.data,
                                   expected_version=expected_version, actor=actor, reason=reason,
                                   trace_id=trace_id, principal=self.principal, ttl=req.ttl,
@@ -318,7 +320,7 @@ class Memory(MemoryAPI):
     def append(self, entity_id: str, field: str, values: list[Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
-        req = wire.EntityAppend.of(field=field, values=values)
+        req = requests.EntityAppend.of(field=field, values=values)
         return self._store.append(self.tenant, entity_id, req.field, req.values,
                                   expected_version=expected_version, actor=actor, reason=reason,
                                   trace_id=trace_id, principal=self.principal)
@@ -359,13 +361,13 @@ class Memory(MemoryAPI):
 
     def link(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
              reason: str | None = None, trace_id: str | None = None) -> bool:
-        req = wire.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id)
+        req = requests.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id)
         return self._store.link(self.tenant, req.from_id, req.relation, req.to_id, actor=actor,
                                 reason=reason, trace_id=trace_id, principal=self.principal)
 
     def unlink(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> int:
-        req = wire.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id)
+        req = requests.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id)
         return self._store.unlink(self.tenant, req.from_id, req.relation, req.to_id,
                                   actor=actor, reason=reason, trace_id=trace_id,
                                   principal=self.principal)
@@ -471,9 +473,9 @@ class Memory(MemoryAPI):
                related_to: Mapping[str, Any] | None = None, as_of: AsOf = None,
                conversation: str | None = None,
                reference_time: dt.datetime | dt.date | str | None = None) -> SearchResult:
-        req = wire.SearchRequest.of(type=type_name, text=text, where=where, k=k, mode=mode,
-                                    related_to=related_to, as_of=as_of, conversation=conversation,
-                               reference_time=reference_time)
+        req = requests.SearchRequest.of(
+            type=type_name, text=text, where=where, k=k, mode=mode, related_to=related_to,
+            as_of=as_of, conversation=conversation, reference_time=reference_time)
         return self._engine.search(self.tenant, req.type, req.text, where=req.where, k=req.k,
                                    mode=req.mode, related_to=req.related_to, as_of=req.as_of,
                                    conversation=req.conversation,
@@ -498,7 +500,7 @@ class Memory(MemoryAPI):
     def context(self, focus_ids: Sequence[str] | None = None, query: str | None = None,
                 budget_tokens: int = 800, as_of: AsOf = None, *, k: int = 5,
                 conversation: str | None = None, turns: int | None = None) -> MemoryContext:
-        return context.build_context(self, wire.ContextRequest.of(
+        return context.build_context(self, requests.ContextRequest.of(
             focus_ids=focus_ids, query=query, budget_tokens=budget_tokens, as_of=as_of, k=k,
             conversation=conversation, turns=turns))
 
@@ -506,8 +508,9 @@ class Memory(MemoryAPI):
                   until_seq: int | None = None, *,
                   summariser: Callable[[str, Mapping[str, Any]], str] | None = None,
                   actor: str | None = None, reason: str | None = None) -> SummaryResult:
-        return summaries.summarize(self, scope, since_seq, until_seq, summariser=summariser,
-                                   actor=actor, reason=reason)
+        req = requests.SummaryRequest.of(scope=scope, since_seq=since_seq, until_seq=until_seq)
+        return summaries.summarize(self, req.scope, req.since_seq, req.until_seq,
+                                   summariser=summariser, actor=actor, reason=reason)
 
     def archive_events(self, before_seq: int, dest: str | Path, *, actor: str | None = None,
                        reason: str | None = None) -> ArchiveResult:
@@ -516,7 +519,7 @@ class Memory(MemoryAPI):
 
     def open_constraints(self, where: Mapping[str, Any] | None = None, limit: int = 50,
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
-        req = wire.ConstraintQuery.of(where=where, limit=limit, cursor=cursor, as_of=as_of)
+        req = requests.ConstraintQuery.of(where=where, limit=limit, cursor=cursor, as_of=as_of)
         return self.query(CONSTRAINT_TYPE, {**(req.where or {}), "status": "open"},
                           order_by=["created_at"], limit=req.limit, cursor=req.cursor,
                           as_of=req.as_of)
@@ -538,12 +541,6 @@ class Memory(MemoryAPI):
                      trace_id: str | None = None) -> PlanOutcome:
         return plans.execute_plan(self, ops, dry_run=dry_run, actor=actor, reason=reason,
                                   trace_id=trace_id)
-
-
-def _as_data(data: Any) -> Any:
-    if isinstance(data, BaseModel):
-        return data.model_dump()
-    return data
 
 
 #: mypy checks that Memory is a complete MemoryAPI (no member missing or mistyped).

@@ -1,128 +1,24 @@
-"""The requests of every door, and the HTTP responses that are not public result types.
+"""The HTTP answers that are not public result types, and the bodies only HTTP has.
 
-An operation's arguments are one :class:`Request` model: ``Memory`` checks its arguments
-with it, ``MemoryClient`` builds its body with it, the server parses the body with it. The
-server encodes its answers with the models here and with the public result types of
+The server encodes its answers with the models here and with the public result types of
 :mod:`dmf_hybrid.models` (``Entity``, ``Page``, ``SearchResult``, ...); ``MemoryClient``
-decodes the same classes. Imports neither FastAPI nor DuckDB.
+decodes the same classes. The operations' own requests are :mod:`dmf_hybrid.requests`; the
+bodies here name what only a server has (a snapshot's or an archive's directory under its
+data directory, a plan sent whole). Imports neither FastAPI nor DuckDB.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, Self
+from typing import Any, Literal
 
-import pydantic
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    WithJsonSchema,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field
 
-from .checks import (
-    LAST_TURNS,
-    MAX_SEQ,
-    MAX_TURNS,
-    SearchMode,
-    check_changes,
-    check_cursor,
-    check_data,
-    check_filter,
-    check_id,
-    check_k,
-    check_limit,
-    check_mode,
-    check_on_conflict,
-    check_order,
-    check_reference_time,
-    check_related_to,
-    check_request_as_of,
-    check_rows,
-    check_search_text,
-    check_type_name,
-)
-from .conversations import check_conversation, check_turns
-from .encoding import jsonable, row_json
-from .errors import FilterError, ValidationError, request_error
-from .expiry import (
-    EXPIRES_AT_DOC,
-    NEVER,
-    TTL_DOC,
-    check_expires_at,
-    check_expiry_args,
-    check_ttl,
-)
-from .filters import FILTER_DOC
+from .checks import MAX_SEQ
+from .requests import Request
 from .schema import EntityType, TypeDef
 
-#: ``as_of`` of a request: validated whole by :func:`checks.check_request_as_of` (a float or
-#: a negative number is not read as a Unix time).
-AsOfBody = Annotated[int | dt.datetime | None, BeforeValidator(check_request_as_of), WithJsonSchema(
-    {"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
-               {"type": "string", "format": "date-time"}, {"type": "null"}]})]
-AS_OF_DOC = "Read as of an audit seq (integer) or an ISO-8601 UTC time; omitted = now."
-#: ``reference_time`` in a body: an ISO-8601 date or time (:func:`checks.check_reference_time`).
-ReferenceTimeBody = Annotated[dt.datetime | None, BeforeValidator(check_reference_time),
-                              WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"},
-                                                        {"type": "string", "format": "date"},
-                                                        {"type": "null"}]})]
-REFERENCE_TIME_DOC = ("The time a query's time phrases are read against (\"last week\", "
-                      "\"去年五月\"): an ISO-8601 date or time, naive = UTC; omitted = now.")
-#: Limits of ``context`` arguments (checked again by the memory).
-CONTEXT_MAX_FOCUS = 50
-CONTEXT_MAX_QUERY_CHARS = 2000
-CONTEXT_MIN_BUDGET, CONTEXT_MAX_BUDGET = 32, 100_000
-CONTEXT_MAX_K = 50
 OPS_DOC = ('Steps like {"op": "create", "type": "Trip", "data": {...}}; a later step may use '
            'an earlier result through "$0.id" or "$2.hits[0].entity.id".')
-
-
-class Request(BaseModel):
-    """Base of the request models: one per operation, the only statement of its arguments.
-
-    ``Memory`` checks its arguments with :meth:`of`, ``MemoryClient`` builds its body the same
-    way (:meth:`body`), the route parses the body with it. A field's checks are the functions
-    of :mod:`dmf_hybrid.checks`, so a bad argument raises the same error on every door; what
-    needs the schema or the settings (a type's fields, ``max_k``) is the memory's to check.
-    Unknown fields are an error, not silently ignored.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    @classmethod
-    def of(cls, **arguments: Any) -> Self:
-        """The request of these arguments, or the error a bad one is (naming its field)."""
-        try:
-            return cls.model_validate(arguments)
-        except pydantic.ValidationError as exc:
-            raise request_error(exc.errors()) from None
-
-    def body(self) -> dict[str, Any]:
-        """The request as a JSON body (a NaN or infinite number is refused, named)."""
-        return {name: jsonable(value, name, FilterError if name == "where" else ValidationError)
-                for name, value in self.model_dump().items()}
-
-
-def _checked(check: Callable[[Any], Any]) -> BeforeValidator:
-    """A check of :mod:`dmf_hybrid.checks` as a field validator (None passes)."""
-    return BeforeValidator(lambda value: None if value is None else check(value))
-
-
-#: A filter (:data:`~dmf_hybrid.filters.FILTER_DOC`): its shape checked here, its fields by
-#: the schema.
-Where = Annotated[dict[Any, Any] | None, BeforeValidator(check_filter)]
-OrderBy = Annotated[list[str] | None, _checked(check_order)]
-Limit = Annotated[int, BeforeValidator(check_limit)]
-Cursor = Annotated[str | None, _checked(check_cursor)]
-Conversation = Annotated[str | None, _checked(check_conversation)]
-
-
-# ---------------------------------------------------------------- errors
 
 
 class ErrorBody(BaseModel):
@@ -131,9 +27,6 @@ class ErrorBody(BaseModel):
     error: str = Field(examples=["validation_error"])
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
-
-
-# ---------------------------------------------------------------- types
 
 
 class TypePublic(BaseModel):
@@ -149,148 +42,6 @@ class TypePublic(BaseModel):
         return cls(name=etype.name, version=etype.version, definition=etype.typedef)
 
 
-# ---------------------------------------------------------------- entities
-
-
-OnConflict = Literal["return", "raise", "update"]
-ON_CONFLICT_DOC = ("What to do when the identity already exists: return the stored entity "
-                   "unchanged (differs names the given fields whose values differ), raise 409 "
-                   "conflict when a given field differs, or update it to the given values.")
-
-
-def _data(value: Any) -> Any:
-    """An entity's fields: an object (a pydantic model instance: its fields)."""
-    return check_data(value.model_dump() if isinstance(value, BaseModel) else value)
-
-
-def _changes(value: Any) -> Any:
-    """An update's changes: an object (a memory names the argument ``changes``)."""
-    return check_data(value.model_dump() if isinstance(value, BaseModel) else value, "changes")
-
-
-def _ttl_json(value: dt.timedelta | str | None) -> float | str | None:
-    return value.total_seconds() if isinstance(value, dt.timedelta) else value
-
-
-#: ``ttl`` of a write (:func:`~dmf_hybrid.expiry.check_ttl`): a duration, "never" or None.
-TTLField = Annotated[
-    dt.timedelta | str | None, BeforeValidator(check_ttl), PlainSerializer(_ttl_json),
-    WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0},
-                              {"const": NEVER}, {"type": "null"}]})]
-#: ``expires_at`` of a write (:func:`~dmf_hybrid.expiry.check_expires_at`).
-ExpiresAtField = Annotated[
-    dt.datetime | None, BeforeValidator(check_expires_at),
-    WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}]})]
-Data = Annotated[dict[Any, Any], BeforeValidator(_data)]
-
-
-class _Expiring(Request):
-    """A write that may set the entity's expiry: ``ttl`` or ``expires_at``, not both."""
-
-    ttl: TTLField = Field(None, description=TTL_DOC)
-    expires_at: ExpiresAtField = Field(None, description=EXPIRES_AT_DOC)
-
-    @model_validator(mode="after")
-    def _one_expiry(self) -> Self:
-        check_expiry_args(self.ttl, self.expires_at)
-        return self
-
-
-class EntityCreate(_Expiring):
-    """Create an entity of the path's type; ``id`` is optional (default: from identity)."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"data": {"name": "Yu Garden", "city": "Shanghai", "rating": 4.6}},
-        {"data": {"name": "Yu Garden", "city": "Shanghai", "rating": 4.8},
-         "on_conflict": "update"},
-    ]})
-
-    data: Data = Field(description="The entity's fields as a JSON object.")
-    id: Annotated[str | None, _checked(check_id)] = Field(
-        None, description="A caller-chosen ID instead of the derived one.")
-    on_conflict: Annotated[OnConflict, BeforeValidator(check_on_conflict)] = Field(
-        "return", description=ON_CONFLICT_DOC)
-
-
-class EntityBatchCreate(_Expiring):
-    """Create many entities of the path's type in one request."""
-
-    rows: Annotated[list[Any], BeforeValidator(check_rows)] = Field(
-        description="The entities' fields, one JSON object each.")
-    on_conflict: Annotated[OnConflict, BeforeValidator(check_on_conflict)] = Field(
-        "return", description=ON_CONFLICT_DOC)
-
-    def body(self) -> dict[str, Any]:
-        """The JSON body, a bad row named by its index."""
-        out = Request.body(self.model_copy(update={"rows": []}))
-        out["rows"] = [row_json(i, r) for i, r in enumerate(self.rows)]
-        return out
-
-
-class EntityUpdate(_Expiring):
-    """Change some fields of an entity (send ``If-Match: "<version>"`` to guard the write)."""
-
-    data: Annotated[dict[Any, Any], BeforeValidator(_changes)] = Field(
-        description="Fields to change, as a JSON object (may be empty when the update only "
-                    "sets a new ttl or expires_at).")
-
-    @model_validator(mode="after")
-    def _renews(self) -> Self:
-        check_changes(self.data, renews=self.ttl is not None or self.expires_at is not None)
-        return self
-
-
-def _values(value: Any) -> list[Any]:
-    if not isinstance(value, list) or not value:
-        raise ValidationError("values must be a non-empty list", field="values")
-    return value
-
-
-def _name(field: str) -> BeforeValidator:
-    """A field holding a name (a list field's, a relation's): a string (whether the type has
-    it is the schema's answer)."""
-    def check(value: Any) -> str:
-        if not isinstance(value, str):
-            raise ValidationError(f"{field} must be a name", field=field)
-        return value
-    return BeforeValidator(check)
-
-
-def _entity_id(field: str) -> BeforeValidator:
-    return BeforeValidator(lambda value: check_id(value, field))
-
-
-class EntityAppend(Request):
-    """Append values to a list field atomically."""
-
-    field: Annotated[str, _name("field")] = Field(description="A list field of the type.")
-    values: Annotated[list[Any], BeforeValidator(_values)] = Field(
-        description="The values to append (a non-empty list).")
-
-
-class EntityQuery(Request):
-    """A structured query: filter, order, page size, cursor and time travel."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"where": {"city": "Shanghai", "estimated_cost": {"$lte": 50}},
-         "order_by": ["-rating", "name"], "limit": 10},
-        {"where": {"$or": [{"category": "museum"}, {"category": "park"}]}, "limit": 20},
-    ]})
-
-    where: Where = Field(None, description=FILTER_DOC)
-    order_by: OrderBy = Field(None, description='"field" or "-field" (desc), or a list.')
-    limit: Limit = Field(50, description="Page size.")
-    cursor: Cursor = Field(None, description="next_cursor of the previous page.")
-    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-
-
-class EntityCount(Request):
-    """Count the entities of a type matching a filter."""
-
-    where: Where = Field(None, description=FILTER_DOC)
-    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-
-
 class CountPublic(BaseModel):
     """How many entities matched."""
 
@@ -303,54 +54,10 @@ class SeqPublic(BaseModel):
     seq: int
 
 
-# ---------------------------------------------------------------- relations
-
-
-class LinkRequest(Request):
-    """A link ``from_id --relation--> to_id``."""
-
-    from_id: Annotated[str, _entity_id("from_id")]
-    relation: Annotated[str, _name("relation")]
-    to_id: Annotated[str, _entity_id("to_id")]
-
-
 class LinkPublic(BaseModel):
     """Whether the link is new (false: it already existed)."""
 
     linked: bool
-
-
-# ---------------------------------------------------------------- search
-
-
-class SearchRequest(Request):
-    """A similarity search over one type, with the options of ``Memory.search``."""
-
-    model_config = ConfigDict(extra="forbid", validate_default=True, json_schema_extra={
-        "examples": [
-            {"type": "PointOfInterest", "text": "soup dumplings", "where": {"city": "Shanghai"},
-             "k": 3},
-            {"type": "PointOfInterest", "text": "外滩夜景", "mode": "keyword", "k": 5},
-        ]})
-
-    type: Annotated[str, BeforeValidator(check_type_name)] = Field(
-        description="Entity type to search.")
-    text: Annotated[str | None, BeforeValidator(check_search_text)] = Field(
-        None, description="Query text (required).")
-    where: Where = Field(None, description=FILTER_DOC)
-    k: Annotated[int, BeforeValidator(check_k)] = Field(10, description="How many hits.")
-    mode: Annotated[SearchMode, BeforeValidator(check_mode)] = Field(
-        "hybrid", description="hybrid (vectors + BM25 keywords, fused), vector or keyword.")
-    related_to: Annotated[dict[str, Any] | None, _checked(check_related_to)] = Field(
-        None, description='Only entities linked: {"relation": r, "from": id, "direction": "out"}.')
-    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-    conversation: Conversation = Field(
-        None, description="Only rows of this conversation (the type's conversation field), "
-                          "ANDed with where.")
-    reference_time: ReferenceTimeBody = Field(None, description=REFERENCE_TIME_DOC)
-
-
-# ---------------------------------------------------------------- audit & admin
 
 
 class HeadPublic(BaseModel):
@@ -395,103 +102,12 @@ class ReadyPublic(BaseModel):
     problems: list[str] = Field(default_factory=list)
 
 
-# ---------------------------------------------------------------- lifecycle
-
-
-def _focus_ids(value: Any) -> list[str]:
-    """A context's focus IDs: a list of entity IDs (repeats dropped), at most
-    :data:`CONTEXT_MAX_FOCUS`."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise ValidationError("focus_ids must be a list of entity IDs", field="focus_ids")
-    focus = list(dict.fromkeys(check_id(f, "focus_ids") for f in value))
-    if len(focus) > CONTEXT_MAX_FOCUS:
-        raise ValidationError(f"at most {CONTEXT_MAX_FOCUS} focus_ids", field="focus_ids")
-    return focus
-
-
-def _context_query(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > CONTEXT_MAX_QUERY_CHARS:
-        raise ValidationError(f"query must be a non-empty string of at most "
-                              f"{CONTEXT_MAX_QUERY_CHARS} characters", field="query")
-    return value
-
-
-def _budget(value: Any) -> int:
-    if (isinstance(value, bool) or not isinstance(value, int)
-            or not CONTEXT_MIN_BUDGET <= value <= CONTEXT_MAX_BUDGET):
-        raise ValidationError(f"budget_tokens must be an integer from {CONTEXT_MIN_BUDGET} to "
-                              f"{CONTEXT_MAX_BUDGET}", field="budget_tokens")
-    return value
-
-
-def _context_k(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= CONTEXT_MAX_K:
-        raise ValidationError(f"k must be an integer from 1 to {CONTEXT_MAX_K}", field="k")
-    return value
-
-
-class ContextRequest(Request):
-    """What the prompt context is about and how many tokens it may take."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"focus_ids": ["Trip_553bfb0714443032ab13"], "budget_tokens": 600},
-        {"query": "museums in Shanghai", "budget_tokens": 800, "k": 3},
-        {"conversation": "chat-1", "turns": 6, "query": "the cat's name"},
-    ]})
-
-    focus_ids: Annotated[list[str] | None, _checked(_focus_ids)] = Field(
-        None, description=f"IDs of the entities the task is about (at most "
-                          f"{CONTEXT_MAX_FOCUS}).")
-    query: Annotated[str | None, _checked(_context_query)] = Field(
-        None, description="Adds the top search hits for this text.")
-    budget_tokens: Annotated[int, BeforeValidator(_budget)] = Field(
-        800, description=f"From {CONTEXT_MIN_BUDGET} to {CONTEXT_MAX_BUDGET}.")
-    k: Annotated[int, BeforeValidator(_context_k)] = Field(
-        5, description=f"How many search hits (at most {CONTEXT_MAX_K}).")
-    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-    conversation: Conversation = Field(
-        None, description="Adds the conversation's last turns; scopes the query's hits of "
-                          "types with a conversation field to it.")
-    turns: int | None = Field(None, description=f"How many last turns (default {LAST_TURNS}, "
-                                                f"at most {MAX_TURNS}; needs conversation).")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _turns(cls, values: Any) -> Any:
-        if isinstance(values, Mapping):
-            check_turns(values.get("turns"), values.get("conversation"))
-        return values
-
-
-class SummaryRequest(Request):
-    """The scope and audit-seq window of a summary."""
-
-    scope: str | None = Field(None, description='"*" (default), a type name or an entity ID.')
-    since_seq: int | None = Field(None, ge=0, description="Events after this seq.")
-    until_seq: int | None = Field(None, ge=0, description="Events up to this seq.")
-
-
-class ConstraintQuery(Request):
-    """A filter over the open constraints, a page size, a cursor and time travel."""
-
-    where: Where = Field(
-        None, description='Filter on Constraint fields, e.g. {"kind": "budget"}; '
-                          'status is always "open". ' + FILTER_DOC)
-    limit: Limit = Field(50, description="Page size.")
-    cursor: Cursor = Field(None, description="next_cursor of the previous page.")
-    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-
-
 class ArchiveRequest(Request):
     """Move the audit events before a seq to Parquet under ``<data_dir>/archives/<dest>``."""
 
     before_seq: int = Field(ge=1, le=MAX_SEQ, description="Archive the events with seq < this.")
     dest: str = Field(description="A directory name: letters, digits, '.', '_' and '-'; "
                                   "no path separators.")
-
-
-# ---------------------------------------------------------------- plans
-
 
 PLAN_EXAMPLES: dict[str, Any] = {"examples": [{"ops": [
     {"op": "create", "type": "Trip", "data": {"user": "ana", "destination": "Shanghai",
@@ -548,20 +164,3 @@ class WhoAmIPublic(BaseModel):
         "tenant", description='"store" for admin keys: admin routes (reconcile, reindex, '
         "snapshot, archive, rules, types) and the audit head/verify act on the whole store; "
         "the key's tenant only holds its own entity writes.")
-
-
-#: The request model of each ``MemoryAPI`` operation that has one (``tests/test_requests.py``
-#: walks it: each door checks the operation's arguments with this model, the route parses it).
-REQUESTS: dict[str, type[Request]] = {
-    "query": EntityQuery,
-    "count": EntityCount,
-    "search": SearchRequest,
-    "context": ContextRequest,
-    "open_constraints": ConstraintQuery,
-    "create": EntityCreate,
-    "create_many": EntityBatchCreate,
-    "update": EntityUpdate,
-    "append": EntityAppend,
-    "link": LinkRequest,
-    "unlink": LinkRequest,
-}

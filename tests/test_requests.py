@@ -1,5 +1,5 @@
 """One request model per operation: the protocol's arguments, each door's check and the
-route's body are the same model (``dmf_hybrid.wire.REQUESTS``)."""
+route's body are the same model (``dmf_hybrid.requests.REQUESTS``)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import httpx
 import pytest
 
 from dmf_hybrid import DMFError, MemoryAPI, MemoryClient, Settings
-from dmf_hybrid import wire as wire_module
+from dmf_hybrid import requests as requests_module
 from dmf_hybrid.api import create_app
-from dmf_hybrid.wire import REQUESTS, Request
+from dmf_hybrid.requests import REQUESTS, Request
+from dmf_hybrid.tools import PROFILES, tool_operation
 from tests.store import behind, open_door
 
 #: A MemoryAPI parameter by the name of the model field it fills (where the names differ).
@@ -33,6 +34,8 @@ ROUTES = {
     "create_many": ("POST", "/entities/{type_name}/batch"),
     "update": ("PATCH", "/entities/{entity_id}"),
     "append": ("POST", "/entities/{entity_id}/append"),
+    "add_messages": ("POST", "/conversations/{conversation}/messages"),
+    "summarize": ("POST", "/summaries"),
     "link": ("POST", "/relations"),
     "unlink": ("DELETE", "/relations"),
 }
@@ -48,6 +51,9 @@ GOOD: dict[str, Callable[[MemoryAPI], Callable[[], Any]]] = {
     "create": lambda m: lambda: m.create("Poi", {"name": "Colosseum", "city": "Rome"}, ttl=60),
     "create_many": lambda m: lambda: m.create_many("Poi", [{"name": "Pantheon", "city": "Rome"}]),
     "update": lambda m: partial(m.update, m.query("Poi").items[0].id, {"rating": 5}),
+    "add_messages": lambda m: lambda: m.add_messages("chat-1", [{"role": "user",
+                                                               "content": "hello"}]),
+    "summarize": lambda m: lambda: m.summarize("Poi", since_seq=0),
     "append": lambda m: partial(m.append, m.create("Trip", {"destination": "Rome"}).id, "tags",
                                 ["art"]),
     "link": lambda m: partial(m.link, m.create("Trip", {"destination": "Rome"}).id, "includes",
@@ -66,6 +72,8 @@ BAD: dict[str, tuple[Callable[[MemoryAPI], Any], str]] = {
     "create_many": (lambda m: m.create_many("Poi", {"name": "Forum"}), "rows"),  # type: ignore[arg-type]
     "update": (lambda m: m.update(m.query("Poi").items[0].id, {}), "changes"),
     "append": (lambda m: m.append(m.query("Poi").items[0].id, "tags", []), "values"),
+    "add_messages": (lambda m: m.add_messages("chat-1", []), "messages"),
+    "summarize": (lambda m: m.summarize(since_seq=-1), "since_seq"),
     "link": (lambda m: m.link("Trip_x", 5, "Poi_y"), "relation"),  # type: ignore[arg-type]
     "unlink": (lambda m: m.unlink("Trip_x", "includes", "no such id"), "to_id"),
 }
@@ -118,7 +126,7 @@ def test_each_door_checks_the_arguments_with_the_operations_model(
         return of(cls, **arguments)
 
     call = GOOD[op](door)
-    monkeypatch.setattr(wire_module.Request, "of", classmethod(spy))
+    monkeypatch.setattr(requests_module.Request, "of", classmethod(spy))
     call()
     # in process the memory checks them first; over HTTP the client, then the server's
     # memory (what either does next, such as the queries of a context, comes after)
@@ -149,3 +157,28 @@ def test_the_server_answers_a_bad_body_as_the_memory_raises_it(tmp_path: Path) -
                             json={"type": "Poi", "text": "x", "mode": "fuzzy"})
     assert answer.status_code == raised.value.status_code
     assert answer.json() == raised.value.to_payload()
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_each_tool_takes_its_operations_model_fields_with_their_defaults(
+        profile: str, tmp_path: Path) -> None:
+    """A tool of an operation with a model takes only that model's arguments (and what the
+    route's path names: the type, the entity, the conversation; and the version If-Match
+    carries), with its defaults."""
+    outside = {"type", "id", "conversation", "expected_version"}
+    with open_door("memory", tmp_path / "mem") as mem:
+        tools = mem.tools("json_schema", profile=profile)
+    checked = 0
+    for tool in tools:
+        op = "context" if tool["name"] == "context" else tool_operation(tool["name"])
+        if op not in REQUESTS:
+            continue
+        fields = REQUESTS[op].model_fields
+        props = tool["parameters"]["properties"]
+        assert set(props) <= set(fields) | outside, tool["name"]
+        for name, schema in props.items():
+            # (a model default of None leaves the default to the operation, as turns does)
+            if "default" in schema and name in fields and fields[name].default is not None:
+                assert schema["default"] == fields[name].default, f"{tool['name']}.{name}"
+        checked += 1
+    assert checked >= 6

@@ -8,7 +8,7 @@ the body limit and the text checks still apply) and answers a plain search itsel
 same functions the route's dependencies call: the key ring authenticates the caller, the
 principal needs the reader role (:func:`~.deps.resolve_principal` and
 :func:`~.deps.tenant_memory`, the routes' own), the body is parsed as JSON and validated as
-:class:`~dmf_hybrid.wire.SearchRequest`, and the route's own :func:`~.routes.search.answer`
+:class:`~dmf_hybrid.requests.SearchRequest`, and the route's own :func:`~.routes.search.answer`
 searches and serialises in the service's search threads (:meth:`~.deps.ServiceState.run_search`).
 
 Anything else goes the normal way, which then answers it: another path or method, a body that
@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import DMFError
 from ..memory import Memory
-from ..wire import SearchRequest
+from ..requests import SearchRequest
 from .auth import Role
 from .deps import ServiceState, resolve_principal, tenant_memory
 from .errors import dmf_error_response

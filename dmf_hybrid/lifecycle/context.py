@@ -1,7 +1,7 @@
 """Prompt context: a compact, deterministic description of what an agent needs now.
 
 ``build_context(mem, request)`` returns a :class:`MemoryContext` for a
-:class:`~dmf_hybrid.wire.ContextRequest` (its focus IDs, query, token budget, ``as_of``): a
+:class:`~dmf_hybrid.requests.ContextRequest` (its focus IDs, query, token budget, ``as_of``): a
 text for the prompt and the structured data behind it. Sections, in this order (which is
 also their priority when the token budget runs out):
 
@@ -59,15 +59,15 @@ from ..models import (
     MemoryContext,
 )
 from ..profiles import DateGrounding
-from ..ruledefs import CONSTRAINT_TYPE
-from ..store.reads import EventSelection
-from ..wire import (
+from ..requests import (
     CONTEXT_MAX_BUDGET,
     CONTEXT_MAX_FOCUS,
     CONTEXT_MAX_QUERY_CHARS,
     CONTEXT_MIN_BUDGET,
     ContextRequest,
 )
+from ..ruledefs import CONSTRAINT_TYPE
+from ..store.reads import EventSelection
 from .summaries import SUMMARY_OPS, SUMMARY_TYPE, _value, describe_event
 
 MAX_FOCUS = CONTEXT_MAX_FOCUS

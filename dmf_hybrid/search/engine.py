@@ -252,7 +252,7 @@ class SearchEngine:
         """Top-k hits for a text under filters, resolved from DuckDB; see the module doc.
 
         The caller checked the arguments with the search's request model
-        (:class:`~dmf_hybrid.wire.SearchRequest`); here only what needs the store is.
+        (:class:`~dmf_hybrid.requests.SearchRequest`); here only what needs the store is.
 
         ``conversation``: only rows whose ``conversation`` field is that ID (ANDed with
         ``where``, so it is one more exact filter term).

@@ -13,7 +13,7 @@ from ..store import Store
 
 def check_request(store: Store, tenant: str, max_k: int, type_name: Any, k: Any
                   ) -> EntityType:
-    """What a search's request model (:class:`~dmf_hybrid.wire.SearchRequest`) cannot check
+    """What a search's request model (:class:`~dmf_hybrid.requests.SearchRequest`) cannot check
     alone: that the type exists in the tenant and is searchable, and ``k`` within the
     service's ``max_k``."""
     etype = store.type_of(type_name, tenant)

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Response, status
-from pydantic import Field
 
-from ...conversations import MESSAGE_TYPE
 from ...models import Entity
-from ...wire import Request
+from ...requests import MessagesAppend
 from ..deps import Audit, WriterMemory
 
 router = APIRouter(tags=["conversations"])
-
-
-class MessagesAppend(Request):
-    """Messages to append: ``{"role", "content"}`` or ``{"speaker", "text"}`` objects with
-    optional ``turn``, ``session`` and ``time``."""
-
-    messages: Any = Field(description="The messages, oldest first.")
-    type_name: str = Field(MESSAGE_TYPE, description="The conversation log's type.")
 
 
 @router.post("/conversations/{conversation}/messages", status_code=status.HTTP_201_CREATED,

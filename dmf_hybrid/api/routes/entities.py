@@ -8,18 +8,16 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Response, status
 
 from ...models import Entity, Page
-from ...wire import (
+from ...requests import (
     AS_OF_DOC,
-    CountPublic,
     EntityAppend,
     EntityBatchCreate,
     EntityCount,
     EntityCreate,
     EntityQuery,
     EntityUpdate,
-    ErrorBody,
-    SeqPublic,
 )
+from ...wire import CountPublic, ErrorBody, SeqPublic
 from ..deps import (
     Audit,
     IfMatch,

@@ -10,7 +10,8 @@ from fastapi import APIRouter, Body, Query, Response, status
 from ...checks import SNAPSHOT_NAME_RE, full_match
 from ...errors import ValidationError
 from ...models import ArchiveResult, MemoryContext, Page, RuleInfo, SummaryResult
-from ...wire import AS_OF_DOC, ArchiveRequest, ConstraintQuery, ContextRequest, SummaryRequest
+from ...requests import AS_OF_DOC, ConstraintQuery, ContextRequest, SummaryRequest
+from ...wire import ArchiveRequest
 from ..deps import AdminMemory, Audit, ReaderMemory, State, WriterMemory, parse_as_of
 
 router = APIRouter(tags=["lifecycle"])

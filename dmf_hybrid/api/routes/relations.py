@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 
 from ...models import Related
-from ...wire import AS_OF_DOC, LinkPublic, LinkRequest, SeqPublic
+from ...requests import AS_OF_DOC, LinkRequest
+from ...wire import LinkPublic, SeqPublic
 from ..deps import Audit, ReaderMemory, WriterMemory, parse_as_of
 
 router = APIRouter(tags=["relations"])

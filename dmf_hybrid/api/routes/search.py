@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response
 
 from ...memory import Memory
 from ...models import SearchResult
-from ...wire import SearchRequest
+from ...requests import SearchRequest
 from ..deps import ReaderMemory, State, model_response
 
 router = APIRouter(tags=["search"])
