@@ -7,7 +7,8 @@ it) a copy: the same versions in ``schema_types``, a table of its own that its r
 and one audit event per copy (``op="define"`` by :data:`SPLIT_ACTOR`, version unchanged,
 ``meta.rows_moved``). A copied type brings the types its relations target, so the tenant's
 types stay closed under their relations; a rule on a copied type is copied too (rules, like
-types, belong to a tenant from format 4 on). Vectors are re-keyed by the reconcile the store then
+types, belong to a tenant from format 4 on), with the ``Constraint`` type its constraints are
+rows of. Vectors are re-keyed by the reconcile the store then
 asks for (``RECONCILE_PENDING``). It all happens in one write transaction when the store
 opens, so a crash leaves either the old layout (and the work still pending) or the new one.
 """
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..ids import DEFAULT_TENANT
+from ..ruledefs import CONSTRAINT_TYPE
 from ..schema import EntityType, TypeDef, build_model
 from .chain import AuditLog
 from .sql import q
@@ -50,6 +52,11 @@ def split_shared_types(db: Transactions, audit_log: AuditLog, registry: Shared) 
         for tenant, name in used:
             if name in shared:
                 _with_targets(shared, name, wanted.setdefault(tenant, set()))
+        rules = _latest_rules(con)
+        triggers = {str(rule.get("trigger", {}).get("type")) for _n, _v, rule in rules}
+        for names in wanted.values():  # a copied rule raises its constraints in the tenant
+            if names & triggers:
+                _with_targets(shared, CONSTRAINT_TYPE, names)
         for tenant in sorted(wanted):
             for name in sorted(wanted[tenant]):
                 etype = shared[name]
@@ -70,7 +77,7 @@ def split_shared_types(db: Transactions, audit_log: AuditLog, registry: Shared) 
                     before=definition, after=definition, actor=SPLIT_ACTOR,
                     reason=SPLIT_REASON, trace_id=None,
                     meta={"store_format": 4, "rows_moved": moved})
-        _copy_rules(con, audit_log, wanted)
+        _copy_rules(con, audit_log, wanted, rules)
         con.execute("DELETE FROM meta WHERE key = ?", [SPLIT_PENDING])
         if wanted:
             con.execute("INSERT INTO meta VALUES (?, 'types belong to tenants') "
@@ -79,14 +86,24 @@ def split_shared_types(db: Transactions, audit_log: AuditLog, registry: Shared) 
         log.info("tenant %s now owns its copies of %s", tenant, ", ".join(sorted(wanted[tenant])))
 
 
-def _copy_rules(con: Connection, audit_log: AuditLog, wanted: dict[str, set[str]]) -> None:
+def _latest_rules(con: Connection) -> list[tuple[str, int, dict[str, Any]]]:
+    """(name, version, definition) of the latest version of each rule defined so far (every
+    one the default tenant's), by name; none when the store never defined a rule."""
+    if con.execute("SELECT 1 FROM information_schema.tables WHERE table_name = 'dmf_rules' "
+                   "AND table_schema = current_schema()").fetchone() is None:
+        return []
+    return [(str(name), int(version), json.loads(definition)) for name, version, definition
+            in con.execute("SELECT DISTINCT ON (name) name, version, definition FROM dmf_rules "
+                           "WHERE tenant = ? ORDER BY name, version DESC",
+                           [DEFAULT_TENANT]).fetchall()]
+
+
+def _copy_rules(con: Connection, audit_log: AuditLog, wanted: dict[str, set[str]],
+                latest: list[tuple[str, int, dict[str, Any]]]) -> None:
     """A rule defined before applied to every tenant: each tenant that now owns a copy of its
-    trigger type gets a copy of it (its versions, and a ``define_rule`` event)."""
-    latest = con.execute("SELECT DISTINCT ON (name) name, version, definition FROM dmf_rules "
-                         "WHERE tenant = ? ORDER BY name, version DESC",
-                         [DEFAULT_TENANT]).fetchall()
-    for name, version, definition in latest:
-        rule = json.loads(definition)
+    trigger type gets a copy of it (its versions, and a ``define_rule`` event); the tenant's
+    copies include the ``Constraint`` type its rules write."""
+    for name, version, rule in latest:
         trigger = rule.get("trigger", {}).get("type")
         for tenant in sorted(t for t, names in wanted.items() if trigger in names):
             _copy_versions(con, "dmf_rules", name, tenant)

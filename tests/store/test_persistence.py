@@ -235,6 +235,12 @@ def _to_format_1(path: Path) -> None:
                     "FROM entity_index")
         con.execute("DROP TABLE entity_index")
         con.execute("ALTER TABLE entity_index_v1 RENAME TO entity_index")
+        if con.execute("SELECT 1 FROM information_schema.tables WHERE table_name = "
+                       "'dmf_rules'").fetchone() is not None:  # rules: shared too, no tenant
+            con.execute("CREATE TABLE dmf_rules_v3 AS SELECT name, version, definition, seq, "
+                        "created_at FROM dmf_rules WHERE tenant = 'default'")
+            con.execute("DROP TABLE dmf_rules")
+            con.execute("ALTER TABLE dmf_rules_v3 RENAME TO dmf_rules")
         con.execute("UPDATE meta SET value = '1' WHERE key = 'store_format'")
         con.execute("COMMIT")
     finally:

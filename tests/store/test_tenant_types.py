@@ -126,3 +126,37 @@ def test_a_store_made_before_types_belonged_to_tenants_is_split_when_opened(
         copied = [e for e in other.events(since_seq=seq) if e.actor == "dmf-store"]
         assert [(e.op, e.type, e.meta["rows_moved"]) for e in copied] == [("define", "Order", 1)]
         assert again.verify_audit().ok
+
+
+def test_a_rule_of_a_split_type_is_copied_to_each_tenant_that_used_it(tmp_path: Path) -> None:
+    """Before types belonged to tenants, a rule on a type ran on every tenant's writes of it:
+    the split gives each tenant that used the type its copy of the rule, audited."""
+    from tests.store.test_persistence import _to_format_1
+
+    path = tmp_path / "m"
+    rule = {"name": "long_stay", "condition": "nights > 7", "trigger": {"type": "Order"},
+            "action": {"kind": "time", "message": "{value} nights"}}
+    with Memory.open(path, embedder=HashEmbedder()) as mem:
+        mem.define_type(TRAVEL_ORDER)
+        mem.define_rule(rule)
+        mem.create("Order", {"ref": "A", "city": "Paris"})
+        other = mem.for_tenant("other")
+        other.define_type(TRAVEL_ORDER)
+        other.create("Order", {"ref": "B", "city": "上海", "nights": 2})
+        seq = mem.last_seq()
+    _to_format_1(path)
+    with Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex()) as again:
+        other = again.for_tenant("other")
+        assert [r.name for r in other.rules()] == [r.name for r in again.rules()] == ["long_stay"]
+        copied = [(e.op, e.type) for e in other.events(since_seq=seq) if e.actor == "dmf-store"]
+        # the Constraint type comes with the rule: without it the copy would load disabled
+        assert copied == [("define", "Constraint"), ("define", "Order"),
+                          ("define_rule", "Order")]
+        stay = other.create("Order", {"ref": "C", "city": "Oslo", "nights": 9}).id
+        [opened] = other.query("Constraint").items
+        assert opened.data.subject == stay and opened.data.kind == "time"
+        again.create("Order", {"ref": "D", "city": "Paris", "nights": 8})
+        assert len(again.query("Constraint").items) == 1  # each tenant's rule, its writes
+        assert len(other.query("Constraint").items) == 1
+        assert again.verify_audit().ok
+
