@@ -277,6 +277,13 @@ def check_type_size(definition: Mapping[str, Any], limits: Limits) -> None:
                             limit=limits.max_type_bytes)
 
 
+def check_values(values: Any) -> list[Any]:
+    """The ``values`` of an ``append``: a non-empty list."""
+    if not isinstance(values, list) or not values:
+        raise ValidationError("values must be a non-empty list", field="values")
+    return values
+
+
 def check_rows(rows: Any) -> Sequence[Any]:
     """The ``rows`` of ``create_many``: a list (not a string or a single object)."""
     if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence):

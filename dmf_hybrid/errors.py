@@ -145,20 +145,15 @@ def first_problem(exc: Any) -> tuple[str, str]:
     return ".".join(str(part) for part in first["loc"]), str(first["msg"])
 
 
-def request_error(errors: Sequence[Mapping[str, Any]], prefixes: tuple[str, ...] = ()
-                  ) -> DMFError:
-    """The error of a request model's first problem: the error one of our checks raised as
-    it was (pydantic reports it as a value error), else a ValidationError naming the field
-    (``prefixes``: the first parts of a location that say where a field came from, such as
-    HTTP's ``body``, left out of the name)."""
-    if not errors:
-        return ValidationError("invalid request")
-    first = errors[0]
-    raised = raised_check(first)
+def request_error(exc: Any) -> DMFError:
+    """The error of a request model's first problem (``exc``: pydantic's ValidationError):
+    the error one of our checks raised, as it was (pydantic reports it as a value error),
+    else a ValidationError naming the field."""
+    raised = raised_check(exc.errors()[0])
     if raised is not None:
         return raised
-    field = field_of(first.get("loc", ()), prefixes)
-    return ValidationError(f"{field}: {first.get('msg', 'invalid value')}", field=field)
+    field, message = first_problem(exc)
+    return ValidationError(f"{field}: {message}", field=field)
 
 
 def raised_check(error: Mapping[str, Any]) -> DMFError | None:

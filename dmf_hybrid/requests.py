@@ -48,6 +48,7 @@ from .checks import (
     check_search_text,
     check_seq_bounds,
     check_type_name,
+    check_values,
 )
 from .conversations import (
     MAX_MESSAGES,
@@ -106,7 +107,7 @@ class Request(BaseModel):
         try:
             return cls.model_validate(arguments)
         except pydantic.ValidationError as exc:
-            raise request_error(exc.errors()) from None
+            raise request_error(exc) from None
 
     def body(self) -> dict[str, Any]:
         """The request as a JSON body (a NaN or infinite number is refused, named)."""
@@ -117,6 +118,7 @@ class Request(BaseModel):
 def _checked(check: Callable[[Any], Any]) -> BeforeValidator:
     """A check of :mod:`dmf_hybrid.checks` as a field validator (None passes)."""
     return BeforeValidator(lambda value: None if value is None else check(value))
+
 
 #: A filter (:data:`~dmf_hybrid.filters.FILTER_DOC`): its shape checked here, its fields by
 #: the schema.
@@ -132,14 +134,10 @@ ON_CONFLICT_DOC = ("What to do when the identity already exists: return the stor
                    "conflict when a given field differs, or update it to the given values.")
 
 
-def _data(value: Any) -> Any:
-    """An entity's fields: an object (a pydantic model instance: its fields)."""
-    return check_data(value.model_dump() if isinstance(value, BaseModel) else value)
-
-
-def _changes(value: Any) -> Any:
-    """An update's changes: an object (a memory names the argument ``changes``)."""
-    return check_data(value.model_dump() if isinstance(value, BaseModel) else value, "changes")
+def _fields(field: str) -> BeforeValidator:
+    """An object of entity fields (a pydantic model instance: its fields), named ``field``."""
+    return BeforeValidator(lambda value: check_data(
+        value.model_dump() if isinstance(value, BaseModel) else value, field))
 
 
 def _ttl_json(value: dt.timedelta | str | None) -> float | str | None:
@@ -154,7 +152,7 @@ TTLField = Annotated[
 ExpiresAtField = Annotated[
     dt.datetime | None, BeforeValidator(check_expires_at),
     WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}]})]
-Data = Annotated[dict[Any, Any], BeforeValidator(_data)]
+Data = Annotated[dict[Any, Any], _fields("data")]
 
 
 class _Expiring(Request):
@@ -203,7 +201,7 @@ class EntityBatchCreate(_Expiring):
 class EntityUpdate(_Expiring):
     """Change some fields of an entity (send ``If-Match: "<version>"`` to guard the write)."""
 
-    data: Annotated[dict[Any, Any], BeforeValidator(_changes)] = Field(
+    data: Annotated[dict[Any, Any], _fields("changes")] = Field(
         description="Fields to change, as a JSON object (may be empty when the update only "
                     "sets a new ttl or expires_at).")
 
@@ -211,12 +209,6 @@ class EntityUpdate(_Expiring):
     def _renews(self) -> Self:
         check_changes(self.data, renews=self.ttl is not None or self.expires_at is not None)
         return self
-
-
-def _values(value: Any) -> list[Any]:
-    if not isinstance(value, list) or not value:
-        raise ValidationError("values must be a non-empty list", field="values")
-    return value
 
 
 def _name(field: str) -> BeforeValidator:
@@ -237,7 +229,7 @@ class EntityAppend(Request):
     """Append values to a list field atomically."""
 
     field: Annotated[str, _name("field")] = Field(description="A list field of the type.")
-    values: Annotated[list[Any], BeforeValidator(_values)] = Field(
+    values: Annotated[list[Any], BeforeValidator(check_values)] = Field(
         description="The values to append (a non-empty list).")
 
 

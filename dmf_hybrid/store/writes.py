@@ -16,6 +16,7 @@ from ..checks import (
     check_expected_version,
     check_id,
     check_value_sizes,
+    check_values,
     full_match,
 )
 from ..clock import to_naive_utc, utcnow
@@ -225,8 +226,7 @@ class Writes(Queries):
                reason: str | None = None, trace_id: str | None = None,
                principal: str | None = None) -> Entity:
         """Append values to a list field atomically."""
-        if not isinstance(values, list) or not values:
-            raise ValidationError("values must be a non-empty list", field="values")
+        check_values(values)
 
         def compute(etype: EntityType, current: Entity) -> dict[str, Any]:
             if not isinstance(field, str) or field not in etype.fields:
