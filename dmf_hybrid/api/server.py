@@ -65,7 +65,7 @@ def log_to_stderr(level: int = logging.INFO) -> None:
     logger = logging.getLogger("dmf_hybrid")
     if any(isinstance(h, _StderrHandler) for h in logger.handlers):
         return
-    handler = _StderrHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(_LevelPrefix())
     logger.addHandler(handler)
     logger.setLevel(level)
@@ -73,7 +73,17 @@ def log_to_stderr(level: int = logging.INFO) -> None:
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The handler ``log_to_stderr`` adds (recognised so it is added once)."""
+    """The handler ``log_to_stderr`` adds (recognised so it is added once). It writes to
+    whatever ``sys.stderr`` is when a record comes, not the stream of the first ``dmf serve``
+    in the process (which a harness running the CLI in-process closes afterwards)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass  # StreamHandler sets it; sys.stderr is read at each record instead
 
 
 class _LevelPrefix(logging.Formatter):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -173,3 +174,26 @@ def test_a_fresh_served_store_takes_ones_own_shop(tmp_path: Path,
 def test_service_urls(host: str, base: str) -> None:
     assert service_urls(host, 8000) == [("API", base), ("docs", f"{base}/docs"),
                                         ("inspector", f"{base}/ui")]
+
+
+def test_the_log_handler_writes_to_the_stderr_of_the_moment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dmf serve`` run in-process (a test harness, a notebook) gets a stderr that is closed
+    afterwards; a later record goes to the stderr of its own moment, not to "--- Logging
+    error ---" on a closed stream."""
+    import io
+
+    from dmf_hybrid.api.server import log_to_stderr
+
+    package = logging.getLogger("dmf_hybrid")  # as it was, afterwards (caplog relies on it)
+    for attribute in ("handlers", "level", "propagate"):
+        monkeypatch.setattr(package, attribute, getattr(package, attribute))
+    monkeypatch.setattr(package, "handlers", [])
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    log_to_stderr()
+    logging.getLogger("dmf_hybrid.test").info("one")
+    first.close()
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("dmf_hybrid.test").info("two")
+    assert second.getvalue() == "INFO:     two\n"
