@@ -20,12 +20,11 @@ from .checks import (
     check_audit,
     check_data,
     check_expected_version,
-    check_filter,
     check_id,
     check_type_name,
     first_non_finite,
 )
-from .errors import FilterError, SchemaError, ValidationError
+from .errors import SchemaError, ValidationError
 from .schema import TypeDef
 
 
@@ -67,11 +66,6 @@ def jsonable(value: Any, field: str, error: type[ValidationError] = ValidationEr
         raise error(f"{where} must be a finite number (NaN and Infinity are not JSON)",
                     field=where)
     return plain
-
-
-def where_json(where: Any) -> Any:
-    """A filter as JSON: its shape checked as the memory checks it."""
-    return jsonable(check_filter(where), "where", FilterError)
 
 
 def row_json(i: int, row: Any) -> Any:

@@ -121,15 +121,3 @@ def ttl_option(text: str | None) -> float | str | None:
     except ValueError:
         raise ValidationError(f'ttl must be a number of seconds or "{NEVER}", not {text!r}',
                               field="ttl") from None
-
-
-def expiry_json(ttl: Any, expires_at: Any) -> dict[str, Any]:
-    """``ttl`` and ``expires_at`` checked, as the JSON of a write request carries them (none
-    of the two keys when neither is given)."""
-    span, at = check_expiry_args(ttl, expires_at)
-    body: dict[str, Any] = {}
-    if span is not None:
-        body["ttl"] = span.total_seconds() if isinstance(span, dt.timedelta) else span
-    if at is not None:
-        body["expires_at"] = at.isoformat()
-    return body
