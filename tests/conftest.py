@@ -4,6 +4,7 @@ session's own PostgreSQL) with the test embedder."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,17 @@ from evaluation.chromaserver import ChromaServer, chroma_executable
 from evaluation.pgserver import PgServer, binaries
 
 INDEXES = Path(__file__).resolve().parent.parent / "indexes"
+
+
+@pytest.fixture(autouse=True)
+def _package_logger_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that runs ``dmf serve`` in-process sets the package's logger up as the service
+    does (INFO records to stderr); the tests after it in the same process (any of them, under
+    pytest-xdist) get it back as it was, so another command's output holds only its own."""
+    package = logging.getLogger("dmf_hybrid")
+    monkeypatch.setattr(package, "handlers", list(package.handlers))
+    for attribute in ("level", "propagate"):
+        monkeypatch.setattr(package, attribute, getattr(package, attribute))
 
 
 class Trip(BaseModel):
