@@ -185,10 +185,7 @@ def test_the_log_handler_writes_to_the_stderr_of_the_moment(
 
     from dmf_hybrid.api.server import log_to_stderr
 
-    package = logging.getLogger("dmf_hybrid")  # as it was, for the tests after this one
-    for attribute in ("handlers", "level", "propagate"):
-        monkeypatch.setattr(package, attribute, getattr(package, attribute))
-    monkeypatch.setattr(package, "handlers", [])
+    logging.getLogger("dmf_hybrid").handlers = []  # (tests/conftest.py puts it back after)
     first, second = io.StringIO(), io.StringIO()
     monkeypatch.setattr(sys, "stderr", first)
     log_to_stderr()
