@@ -306,7 +306,7 @@ class MemoryClient(MemoryAPI):
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
         body = requests.EntityCreate.of(data=data, id=id, on_conflict=on_conflict, ttl=ttl,
-                                    expires_at=expires_at).body()
+                                        expires_at=expires_at).body()
         return self._get(Entity, "POST", f"/entities/{type_segment(type_name)}", json=body,
                          headers=self._audit(actor, reason, trace_id))
 
@@ -316,7 +316,7 @@ class MemoryClient(MemoryAPI):
                     reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                     expires_at: ExpiresAt = None) -> list[Entity]:
         body = requests.EntityBatchCreate.of(rows=rows, on_conflict=on_conflict, ttl=ttl,
-                                         expires_at=expires_at).body()
+                                             expires_at=expires_at).body()
         entities = self._list(Entity, "POST", f"/entities/{type_segment(type_name)}/batch",
                               json=body, headers=self._audit(actor, reason, trace_id))
         if callable(progress):
@@ -340,7 +340,7 @@ class MemoryClient(MemoryAPI):
               cursor: str | None = None, as_of: AsOf = None) -> Page:
         return self._get(Page, "POST", f"/entities/{type_segment(type_name)}/query",
                          json=requests.EntityQuery.of(where=where, order_by=order_by, limit=limit,
-                                                  cursor=cursor, as_of=as_of).body())
+                                                      cursor=cursor, as_of=as_of).body())
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
@@ -468,7 +468,7 @@ class MemoryClient(MemoryAPI):
                 "process (call Memory.summarize there, or leave summariser out)",
                 field="summariser")
         body = requests.SummaryRequest.of(scope=scope, since_seq=since_seq,
-                                      until_seq=until_seq).body()
+                                          until_seq=until_seq).body()
         return self._get(SummaryResult, "POST", "/summaries", json=body,
                          headers=self._audit(actor=actor, reason=reason))
 
@@ -485,7 +485,7 @@ class MemoryClient(MemoryAPI):
                          cursor: str | None = None, as_of: AsOf = None) -> Page:
         return self._get(Page, "POST", "/constraints/query",
                          json=requests.ConstraintQuery.of(where=where, limit=limit, cursor=cursor,
-                                                      as_of=as_of).body())
+                                                          as_of=as_of).body())
 
     # ---------------------------------------------------------------- agent tools
 

@@ -233,7 +233,7 @@ class Memory(MemoryAPI):
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
         req = requests.EntityCreate.of(data=data, id=id, on_conflict=on_conflict, ttl=ttl,
-                                   expires_at=expires_at)
+                                       expires_at=expires_at)
         return self._store.create(self.tenant, type_name, req.data, id=req.id,
                                   on_conflict=req.on_conflict, actor=actor, reason=reason,
                                   trace_id=trace_id, principal=self.principal, ttl=req.ttl,
@@ -270,7 +270,7 @@ class Memory(MemoryAPI):
                     reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                     expires_at: ExpiresAt = None) -> list[Entity]:
         req = requests.EntityBatchCreate.of(rows=rows, on_conflict=on_conflict, ttl=ttl,
-                                        expires_at=expires_at)
+                                            expires_at=expires_at)
         callback = progress if callable(progress) else None
         bar = None
         if progress is True:
@@ -298,7 +298,7 @@ class Memory(MemoryAPI):
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
         req = requests.EntityQuery.of(where=where, order_by=order_by, limit=limit, cursor=cursor,
-                                  as_of=as_of)
+                                      as_of=as_of)
         return self._store.query(self.tenant, type_name, req.where, req.order_by, req.limit,
                                  req.cursor, req.as_of, max_limit=self.settings.max_page_size)
 
