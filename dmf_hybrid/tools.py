@@ -25,7 +25,7 @@ from typing import Any
 
 from .checks import ID_PATTERN, ON_CONFLICT, TOOL_NAME_RE, full_match
 from .conversations import CONVERSATION_FIELD, log_available
-from .embedded import EmbeddedMemory
+from .core import MemoryCore
 from .errors import PlanError, ValidationError
 from .expiry import MAX_TTL_SECONDS, NEVER
 from .filters import FILTER_DOC_BRIEF
@@ -74,12 +74,12 @@ REFERENCE_TIME_ARG = {"type": "string", "description": "ISO-8601 date or time th
                       "time phrases ('last week', '上周') are read against; default now."}
 
 
-def visible_types(mem: EmbeddedMemory, internal: bool = False) -> list[EntityType]:
+def visible_types(mem: MemoryCore, internal: bool = False) -> list[EntityType]:
     """The types the tools describe (internal ones only when asked for)."""
     return [t for t in mem.types() if internal or t.name not in INTERNAL_TYPES]
 
 
-def tool_definitions(mem: EmbeddedMemory, format: str = "openai", profile: str = "compact",
+def tool_definitions(mem: MemoryCore, format: str = "openai", profile: str = "compact",
                      internal: bool = False) -> list[dict[str, Any]]:
     """Function-calling definitions of the memory operations for the defined types."""
     if format not in FORMATS:
@@ -240,7 +240,7 @@ def tool_operation(name: str) -> str | None:
     return name if name in OPERATIONS else None
 
 
-def _type_tools(mem: EmbeddedMemory, etype: EntityType) -> list[dict[str, Any]]:
+def _type_tools(mem: MemoryCore, etype: EntityType) -> list[dict[str, Any]]:
     td = etype.typedef
     about = f" {td.description}" if td.description else ""
     identity = ", ".join(td.identity) if td.identity else "all given fields"
@@ -315,7 +315,7 @@ def type_summary(etype: EntityType) -> str:
     return line
 
 
-def _compact_tools(mem: EmbeddedMemory, types: list[EntityType]) -> list[dict[str, Any]]:
+def _compact_tools(mem: MemoryCore, types: list[EntityType]) -> list[dict[str, Any]]:
     names = [t.name for t in types]
     searchable = [t.name for t in types if t.typedef.embed is not None]
     type_arg: dict[str, Any] = {"type": "string", "description": "The entity type."}
@@ -445,7 +445,7 @@ def _messages_tool() -> dict[str, Any]:
 # ---------------------------------------------------------------- calls
 
 
-def call_tool(mem: EmbeddedMemory, name: Any, arguments: Any = None, *, actor: str | None = None,
+def call_tool(mem: MemoryCore, name: Any, arguments: Any = None, *, actor: str | None = None,
               reason: str | None = None, trace_id: str | None = None) -> Any:
     """Validate and execute one tool call; returns its JSON-able result."""
     if arguments is None:
@@ -479,7 +479,7 @@ def call_tool(mem: EmbeddedMemory, name: Any, arguments: Any = None, *, actor: s
     return outcome.results[0]
 
 
-def _search_all(mem: EmbeddedMemory, step: dict[str, Any], actor: str | None,
+def _search_all(mem: MemoryCore, step: dict[str, Any], actor: str | None,
                 reason: str | None, trace_id: str | None) -> dict[str, Any]:
     """``search`` without a type: every searchable type in one read-only plan, hits merged."""
     if step.get("where") is not None:
@@ -509,7 +509,7 @@ def _search_all(mem: EmbeddedMemory, step: dict[str, Any], actor: str | None,
     return {"hits": hits[:k] if isinstance(k, int) else hits, "types": names}
 
 
-def tool_names(mem: EmbeddedMemory) -> list[str]:
+def tool_names(mem: MemoryCore) -> list[str]:
     """The names of every tool ``call_tool`` accepts, of either profile (no schemas built)."""
     names = list(COMPACT_TOOLS)
     for etype in mem.types():
@@ -520,7 +520,7 @@ def tool_names(mem: EmbeddedMemory) -> list[str]:
     return [n for n in names if full_match(TOOL_NAME_RE, n)] + list(GENERIC_TOOLS) + extra
 
 
-def _as_step(mem: EmbeddedMemory, name: Any, args: dict[str, Any]) -> dict[str, Any]:
+def _as_step(mem: MemoryCore, name: Any, args: dict[str, Any]) -> dict[str, Any]:
     known = tool_names(mem)
     if not isinstance(name, str) or name not in known:
         problems = Problems()

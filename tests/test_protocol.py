@@ -58,7 +58,9 @@ def test_each_docstring_lives_in_the_protocol(name: str) -> None:
     for door in (Memory, MemoryClient):
         member = inspect.getattr_static(door, name)
         func = member.fget if isinstance(member, property) else member
-        assert func.__doc__ is None, f"{door.__name__}.{name} repeats the docstring"
+        # none written twice: absent, or the protocol's own string (core._documented_by)
+        assert func.__doc__ is None or func.__doc__ is getattr(MemoryAPI, name).__doc__, \
+            f"{door.__name__}.{name} repeats the docstring"
         assert inspect.getdoc(getattr(door, name)) == inspect.getdoc(getattr(MemoryAPI, name))
 
 

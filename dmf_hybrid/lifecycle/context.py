@@ -46,7 +46,7 @@ from typing import Any
 
 from ..checks import ID_PATTERN, LAST_TURNS, MAX_TURNS, check_id
 from ..conversations import CONVERSATION_FIELD, MESSAGE_TYPE, check_log_type, check_turns
-from ..embedded import EmbeddedMemory
+from ..core import MemoryCore
 from ..errors import NotFound, ValidationError
 from ..models import (
     AuditEvent,
@@ -89,7 +89,7 @@ def approx_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
-def token_counter(mem: EmbeddedMemory) -> tuple[Callable[[str], int], str]:
+def token_counter(mem: MemoryCore) -> tuple[Callable[[str], int], str]:
     """The embedder's tokenizer count when it has one, else the approximation; and its name."""
     embedder = getattr(mem.engine, "embedder", None)
     count = getattr(embedder, "count_tokens", None)
@@ -109,7 +109,7 @@ def label(entity: Entity) -> str | None:
     return None
 
 
-def _entity_item(mem: EmbeddedMemory, entity: Entity) -> ContextEntity:
+def _entity_item(mem: MemoryCore, entity: Entity) -> ContextEntity:
     etype = mem.get_type(entity.type)
     identity = tuple(etype.typedef.identity or ())
     data = entity.fields()
@@ -179,12 +179,12 @@ class _Builder:
         return [payload for _, payload in items[start:]]
 
 
-def _recent_events(mem: EmbeddedMemory, focus: list[str], seq: int) -> list[AuditEvent]:
+def _recent_events(mem: MemoryCore, focus: list[str], seq: int) -> list[AuditEvent]:
     selection = EventSelection(SUMMARY_OPS, upto=seq, about=focus or None)
     return mem.reads.events(selection, newest_first=True, limit=MAX_CHANGES)
 
 
-def _last_turns(mem: EmbeddedMemory, conversation: str, turns: int, as_of: int | None
+def _last_turns(mem: MemoryCore, conversation: str, turns: int, as_of: int | None
                 ) -> list[ContextTurn]:
     """The conversation's last ``turns`` messages, oldest first (none: an empty list)."""
     types = {t.name: t for t in mem.types()}
@@ -223,7 +223,7 @@ def _turn_line(turn: ContextTurn) -> str:
            f"{json.dumps(text, ensure_ascii=False)}" + (f" [{dates}]" if dates else "")
 
 
-def build_context(mem: EmbeddedMemory, request: ContextRequest) -> MemoryContext:
+def build_context(mem: MemoryCore, request: ContextRequest) -> MemoryContext:
     """The prompt context a request asks for (see the module doc)."""
     focus, query, budget_tokens, k = (request.focus_ids or [], request.query,
                                       request.budget_tokens, request.k)
@@ -312,7 +312,7 @@ def build_context(mem: EmbeddedMemory, request: ContextRequest) -> MemoryContext
                                   "omitted": b.omitted, "ids": mentioned_ids(mem, text)})
 
 
-def _direct_links(mem: EmbeddedMemory, entity_id: str, as_of: int | None) -> list[ContextLink]:
+def _direct_links(mem: MemoryCore, entity_id: str, as_of: int | None) -> list[ContextLink]:
     """Up to MAX_RELATIONS live links of an entity, by (relation, direction, other ID)."""
     found = mem.reads.links([entity_id], None, "both", as_of)
     ordered = sorted(found, key=lambda x: (x[1], x[3], x[2] if x[3] == "out" else x[0]))
@@ -332,7 +332,7 @@ def _direct_links(mem: EmbeddedMemory, entity_id: str, as_of: int | None) -> lis
     return out
 
 
-def _recently_changed(mem: EmbeddedMemory, type_name: str, seq: int, as_of: int | None
+def _recently_changed(mem: MemoryCore, type_name: str, seq: int, as_of: int | None
                       ) -> list[str]:
     """IDs of a type's live entities whose last change is newest (by audit seq, then ID)."""
     ids = mem.reads.last_changed(
@@ -345,7 +345,7 @@ def _recently_changed(mem: EmbeddedMemory, type_name: str, seq: int, as_of: int 
     return [i for i in ids if i in live][:MAX_OVERVIEW_IDS]
 
 
-def _exists(mem: EmbeddedMemory, entity_id: str, as_of: int) -> bool:
+def _exists(mem: MemoryCore, entity_id: str, as_of: int) -> bool:
     try:
         mem.get(entity_id, as_of=as_of)
     except NotFound:
@@ -353,7 +353,7 @@ def _exists(mem: EmbeddedMemory, entity_id: str, as_of: int) -> bool:
     return True
 
 
-def mentioned_ids(mem: EmbeddedMemory, text: str) -> list[str]:
+def mentioned_ids(mem: MemoryCore, text: str) -> list[str]:
     """The entity IDs of this tenant that a text mentions, sorted."""
     words = {w.strip("(),;:") for w in text.split()}
     candidates = sorted(w for w in words if w and _looks_like_id(w))
@@ -400,7 +400,7 @@ def context_tool_definition(conversations: bool = False) -> dict[str, Any]:
     }
 
 
-def call_context_tool(mem: EmbeddedMemory, arguments: dict[str, Any]) -> dict[str, Any]:
+def call_context_tool(mem: MemoryCore, arguments: dict[str, Any]) -> dict[str, Any]:
     """Run the ``context`` tool: ``{text, ids, as_of_seq, tokens, truncated}``."""
     unknown = sorted(set(arguments) - set(CONTEXT_TOOL_ARGS))
     if unknown:

@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..checks import check_seq_bounds
-from ..embedded import EmbeddedMemory
+from ..core import MemoryCore
 from ..errors import LimitExceeded, NotFound, ValidationError
 from ..ids import content_hash
 from ..models import AuditEvent, SummaryResult
@@ -93,12 +93,12 @@ def describe_event(event: AuditEvent, identity: tuple[str, ...] = ()) -> str:
     return event.op
 
 
-def _entity_types(mem: EmbeddedMemory, ids: list[str]) -> dict[str, str]:
+def _entity_types(mem: MemoryCore, ids: list[str]) -> dict[str, str]:
     """The type of each known ID (from the entity index)."""
     return mem.reads.types_of_ids(ids)
 
 
-def render(mem: EmbeddedMemory, events: list[AuditEvent]) -> tuple[str, list[str]]:
+def render(mem: MemoryCore, events: list[AuditEvent]) -> tuple[str, list[str]]:
     """The templated text of events (one line per entity, by first seq) and the IDs covered."""
     groups: dict[str, list[AuditEvent]] = {}
     for event in events:
@@ -139,7 +139,7 @@ def render(mem: EmbeddedMemory, events: list[AuditEvent]) -> tuple[str, list[str
     return "\n".join(lines), covered
 
 
-def _scope_window(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int
+def _scope_window(mem: MemoryCore, scope: Any, since_seq: int, until_seq: int
                   ) -> tuple[str, EventSelection]:
     """The scope's name, and the selection of its summarised events with
     since_seq < seq <= until_seq."""
@@ -156,14 +156,14 @@ def _scope_window(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: in
     return scope, replace(window, about=[scope])
 
 
-def window_events(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int
+def window_events(mem: MemoryCore, scope: Any, since_seq: int, until_seq: int
                   ) -> tuple[str, list[AuditEvent]]:
     """The scope's name and its summarised events with since_seq < seq <= until_seq."""
     name, window = _scope_window(mem, scope, since_seq, until_seq)
     return name, mem.reads.events(window)
 
 
-def check_window_size(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq: int) -> None:
+def check_window_size(mem: MemoryCore, scope: Any, since_seq: int, until_seq: int) -> None:
     """LimitExceeded, before any work, when the window holds more than
     :data:`MAX_SUMMARY_EVENTS` summarised events; the message gives the ``until_seq`` that
     would fit."""
@@ -178,7 +178,7 @@ def check_window_size(mem: EmbeddedMemory, scope: Any, since_seq: int, until_seq
             until_seq=fits)
 
 
-def _window(mem: EmbeddedMemory, since_seq: Any, until_seq: Any) -> tuple[int, int]:
+def _window(mem: MemoryCore, since_seq: Any, until_seq: Any) -> tuple[int, int]:
     check_seq_bounds(since_seq=since_seq, until_seq=until_seq)
     since = since_seq or 0
     until = mem.last_seq() if until_seq is None else min(until_seq, mem.last_seq())
@@ -187,7 +187,7 @@ def _window(mem: EmbeddedMemory, since_seq: Any, until_seq: Any) -> tuple[int, i
     return since, until
 
 
-def summarize(mem: EmbeddedMemory, scope: Any = None, since_seq: Any = None, until_seq: Any = None,
+def summarize(mem: MemoryCore, scope: Any = None, since_seq: Any = None, until_seq: Any = None,
               *, summariser: Summariser | None = None, actor: str | None = None,
               reason: str | None = None) -> SummaryResult:
     """Summarise a scope's events in a window into a ``MemorySummary`` entity."""
@@ -228,7 +228,7 @@ def summarize(mem: EmbeddedMemory, scope: Any = None, since_seq: Any = None, unt
     return result.model_copy(update={"summary": entity})
 
 
-def check_summary(mem: EmbeddedMemory, summary_id: str) -> dict[str, Any]:
+def check_summary(mem: MemoryCore, summary_id: str) -> dict[str, Any]:
     """Re-derive a summary from the log: ``{ok, events_hash_ok, text_ok, event_count}``."""
     fields = mem.get(summary_id).fields()
     _, events = window_events(mem, fields["scope"], fields["since_seq"], fields["until_seq"])

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..embedded import EmbeddedMemory
+from ..core import MemoryCore
 from ..errors import DMFError, LimitExceeded, NotFound, VersionConflict
 from ..models import AuditEvent, PlanOutcome
 from .ops import OPERATIONS, result_json
@@ -27,7 +27,7 @@ class _DryRun(Exception):
     """Raised inside the transaction to roll a dry run back."""
 
 
-def validate_plan(mem: EmbeddedMemory, ops: Any) -> list[dict[str, Any]]:
+def validate_plan(mem: MemoryCore, ops: Any) -> list[dict[str, Any]]:
     """The problems of a plan (an empty list when it validates statically); writes nothing."""
     problems = _check_shape(mem, ops)
     if not problems:
@@ -35,7 +35,7 @@ def validate_plan(mem: EmbeddedMemory, ops: Any) -> list[dict[str, Any]]:
     return problems.items
 
 
-def _check_shape(mem: EmbeddedMemory, ops: Any) -> Problems:
+def _check_shape(mem: MemoryCore, ops: Any) -> Problems:
     problems = Problems()
     if isinstance(ops, (str, bytes, Mapping)) or not isinstance(ops, Sequence):
         problems.add(None, "ops", "a plan must be a list of steps",
@@ -49,7 +49,7 @@ def _check_shape(mem: EmbeddedMemory, ops: Any) -> Problems:
     return problems
 
 
-def execute_plan(mem: EmbeddedMemory, ops: Any, *, dry_run: bool = False,
+def execute_plan(mem: MemoryCore, ops: Any, *, dry_run: bool = False,
                  actor: str | None = None, reason: str | None = None,
                  trace_id: str | None = None) -> PlanOutcome:
     """Validate a plan, then run it in one transaction (committed unless ``dry_run``).
@@ -94,7 +94,7 @@ def execute_plan(mem: EmbeddedMemory, ops: Any, *, dry_run: bool = False,
     return outcome
 
 
-def _run_step(mem: EmbeddedMemory, i: int, step: Mapping[str, Any], results: Sequence[Any],
+def _run_step(mem: MemoryCore, i: int, step: Mapping[str, Any], results: Sequence[Any],
               actor: str | None, reason: str | None, trace_id: str | None) -> Any:
     args = {k: resolve(v, results) for k, v in step.items() if k != "op"}
     op = OPERATIONS[step["op"]]
@@ -111,7 +111,7 @@ def _run_step(mem: EmbeddedMemory, i: int, step: Mapping[str, Any], results: Seq
     return result_json(op.name, value)
 
 
-def _runtime_problem(mem: EmbeddedMemory, i: int, step: Mapping[str, Any], exc: Exception
+def _runtime_problem(mem: MemoryCore, i: int, step: Mapping[str, Any], exc: Exception
                      ) -> tuple[int, str | None, str, str | None]:
     if isinstance(exc, RefError):
         return i, None, str(exc), "an earlier result was shorter than the plan assumed"

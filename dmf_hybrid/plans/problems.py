@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..embedded import EmbeddedMemory
+from ..core import MemoryCore
 from ..errors import PlanError
 from ..schema import EntityType
 from .ops import MAX_PROBLEMS
@@ -51,7 +51,7 @@ def close_matches(word: Any, options: Sequence[str], what: str) -> str:
     return f"did you mean {', '.join(near)}? {text}" if near else text
 
 
-def similar_ids(mem: EmbeddedMemory, eid: Any, extra: Sequence[str] = ()) -> str:
+def similar_ids(mem: MemoryCore, eid: Any, extra: Sequence[str] = ()) -> str:
     """A hint naming IDs of this tenant (and of the plan) that look like ``eid``."""
     candidates: list[str] = []
     if isinstance(eid, str):

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..checks import PLAN_REF_RE, full_match
 from ..conversations import MESSAGE_TYPE
-from ..embedded import EmbeddedMemory
+from ..core import MemoryCore
 from ..errors import DMFError
 from ..schema import EntityType
 from .ops import ENTITY_OPS
@@ -152,7 +152,7 @@ def result_shape(op: str, type_name: str | None) -> Shape:
     return ANY
 
 
-def walk_shape(mem: EmbeddedMemory, shape: Shape, path: Sequence[str | int]
+def walk_shape(mem: MemoryCore, shape: Shape, path: Sequence[str | int]
                ) -> tuple[Shape, str | None]:
     """The shape at the end of a path, or (ANY, why the path does not fit)."""
     for token in path:
@@ -185,7 +185,7 @@ def walk_shape(mem: EmbeddedMemory, shape: Shape, path: Sequence[str | int]
     return shape, None
 
 
-def known_type(mem: EmbeddedMemory, name: str | None) -> EntityType | None:
+def known_type(mem: MemoryCore, name: str | None) -> EntityType | None:
     if name is None:
         return None
     try:

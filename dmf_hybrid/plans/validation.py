@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from ..bundled import lookup_type
 from ..checks import DIRECTIONS, ID_RE, ON_CONFLICT, SEARCH_MODES, full_match
 from ..conversations import MESSAGE_TYPE, check_log_type, message_rows, scope_to_conversation
-from ..embedded import EmbeddedMemory
+from ..core import MemoryCore
 from ..errors import DMFError, NotFound, first_problem
 from ..expiry import NEVER
 from ..filters import parse_filter, parse_order
@@ -61,7 +61,7 @@ class Known:
 class Validator:
     """Checks a whole plan against the schema and the current state; writes nothing."""
 
-    def __init__(self, mem: EmbeddedMemory, ops: Sequence[Any]) -> None:
+    def __init__(self, mem: MemoryCore, ops: Sequence[Any]) -> None:
         self.mem = mem
         self.ops = ops
         self.problems = Problems()
