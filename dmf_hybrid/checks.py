@@ -23,6 +23,8 @@ from .errors import FilterError, LimitExceeded, SchemaError, ValidationError
 #: The shape of every entity ID (derived or caller-chosen) and tenant name. The anchors are for
 #: JSON Schema readers; Python always matches it whole (:func:`full_match`).
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
+#: An ID argument's JSON Schema (request models, tool schemas).
+ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": ID_PATTERN}
 ID_RE = re.compile(ID_PATTERN)
 TENANT_RE = ID_RE
 TYPE_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9]{0,63}$")
@@ -365,6 +367,10 @@ def check_filter(where: Any, field: str = "where") -> Mapping[str, Any] | None:
     if not isinstance(where, Mapping):
         raise FilterError("a filter must be a non-empty object", field=field)
     return where
+
+
+#: How many fields an ``order_by`` may name.
+MAX_ORDER_FIELDS = 4
 
 
 def check_order(order_by: Any) -> list[str] | None:

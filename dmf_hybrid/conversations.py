@@ -30,6 +30,14 @@ MESSAGE_TYPE = "Message"
 #: Keys a message may have: each of the first two pairs names one field.
 MESSAGE_KEYS = ("role", "speaker", "content", "text", "turn", "session", "time")
 MAX_MESSAGES = 1000
+#: One message's JSON Schema: role and content (or speaker and text), an optional turn,
+#: session and time.
+MESSAGE_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False,
+    "properties": {"role": {"type": "string"}, "content": {"type": "string"},
+                   "speaker": {"type": "string"}, "text": {"type": "string"},
+                   "turn": {"type": "integer", "minimum": 0}, "session": {"type": "integer"},
+                   "time": {"type": "string", "format": "date-time"}}}
 #: The largest turn number a message may have (a conversation of a billion turns is not one).
 MAX_TURN = 999_999_999
 CONVERSATION_FIELD = "conversation"

@@ -14,7 +14,7 @@ from typing import Any, Literal, Union
 import pydantic
 from pydantic import TypeAdapter
 
-from .checks import check_filter, check_order, identity_text
+from .checks import MAX_ORDER_FIELDS, check_filter, check_order, identity_text
 from .errors import FilterError, first_problem
 from .jsonpaths import split_path
 from .schema import INT64_MAX, INT64_MIN, PY_TYPES, EntityType, FieldSpec, fits_int64
@@ -213,6 +213,6 @@ def parse_order(etype: EntityType, order_by: str | Sequence[str] | None) -> list
         if spec.type in ("list", "json"):
             raise FilterError(f"cannot order by {spec.type} field {name!r}", field="order_by")
         result.append((name, desc))
-    if len(result) > 4:
-        raise FilterError("order_by takes at most 4 fields", field="order_by")
+    if len(result) > MAX_ORDER_FIELDS:
+        raise FilterError(f"order_by takes at most {MAX_ORDER_FIELDS} fields", field="order_by")
     return result

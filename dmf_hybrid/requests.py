@@ -12,6 +12,7 @@ nor DuckDB.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
@@ -22,12 +23,15 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    TypeAdapter,
     WithJsonSchema,
     model_validator,
 )
 
 from .checks import (
+    ID_SCHEMA,
     LAST_TURNS,
+    MAX_ORDER_FIELDS,
     MAX_SEQ,
     MAX_TURNS,
     SearchMode,
@@ -52,15 +56,17 @@ from .checks import (
 )
 from .conversations import (
     MAX_MESSAGES,
+    MESSAGE_SCHEMA,
     MESSAGE_TYPE,
     check_conversation,
     check_messages,
     check_turns,
 )
 from .encoding import jsonable, row_json
-from .errors import FilterError, ValidationError, request_error
+from .errors import FilterError, ValidationError, first_problem, raised_check, request_error
 from .expiry import (
     EXPIRES_AT_DOC,
+    MAX_TTL_SECONDS,
     NEVER,
     TTL_DOC,
     check_expires_at,
@@ -109,10 +115,30 @@ class Request(BaseModel):
         except pydantic.ValidationError as exc:
             raise request_error(exc) from None
 
+    @classmethod
+    def check_field(cls, name: str, value: Any) -> Any:
+        """One argument checked alone, as :meth:`of` checks it (a plan checks a step's literal
+        arguments so, before the references of the others are resolved); its checked value."""
+        try:
+            return _field_adapter(cls, name).validate_python(value)
+        except pydantic.ValidationError as exc:
+            raised = raised_check(exc.errors()[0])
+            if raised is not None:
+                raise raised from None
+            _, message = first_problem(exc)
+            raise ValidationError(f"{name}: {message}", field=name) from None
+
     def body(self) -> dict[str, Any]:
         """The request as a JSON body (a NaN or infinite number is refused, named)."""
         return {name: jsonable(value, name, FilterError if name == "where" else ValidationError)
                 for name, value in self.model_dump().items()}
+
+
+@functools.cache
+def _field_adapter(model: type[Request], name: str) -> TypeAdapter[Any]:
+    """A validator of one field of a request model, with the field's own checks."""
+    field = model.model_fields[name]
+    return TypeAdapter(Annotated[field.annotation, *field.metadata])  # type: ignore[valid-type,arg-type]
 
 
 def _checked(check: Callable[[Any], Any]) -> BeforeValidator:
@@ -123,10 +149,16 @@ def _checked(check: Callable[[Any], Any]) -> BeforeValidator:
 #: A filter (:data:`~dmf_hybrid.filters.FILTER_DOC`): its shape checked here, its fields by
 #: the schema.
 Where = Annotated[dict[Any, Any] | None, BeforeValidator(check_filter)]
-OrderBy = Annotated[list[str] | None, _checked(check_order)]
-Limit = Annotated[int, BeforeValidator(check_limit)]
+OrderBy = Annotated[list[str] | None, _checked(check_order), WithJsonSchema({"anyOf": [
+    {"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                         "maxItems": MAX_ORDER_FIELDS}, {"type": "null"}]})]
+Limit = Annotated[int, BeforeValidator(check_limit), WithJsonSchema({"type": "integer",
+                                                                     "minimum": 1})]
 Cursor = Annotated[str | None, _checked(check_cursor)]
-Conversation = Annotated[str | None, _checked(check_conversation)]
+#: An entity ID argument (a conversation's too): :func:`checks.check_id`.
+IdSchema = WithJsonSchema(ID_SCHEMA)
+Conversation = Annotated[str | None, _checked(check_conversation),
+                         WithJsonSchema({"anyOf": [ID_SCHEMA, {"type": "null"}]})]
 
 OnConflict = Literal["return", "raise", "update"]
 ON_CONFLICT_DOC = ("What to do when the identity already exists: return the stored entity "
@@ -146,7 +178,8 @@ def _ttl_json(value: dt.timedelta | str | None) -> float | str | None:
 #: ``ttl`` of a write (:func:`~dmf_hybrid.expiry.check_ttl`): a duration, "never" or None.
 TTLField = Annotated[
     dt.timedelta | str | None, BeforeValidator(check_ttl), PlainSerializer(_ttl_json),
-    WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0},
+    WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0,
+                               "maximum": MAX_TTL_SECONDS},
                               {"const": NEVER}, {"type": "null"}]})]
 #: ``expires_at`` of a write (:func:`~dmf_hybrid.expiry.check_expires_at`).
 ExpiresAtField = Annotated[
@@ -177,7 +210,8 @@ class EntityCreate(_Expiring):
     ]})
 
     data: Data = Field(description="The entity's fields as a JSON object.")
-    id: Annotated[str | None, _checked(check_id)] = Field(
+    id: Annotated[str | None, _checked(check_id),
+                  WithJsonSchema({"anyOf": [ID_SCHEMA, {"type": "null"}]})] = Field(
         None, description="A caller-chosen ID instead of the derived one.")
     on_conflict: Annotated[OnConflict, BeforeValidator(check_on_conflict)] = Field(
         "return", description=ON_CONFLICT_DOC)
@@ -229,7 +263,8 @@ class EntityAppend(Request):
     """Append values to a list field atomically."""
 
     field: Annotated[str, _name("field")] = Field(description="A list field of the type.")
-    values: Annotated[list[Any], BeforeValidator(check_values)] = Field(
+    values: Annotated[list[Any], BeforeValidator(check_values),
+                      WithJsonSchema({"type": "array", "minItems": 1})] = Field(
         description="The values to append (a non-empty list).")
 
 
@@ -259,9 +294,12 @@ class EntityCount(Request):
 class LinkRequest(Request):
     """A link ``from_id --relation--> to_id``."""
 
-    from_id: Annotated[str, _entity_id("from_id")]
-    relation: Annotated[str, _name("relation")]
-    to_id: Annotated[str, _entity_id("to_id")]
+    from_id: Annotated[str, _entity_id("from_id"), IdSchema] = Field(
+        description="The entity the link goes from.")
+    relation: Annotated[str, _name("relation")] = Field(
+        description="A relation of the from entity's type.")
+    to_id: Annotated[str, _entity_id("to_id"), IdSchema] = Field(
+        description="The entity the link goes to.")
 
 
 class SearchRequest(Request):
@@ -276,10 +314,12 @@ class SearchRequest(Request):
 
     type: Annotated[str, BeforeValidator(check_type_name)] = Field(
         description="Entity type to search.")
-    text: Annotated[str | None, BeforeValidator(check_search_text)] = Field(
+    text: Annotated[str | None, BeforeValidator(check_search_text), WithJsonSchema(
+        {"anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}]})] = Field(
         None, description="Query text (required).")
     where: Where = Field(None, description=FILTER_DOC)
-    k: Annotated[int, BeforeValidator(check_k)] = Field(10, description="How many hits.")
+    k: Annotated[int, BeforeValidator(check_k), WithJsonSchema(
+        {"type": "integer", "minimum": 1})] = Field(10, description="How many hits.")
     mode: Annotated[SearchMode, BeforeValidator(check_mode)] = Field(
         "hybrid", description="hybrid (vectors + BM25 keywords, fused), vector or keyword.")
     related_to: Annotated[dict[str, Any] | None, _checked(check_related_to)] = Field(
@@ -385,7 +425,9 @@ class MessagesAppend(Request):
     """Messages to append: ``{"role", "content"}`` or ``{"speaker", "text"}`` objects with
     optional ``turn``, ``session`` and ``time``."""
 
-    messages: Annotated[list[Any], BeforeValidator(check_messages)] = Field(
+    messages: Annotated[list[Any], BeforeValidator(check_messages), WithJsonSchema(
+        {"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES, "items": MESSAGE_SCHEMA})
+    ] = Field(
         description=f"The messages, oldest first (1 to {MAX_MESSAGES}).")
     type_name: Annotated[str, BeforeValidator(check_type_name)] = Field(
         MESSAGE_TYPE, description="The conversation log's type.")

@@ -23,11 +23,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from .checks import ID_PATTERN, ON_CONFLICT, TOOL_NAME_RE, full_match
-from .conversations import CONVERSATION_FIELD, log_available
+from .checks import ID_SCHEMA, TOOL_NAME_RE, full_match
+from .conversations import CONVERSATION_FIELD, MESSAGE_SCHEMA, log_available
 from .core import MemoryCore
 from .errors import PlanError, ValidationError
-from .expiry import MAX_TTL_SECONDS, NEVER
 from .filters import FILTER_DOC_BRIEF
 from .lifecycle.context import call_context_tool, context_tool_definition
 from .lifecycle.summaries import SUMMARY_TYPE
@@ -35,12 +34,11 @@ from .plans import (
     DIRECTIONS,
     OPERATIONS,
     OPS,
-    ORDER_SYSTEM,
-    SEARCH_MODES,
     Problems,
     execute_plan,
 )
 from .schema import EntityType
+from .tool_schemas import model_args, model_schema, order_schema, where_schema
 
 log = logging.getLogger(__name__)
 
@@ -48,30 +46,22 @@ FORMATS = ("openai", "json_schema")
 PROFILES = ("compact", "per_type")
 #: Types the memory keeps for itself: hidden from the tools unless asked for.
 INTERNAL_TYPES = (SUMMARY_TYPE,)
-ID_SCHEMA: dict[str, Any] = {
-    "type": "string", "pattern": ID_PATTERN,
-    "description": "An entity ID, as returned by create/query/search.",
-}
-TTL_SCHEMA: dict[str, Any] = {
-    "anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_SECONDS},
-              {"const": NEVER}],
-    "description": 'Expiry: seconds from now, or "never".'}
+ID_ARG: dict[str, Any] = {**ID_SCHEMA,
+                          "description": "An entity ID, as returned by create/query/search."}
+TTL_DOC = 'Expiry: seconds from now, or "never".'
 VERSION_SCHEMA: dict[str, Any] = {
     "type": "integer", "minimum": 1,
     "description": "Fail with a version conflict unless the entity is at this version.",
 }
 ENTITY_RESULT = "Returns the entity as {id, type, version, data}."
-CONVERSATION_ARG: dict[str, Any] = {
-    "type": "string", "pattern": ID_PATTERN,
-    "description": "Only this conversation's rows (types with a conversation field, e.g. "
-                   "Message).",
-}
+CONVERSATION_DOC = "Only this conversation's rows (types with a conversation field, e.g. " \
+                   "Message)."
 GENERIC_TOOLS = ("get", "update", "append", "delete", "restore", "link", "unlink", "related",
                  "history", "execute_plan", "context")
 COMPACT_TOOLS = ("create", "query", "search")
 #: ``search``'s reference time, as a tool argument.
-REFERENCE_TIME_ARG = {"type": "string", "description": "ISO-8601 date or time the query's "
-                      "time phrases ('last week', '上周') are read against; default now."}
+REFERENCE_TIME_DOC = ("ISO-8601 date or time the query's time phrases ('last week', '上周') "
+                      "are read against; default now.")
 
 
 def visible_types(mem: MemoryCore, internal: bool = False) -> list[EntityType]:
@@ -114,104 +104,6 @@ def _valid_name(name: str) -> bool:
 # ---------------------------------------------------------------- schemas
 
 
-def model_schema(etype: EntityType) -> dict[str, Any]:
-    """The JSON Schema of a type's data: properties, required, enums, descriptions; no $refs."""
-    raw = etype.model.model_json_schema()
-    defs = raw.pop("$defs", {})
-    schema = _clean(_inline(raw, defs))
-    props = schema.get("properties", {})
-    for name, spec in etype.fields.items():
-        prop = props.get(name)
-        if prop is not None and spec.description and "description" not in prop:
-            prop["description"] = spec.description
-    out: dict[str, Any] = {"type": "object", "properties": props,
-                           "additionalProperties": False}
-    if schema.get("required"):
-        out["required"] = list(schema["required"])
-    return out
-
-
-def _inline(node: Any, defs: Mapping[str, Any], depth: int = 0) -> Any:
-    if depth > 20:
-        return {}
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            target = copy.deepcopy(defs.get(ref.split("/")[-1], {}))
-            merged = {**_inline(target, defs, depth + 1),
-                      **{k: v for k, v in node.items() if k != "$ref"}}
-            return merged
-        return {k: _inline(v, defs, depth + 1) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_inline(v, defs, depth + 1) for v in node]
-    return node
-
-
-def _clean(node: Any) -> Any:
-    """Drop pydantic's generated titles (noise for a model) everywhere but in properties."""
-    if isinstance(node, dict):
-        return {k: (_clean(v) if k != "properties" else {n: _clean(p) for n, p in v.items()})
-                for k, v in node.items() if k != "title"}
-    if isinstance(node, list):
-        return [_clean(v) for v in node]
-    return node
-
-
-def _non_null(prop: Mapping[str, Any]) -> dict[str, Any]:
-    """A property schema without its ``null`` alternative (and without default)."""
-    options = prop.get("anyOf")
-    base = {k: v for k, v in prop.items() if k not in ("anyOf", "default", "description")}
-    if isinstance(options, list):
-        rest = [o for o in options if o.get("type") != "null"]
-        if len(rest) == 1:
-            base.update(rest[0])
-        else:
-            base["anyOf"] = rest
-    return base
-
-
-def where_schema(etype: EntityType) -> dict[str, Any]:
-    """The JSON Schema of a ``where`` filter on a type."""
-    props = model_schema(etype)["properties"]
-    fields: dict[str, Any] = {}
-    for name, spec in etype.fields.items():
-        value = _non_null(props.get(name, {}))
-        nullable = {"anyOf": [value, {"type": "null"}]}
-        if spec.type == "list":
-            item = value.get("items", {})
-            ops: dict[str, Any] = {"$contains": item}
-        else:
-            ops = {"$eq": nullable, "$ne": nullable, "$in": {"type": "array", "items": value},
-                   "$nin": {"type": "array", "items": value}}
-            if spec.type != "bool":
-                ops.update({"$gt": value, "$gte": value, "$lt": value, "$lte": value})
-            if spec.type == "str":
-                ops["$contains"] = {"type": "string"}
-        fields[name] = {
-            "anyOf": [nullable, {"type": "object", "properties": ops,
-                                 "additionalProperties": False, "minProperties": 1}],
-            "description": f"{name} equals a value, or an operator object like "
-                           f"{{\"{next(iter(ops))}\": ...}}",
-        }
-    sub = {"type": "array", "items": {"type": "object"}, "minItems": 1,
-           "description": "A list of filters of this same form."}
-    fields["$and"] = sub
-    fields["$or"] = sub
-    return {"type": "object", "properties": fields, "additionalProperties": False,
-            "description": "Filter: {field: value} or {field: {\"$gt\": value}}; operators "
-                           "$eq $ne $gt $gte $lt $lte $in $nin $contains; several fields "
-                           "must all hold; $and / $or combine lists of filters."}
-
-
-def order_schema(etype: EntityType) -> dict[str, Any]:
-    """The JSON Schema of ``order_by`` on a type."""
-    names = [n for n, s in etype.fields.items() if s.type != "list"] + list(ORDER_SYSTEM)
-    keys = sorted(names + [f"-{n}" for n in names])
-    one = {"type": "string", "enum": keys}
-    return {"anyOf": [one, {"type": "array", "items": one, "minItems": 1, "maxItems": 4}],
-            "description": "Field(s) to sort by, '-field' for descending; ties by ID."}
-
-
 def _tool(name: str, description: str, properties: dict[str, Any],
           required: list[str] | None = None) -> dict[str, Any]:
     params: dict[str, Any] = {"type": "object", "properties": properties,
@@ -244,44 +136,41 @@ def _type_tools(mem: MemoryCore, etype: EntityType) -> list[dict[str, Any]]:
     td = etype.typedef
     about = f" {td.description}" if td.description else ""
     identity = ", ".join(td.identity) if td.identity else "all given fields"
-    tools = [_tool(
-        f"create_{td.name}",
+    tools = [_op_tool(
+        f"create_{td.name}", "create",
         f"Create a {td.name}.{about} Its ID derives from {identity}: creating the same again "
         f"meets on_conflict. {ENTITY_RESULT}",
-        {"data": model_schema(etype), **_create_options()}, ["data"])]
+        {"data": model_schema(etype), **_create_options()})]
     tools.append(_op_tool(
         f"query_{td.name}", "query",
         f"List {td.name} entities matching exact filters, in a stable order, one page at a "
         "time. Returns {items: [entity], next_cursor}.",
-        {"where": where_schema(etype), "order_by": order_schema(etype),
-         "limit": {"type": "integer", "minimum": 1, "maximum": mem.settings.max_page_size,
-                   "description": "Page size."},
-         "cursor": {"type": "string", "description": "next_cursor of the previous page."}}))
+        model_args("query", "where", "order_by", "limit", "cursor",
+                   where=where_schema(etype), order_by=order_schema(etype),
+                   limit={"maximum": mem.settings.max_page_size})))
     if td.embed is not None:
-        scope = {"conversation": CONVERSATION_ARG} if CONVERSATION_FIELD in td.fields else {}
+        scope = ("conversation",) if CONVERSATION_FIELD in td.fields else ()
         tools.append(_op_tool(
             f"search_{td.name}", "search",
             f"Find {td.name} entities by meaning and keywords (text: {td.embed}), optionally "
             "under exact filters. Returns {hits: [{entity, score}], receipt}.",
-            {"text": {"type": "string", "minLength": 1, "description": "What to look for."},
-             "where": where_schema(etype),
-             "k": {"type": "integer", "minimum": 1, "maximum": mem.settings.max_k,
-                   "description": "How many hits."},
-             "mode": {"type": "string", "enum": list(SEARCH_MODES),
-                      "description": "hybrid (vectors + keywords), vector or keyword."},
-             "reference_time": REFERENCE_TIME_ARG, **scope}))
+            model_args("search", "text", "where", "k", "mode", "reference_time", *scope,
+                       text={"description": "What to look for."}, where=where_schema(etype),
+                       k={"maximum": mem.settings.max_k},
+                       mode={"description": "hybrid (vectors + keywords), vector or keyword."},
+                       reference_time={"description": REFERENCE_TIME_DOC},
+                       conversation={"description": CONVERSATION_DOC})))
     return tools
 
 
 def _create_options() -> dict[str, Any]:
-    return {
-        "id": {"type": "string", "pattern": ID_PATTERN,
-               "description": "A chosen ID instead of the one derived from the identity."},
-        "on_conflict": {
-            "type": "string", "enum": list(ON_CONFLICT), "default": "return",
-            "description": "When the identity exists: return it (differs lists the given "
-                           "fields that differ), raise a conflict, or update it."},
-        "ttl": TTL_SCHEMA}
+    return model_args(
+        "create", "id", "on_conflict", "ttl",
+        id={"description": "A chosen ID instead of the one derived from the identity."},
+        on_conflict={"description": "When the identity exists: return it (differs lists the "
+                                    "given fields that differ), raise a conflict, or update "
+                                    "it."},
+        ttl={"description": TTL_DOC})
 
 
 def field_line(name: str, spec: Any, identity: tuple[str, ...]) -> str:
@@ -326,36 +215,36 @@ def _compact_tools(mem: MemoryCore, types: list[EntityType]) -> list[dict[str, A
                    "type)."}
     if searchable:
         search_type["enum"] = searchable
-    order = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"},
-                                             "minItems": 1, "maxItems": 4}],
-             "description": "Field(s) or created_at/updated_at/version to sort by, '-field' "
+    order = {"description": "Field(s) or created_at/updated_at/version to sort by, '-field' "
                             "descending; ties by ID."}
-    where = {"type": "object", "description": FILTER_DOC_BRIEF}
-    scope = {"conversation": CONVERSATION_ARG} if any(
-        CONVERSATION_FIELD in t.fields for t in types if t.typedef.embed is not None) else {}
+    scope = ("conversation",) if any(
+        CONVERSATION_FIELD in t.fields for t in types if t.typedef.embed is not None) else ()
     return [
         _op_tool("create", "create",
                  "Create an entity. Types (field:kind=default; * identity: the ID derives "
                  "from these, creating the same again meets on_conflict; ! required):\n"
                  f"{catalogue}\n{ENTITY_RESULT}",
-                 {"type": type_arg, "data": {"type": "object",
-                                             "description": "{field: value} of the type."},
+                 {"type": type_arg,
+                  **model_args("create", "data",
+                               data={"description": "{field: value} of the type."}),
                   **_create_options()}),
         _op_tool("query", "query",
                  "List entities of a type matching exact filters, in a stable order, one page "
                  "at a time. Returns {items: [entity], next_cursor}.",
-                 {"type": type_arg, "where": where, "order_by": order,
-                  "limit": {"type": "integer", "minimum": 1,
-                            "maximum": mem.settings.max_page_size},
-                  "cursor": {"type": "string", "description": "next_cursor of the last page."}}),
+                 {"type": type_arg,
+                  **model_args("query", "where", "order_by", "limit", "cursor", described=False,
+                               where={"description": FILTER_DOC_BRIEF}, order_by=order,
+                               limit={"maximum": mem.settings.max_page_size},
+                               cursor={"description": "next_cursor of the last page."})}),
         _op_tool("search", "search",
                  "Find entities by meaning and keywords, optionally under exact filters. "
                  "Returns {hits: [{entity, score}]}.",
-                 {"text": {"type": "string", "minLength": 1}, "type": search_type,
-                  "where": {**where, "description": "Filter (needs type); see query."},
-                  "k": {"type": "integer", "minimum": 1, "maximum": mem.settings.max_k},
-                  "mode": {"type": "string", "enum": list(SEARCH_MODES)},
-                  "reference_time": REFERENCE_TIME_ARG, **scope}),
+                 model_args("search", "text", "type", "where", "k", "mode", "reference_time",
+                            *scope, described=False, type=search_type,
+                            where={"description": "Filter (needs type); see query."},
+                            k={"maximum": mem.settings.max_k},
+                            reference_time={"description": REFERENCE_TIME_DOC},
+                            conversation={"description": CONVERSATION_DOC})),
     ]
 
 
@@ -371,19 +260,16 @@ def _generic_tools(types: list[EntityType], compact: bool = False) -> list[dict[
     if relations:
         relation["enum"] = relations
     type_names = ", ".join(t.name for t in types) or "none"
-    id_schema = {"type": "string", "pattern": ID_PATTERN} if compact else ID_SCHEMA
-    id_only = {"id": id_schema}
+    id_only = {"id": ID_SCHEMA if compact else ID_ARG}
+    link_args = model_args("link", "from_id", "relation", "to_id", described=not compact,
+                           relation=relation)
+    steps = "; ".join(f"{name} {{{', '.join(a.name for a in op.args if a.required)}}}"
+                      for name, op in OPERATIONS.items())
     plan_step = {
         "type": "object", "required": ["op"],
         "properties": {"op": {"type": "string", "enum": list(OPS)}},
-        "description": "One operation: {op, ...the arguments of the tool of that name}: "
-                       "create {type, data, id?, on_conflict?, ttl?}; update {id, data, "
-                       "expected_version?, ttl?}; "
-                       "append {id, field, values}; delete/restore {id}; link/unlink "
-                       "{from_id, relation, to_id}; get {id}; query {type, where?, order_by?, "
-                       "limit?}; search {type, text, where?, k?, mode?, conversation?}; "
-                       "related {id, relation?};"
-                       " history {id}. A value may be a reference to an earlier step's "
+        "description": "One operation: {op, ...the arguments of the tool of that name}; "
+                       f"required: {steps}. A value may be a reference to an earlier step's "
                        "result: \"$0.id\", \"$2.hits[0].entity.id\", \"$1.items[0].data.x\".",
     }
     return [
@@ -393,24 +279,23 @@ def _generic_tools(types: list[EntityType], compact: bool = False) -> list[dict[
         _op_tool("update", "update", "Change some fields of an entity (the fields of its type, see "
                  "create; identity fields cannot change: create the new entity and delete the "
                  f"old). {ENTITY_RESULT}",
-                 {**id_only, "data": {"type": "object",
-                                      "description": "{field: new value} ({} with a ttl: "
-                                                     "only a new expiry)"},
-                  "expected_version": VERSION_SCHEMA, "ttl": TTL_SCHEMA}),
+                 {**id_only, **model_args("update", "data", data={
+                     "description": "{field: new value} ({} with a ttl: only a new expiry)"}),
+                  "expected_version": VERSION_SCHEMA,
+                  **model_args("update", "ttl", ttl={"description": TTL_DOC})}),
         _op_tool("append", "append",
                  f"Append values to a list field of an entity. {ENTITY_RESULT}",
-                 {**id_only, "field": {"type": "string", "description": "A list field."},
-                  "values": {"type": "array", "minItems": 1},
+                 {**id_only, **model_args("append", "field", "values", described=not compact,
+                                          field={"description": "A list field."}),
                   "expected_version": VERSION_SCHEMA}),
         _op_tool("delete", "delete", f"Soft-delete an entity (restorable). {ENTITY_RESULT}",
                  {**id_only, "expected_version": VERSION_SCHEMA}),
         _op_tool("restore", "restore", f"Undo the soft delete of an entity. {ENTITY_RESULT}",
                  {**id_only, "expected_version": VERSION_SCHEMA}),
         _op_tool("link", "link", "Link two entities by a relation of the first one's type. "
-                 "Returns {linked: false} when the link already existed.",
-                 {"from_id": id_schema, "relation": relation, "to_id": id_schema}),
+                 "Returns {linked: false} when the link already existed.", link_args),
         _op_tool("unlink", "unlink", "Remove a link between two entities.",
-                 {"from_id": id_schema, "relation": relation, "to_id": id_schema}),
+                 copy.deepcopy(link_args)),
         _op_tool("related", "related", "Entities linked to an entity, nearest first. Returns "
                  "[{relation, direction, depth, from_id, entity}].",
                  {**id_only, "relation": relation,
@@ -428,18 +313,13 @@ def _generic_tools(types: list[EntityType], compact: bool = False) -> list[dict[
 
 
 def _messages_tool() -> dict[str, Any]:
-    message = {"type": "object", "additionalProperties": False,
-               "properties": {"role": {"type": "string"}, "content": {"type": "string"},
-                              "turn": {"type": "integer", "minimum": 0},
-                              "session": {"type": "integer"},
-                              "time": {"type": "string", "format": "date-time"}},
-               "required": ["role", "content"]}
+    one = {**MESSAGE_SCHEMA, "required": ["role", "content"], "properties": {
+        k: v for k, v in MESSAGE_SCHEMA["properties"].items() if k not in ("speaker", "text")}}
     return _op_tool("add_messages", "add_messages",
                     "Append chat messages to a conversation's log, oldest first (a stored turn "
                     "comes back as it is). Returns [entity].",
-                    {"conversation": {"type": "string", "pattern": ID_PATTERN,
-                                      "description": "Conversation ID."},
-                     "messages": {"type": "array", "minItems": 1, "items": message}})
+                    {"conversation": {**ID_SCHEMA, "description": "Conversation ID."},
+                     **model_args("add_messages", "messages", messages={"items": one})})
 
 
 # ---------------------------------------------------------------- calls

@@ -12,10 +12,14 @@ from typing import Any
 import httpx
 import pytest
 
-from dmf_hybrid import DMFError, MemoryAPI, MemoryClient, Settings
+from dmf_hybrid import DMFError, MemoryAPI, MemoryClient, PlanError, Settings
 from dmf_hybrid import requests as requests_module
 from dmf_hybrid.api import create_app
+from dmf_hybrid.checks import MAX_ORDER_FIELDS
+from dmf_hybrid.plans import OPERATIONS
+from dmf_hybrid.plans.ops import MODEL
 from dmf_hybrid.requests import REQUESTS, Request
+from dmf_hybrid.tool_schemas import model_args
 from dmf_hybrid.tools import PROFILES, tool_operation
 from tests.store import behind, open_door
 
@@ -182,3 +186,94 @@ def test_each_tool_takes_its_operations_model_fields_with_their_defaults(
                 assert schema["default"] == fields[name].default, f"{tool['name']}.{name}"
         checked += 1
     assert checked >= 6
+
+
+# ---------------------------------------------------------------- plans and tools
+
+#: Per operation with a model: a plan step (tool call) with a bad argument, the direct call
+#: with the same bad argument, and the argument the step names.
+BAD_STEPS: dict[str, tuple[dict[str, Any], Callable[[MemoryAPI], Any], str]] = {
+    "query": ({"type": "Poi", "limit": 0}, lambda m: m.query("Poi", limit=0), "limit"),
+    "search": ({"type": "Poi", "text": "x", "mode": "fuzzy"},
+               lambda m: m.search("Poi", "x", mode="fuzzy"), "mode"),
+    "create": ({"type": "Poi", "data": {"name": "Forum", "city": "Rome"}, "ttl": -1},
+               lambda m: m.create("Poi", {"name": "Forum", "city": "Rome"}, ttl=-1), "ttl"),
+    "update": ({"id": "Poi_x", "data": [1]},
+               lambda m: m.update("Poi_x", [1]), "data"),  # type: ignore[arg-type]
+    "append": ({"id": "Poi_x", "field": "tags", "values": []},
+               lambda m: m.append("Poi_x", "tags", []), "values"),
+    "link": ({"from_id": "Trip_x", "relation": 5, "to_id": "Poi_y"},
+             lambda m: m.link("Trip_x", 5, "Poi_y"), "relation"),  # type: ignore[arg-type]
+    "unlink": ({"from_id": "Trip_x", "relation": "includes", "to_id": "no such id"},
+               lambda m: m.unlink("Trip_x", "includes", "no such id"), "to_id"),
+    "add_messages": ({"conversation": "chat-1", "messages": []},
+                     lambda m: m.add_messages("chat-1", []), "messages"),
+}
+
+
+def test_every_plan_operation_with_a_model_is_walked_here() -> None:
+    assert set(BAD_STEPS) == {name for name, op in OPERATIONS.items()
+                              if any(a.model is not None for a in op.args)}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_STEPS))
+def test_a_plan_operation_takes_its_models_fields(name: str) -> None:
+    """The plan's arguments are the model's fields (with its defaults), after what the route's
+    path carries and before the version If-Match carries; each is checked by the model."""
+    op = OPERATIONS[name]
+    model = REQUESTS[name]
+    modelled = [a for a in op.args if a.model is not None]
+    assert {a.name for a in modelled} == set(model.model_fields)
+    assert all(a.model is model and a.kind == MODEL for a in modelled)
+    for arg in modelled:
+        field = model.model_fields[arg.name]
+        assert arg.default == (None if field.is_required() else field.default), arg.name
+    assert {a.name for a in op.args if a.model is None} <= {"type", "id", "conversation",
+                                                            "expected_version"}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_STEPS))
+def test_a_plan_step_and_a_tool_call_refuse_a_bad_argument_as_the_method_does(
+        name: str, door: MemoryAPI) -> None:
+    step, call, field = BAD_STEPS[name]
+    with pytest.raises(DMFError) as direct:
+        call(door)
+    expected = direct.value.message
+    if name == "update":  # the method's parameter is changes, the plan's argument data
+        expected = expected.replace("changes", "data", 1)
+    before = door.last_seq()
+    for run in (lambda: door.execute_plan([{"op": name, **step}]),
+                lambda: door.call_tool(name, step)):
+        with pytest.raises(PlanError) as refused:
+            run()
+        problem = refused.value.details["problems"][0]
+        assert (problem["field"], problem["problem"]) == (field, expected)
+    assert door.last_seq() == before
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_each_tool_argument_is_the_models_schema(profile: str, tmp_path: Path) -> None:
+    """A tool's argument of an operation's model has the model's JSON Schema (its type,
+    pattern, bounds, enum); a tool only adds to it (a type's names and fields, the settings'
+    maximum, a description)."""
+    keys = ("type", "anyOf", "pattern", "minimum", "exclusiveMinimum", "minItems", "maxItems",
+            "minLength", "enum", "format")
+    with open_door("memory", tmp_path / "mem") as mem:
+        tools = mem.tools("json_schema", profile=profile)
+    checked = 0
+    for tool in tools:
+        op = tool_operation(tool["name"])
+        if op not in REQUESTS:
+            continue
+        model = model_args(op, *REQUESTS[op].model_fields)
+        for name, schema in tool["parameters"]["properties"].items():
+            typed = profile == "per_type" and name in ("where", "order_by")  # the type's own
+            if name not in model or name == "type" or typed:
+                continue
+            if name == "order_by":  # the compact profile: any field name
+                assert schema["anyOf"][1]["maxItems"] == MAX_ORDER_FIELDS
+            for key in keys:
+                if key in model[name]:
+                    assert schema.get(key) == model[name][key], (tool["name"], name, key)
+            checked += 1
+    assert checked >= 20

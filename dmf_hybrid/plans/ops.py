@@ -1,5 +1,12 @@
 """The operations a plan may use (one table: method, arguments, defaults, role) and their
-results as JSON values."""
+results as JSON values.
+
+An operation with a request model (:data:`dmf_hybrid.requests.REQUESTS`) takes that model's
+fields, with its defaults, and a literal value of one is checked by the model's own check of
+the field (:meth:`~dmf_hybrid.requests.Request.check_field`), so a plan step, a tool call and a
+direct call refuse a bad argument with the same error. Before them come the arguments the
+route's path carries (the type, the entity), after them the version ``If-Match`` carries.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..checks import DEFAULT_ON_CONFLICT
+from ..errors import DMFError
 from ..models import AuditEvent, Entity, Page, Related
+from ..requests import REQUESTS, Request
 
 MAX_PROBLEMS = 50
 ORDER_SYSTEM = ("created_at", "updated_at", "version")
 READER, WRITER = "reader", "writer"
+#: The kind of an argument that a request model states: checked by the model's own check.
+MODEL = "model"
 
 
 @dataclass(frozen=True)
@@ -27,11 +37,24 @@ class Arg:
     required: bool = False
     param: str | None = None
     default: Any = None
+    model: type[Request] | None = None
 
     @property
     def parameter(self) -> str:
         """The name of the MemoryAPI parameter this argument fills."""
         return self.param or self.name
+
+    def check(self, value: Any) -> Any:
+        """A literal value checked as the operation's request model checks it (a
+        :class:`~dmf_hybrid.errors.DMFError` naming the argument when it is bad)."""
+        assert self.model is not None, f"{self.name} is not an argument of a request model"
+        try:
+            return self.model.check_field(self.name, value)
+        except DMFError as exc:  # named as the plan names it (update's data, not changes)
+            if self.param and exc.details.get("field") == self.param:
+                exc.message = exc.message.replace(self.param, self.name, 1)
+                exc.details["field"] = self.name
+            raise
 
 
 @dataclass(frozen=True)
@@ -48,47 +71,55 @@ class Operation:
         """The names of its arguments in a plan step."""
         return tuple(a.name for a in self.args)
 
+    def arg(self, name: str) -> Arg:
+        """Its argument of that name."""
+        return next(a for a in self.args if a.name == name)
+
     @property
     def writes(self) -> bool:
         """Whether the operation changes the memory (and takes the audit context)."""
         return self.role == WRITER
 
 
+def _modelled(op: str, *, before: tuple[Arg, ...] = (), after: tuple[Arg, ...] = (),
+              params: dict[str, str] | None = None, required: tuple[str, ...] = ()
+              ) -> tuple[Arg, ...]:
+    """The arguments of an operation with a request model: ``before`` (what the route's path
+    carries), the model's fields with their defaults (``params``: a field's MemoryAPI
+    parameter where the names differ; ``required``: what a plan needs though the method does
+    not), then ``after``."""
+    model = REQUESTS[op]
+    fields = [Arg(name, MODEL, field.is_required() or name in required,
+                  (params or {}).get(name), None if field.is_required() else field.default, model)
+              for name, field in model.model_fields.items()]
+    fields.sort(key=lambda arg: not arg.required)  # required first, then in the model's order
+    return before + tuple(fields) + after
+
+
 _ID = Arg("id", "id", True, "entity_id")
+_TYPE = Arg("type", "type", True, "type_name")
 _VERSION = Arg("expected_version", "int")
-_TTL = Arg("ttl", "ttl")
 #: Every plan operation, read by the executor, the tool definitions and the HTTP routes.
 OPERATIONS: dict[str, Operation] = {op.name: op for op in (
-    Operation("create", "create", (Arg("type", "type", True, "type_name"),
-                                   Arg("data", "object", True), Arg("id", "id"),
-                                   Arg("on_conflict", "on_conflict",
-                                       default=DEFAULT_ON_CONFLICT), _TTL), WRITER),
-    Operation("update", "update", (_ID, Arg("data", "object", True, "changes"), _VERSION,
-                                   _TTL), WRITER),
-    Operation("append", "append", (_ID, Arg("field", "str", True), Arg("values", "list", True),
-                                   _VERSION), WRITER),
+    Operation("create", "create", _modelled("create", before=(_TYPE,)), WRITER),
+    Operation("update", "update", _modelled("update", before=(_ID,), after=(_VERSION,),
+                                            params={"data": "changes"}), WRITER),
+    Operation("append", "append", _modelled("append", before=(_ID,), after=(_VERSION,)),
+              WRITER),
     Operation("delete", "delete", (_ID, _VERSION), WRITER),
     Operation("restore", "restore", (_ID, _VERSION), WRITER),
-    Operation("link", "link", (Arg("from_id", "id", True), Arg("relation", "str", True),
-                               Arg("to_id", "id", True)), WRITER),
-    Operation("unlink", "unlink", (Arg("from_id", "id", True), Arg("relation", "str", True),
-                                   Arg("to_id", "id", True)), WRITER),
+    Operation("link", "link", _modelled("link"), WRITER),
+    Operation("unlink", "unlink", _modelled("unlink"), WRITER),
     Operation("get", "get", (_ID, Arg("as_of", "int")), READER),
-    Operation("query", "query", (Arg("type", "type", True, "type_name"), Arg("where", "object"),
-                                 Arg("order_by", "order"), Arg("limit", "int", default=50),
-                                 Arg("cursor", "str")), READER),
-    Operation("search", "search", (Arg("type", "type", True, "type_name"),
-                                   Arg("text", "str", True), Arg("where", "object"),
-                                   Arg("k", "int", default=10),
-                                   Arg("mode", "mode", default="hybrid"),
-                                   Arg("conversation", "id"),
-                                   Arg("reference_time", "str")), READER),
+    Operation("query", "query", _modelled("query", before=(_TYPE,)), READER),
+    Operation("search", "search", _modelled("search", params={"type": "type_name"},
+                                            required=("text",)), READER),
     Operation("related", "related", (_ID, Arg("relation", "str"),
                                      Arg("direction", "direction", default="out"),
                                      Arg("depth", "int", default=1)), READER),
     Operation("history", "history", (_ID,), READER),
-    Operation("add_messages", "add_messages", (Arg("conversation", "id", True),
-                                               Arg("messages", "list", True)), WRITER),
+    Operation("add_messages", "add_messages",
+              _modelled("add_messages", before=(Arg("conversation", "id", True),)), WRITER),
 )}
 MUTATING_OPS = tuple(n for n, op in OPERATIONS.items() if op.writes)
 READ_OPS = tuple(n for n, op in OPERATIONS.items() if not op.writes)

@@ -16,16 +16,17 @@ import pydantic
 from pydantic import TypeAdapter
 
 from ..bundled import lookup_type
-from ..checks import DIRECTIONS, ID_RE, ON_CONFLICT, SEARCH_MODES, full_match
+from ..checks import DIRECTIONS, ID_RE, full_match
 from ..conversations import MESSAGE_TYPE, check_log_type, message_rows, scope_to_conversation
 from ..core import MemoryCore
 from ..errors import DMFError, NotFound, first_problem
-from ..expiry import NEVER
 from ..filters import parse_filter, parse_order
 from ..schema import EntityType
 from .ops import (
     LITERAL_ONLY,
+    MODEL,
     OP_ARGS,
+    OPERATIONS,
     OPS,
     ORDER_SYSTEM,
 )
@@ -145,33 +146,27 @@ class Validator:
 
     def _check_kind(self, i: int, op: str, arg: str, kind: str, value: Any) -> None:
         p = self.problems
+        if kind == MODEL:  # the request model's own check: the error of a direct call
+            try:
+                OPERATIONS[op].arg(arg).check(value)
+            except DMFError as exc:
+                p.add(i, arg, exc.message[:300])
+            return
         ok = {
             "type": isinstance(value, str),
-            "object": isinstance(value, Mapping),
             "id": isinstance(value, str) and full_match(ID_RE, value) is not None,
             "int": isinstance(value, int) and not isinstance(value, bool),
             "str": isinstance(value, str),
-            "list": isinstance(value, list),
-            "order": isinstance(value, str) or (isinstance(value, list) and all(
-                isinstance(v, str) for v in value)),
-            "mode": value in SEARCH_MODES,
             "direction": value in DIRECTIONS,
-            "on_conflict": value in ON_CONFLICT,
-            "ttl": value == NEVER or (isinstance(value, (int, float))
-                                      and not isinstance(value, bool)),
         }[kind]
         if ok:
             return
         hints = {
             "id": "an entity ID string, or a reference like '$0.id'",
-            "mode": f"one of {', '.join(SEARCH_MODES)}",
             "direction": f"one of {', '.join(DIRECTIONS)}",
-            "on_conflict": f"one of {', '.join(ON_CONFLICT)}",
-            "order": "a field name ('-name' for descending) or a list of them",
-            "ttl": f'seconds (a number), or "{NEVER}"',
         }
-        expected = {"type": "a type name", "object": "an object", "int": "an integer",
-                    "str": "a string", "list": "a list"}.get(kind, hints.get(kind, kind))
+        expected = {"type": "a type name", "int": "an integer", "str": "a string"}.get(
+            kind, hints.get(kind, kind))
         p.add(i, arg, f"{arg} must be {expected}, not {value!r}"[:300], hints.get(kind))
 
     # .............................................................. helpers
