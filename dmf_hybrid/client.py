@@ -14,7 +14,6 @@ Differences from Memory: the API key decides the tenant (no ``for_tenant``); ``s
 from __future__ import annotations
 
 import datetime as dt
-import json as json_module
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +47,6 @@ from .errors import (
     SchemaError,
     ServiceUnavailable,
     ValidationError,
-    error_from_payload,
 )
 from .expiry import TTL, ExpiresAt
 from .models import (
@@ -75,8 +73,14 @@ from .profiles import GroupContext, SearchProfile
 from .protocol import MemoryAPI
 from .ruledefs import RuleDef, load_rules_toml
 from .schema import EntityType, RelationSpec, TypeDef, build_model, load_toml, typedef_from_model
-from .version import __version__
-from .wire import CountPublic, HeadPublic, LinkPublic, SeqPublic, TypePublic
+from .transport import Exchange
+from .wire import (
+    CountPublic,
+    HeadPublic,
+    LinkPublic,
+    SeqPublic,
+    TypePublic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,17 +107,19 @@ class MemoryClient(MemoryAPI):
 
     Every public method is a :class:`~dmf_hybrid.protocol.MemoryAPI` method (its docstring
     lives there); ``health`` and ``readiness`` are the service's own checks.
+
+    Each answer says the audit seq its process had reached (``X-DMF-Seq``); with
+    ``read_your_writes`` (the default) every request asks for at least the newest seq the
+    client has been told (``X-DMF-Min-Seq``), so it reads its own writes, and never a state
+    older than one it has seen, whichever process of the service answers (``seen_seq``).
     """
 
     def __init__(self, base_url: str, api_key: str | None = None,
                  timeout: float | None = DEFAULT_TIMEOUT,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        headers = {"User-Agent": f"dmf-hybrid-client/{__version__}"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+                 transport: httpx.BaseTransport | None = None, *,
+                 read_your_writes: bool = True) -> None:
         self.base_url = base_url
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout,
-                                  transport=transport)
+        self._exchange = Exchange(base_url, api_key, timeout, transport, read_your_writes)
         self._types: dict[str, EntityType] = {}
         self._user_models: dict[str, type[BaseModel]] = {}
         self._lock = threading.Lock()
@@ -122,7 +128,7 @@ class MemoryClient(MemoryAPI):
     # ---------------------------------------------------------------- lifetime
 
     def close(self) -> None:
-        self._http.close()
+        self._exchange.close()
 
     def __enter__(self) -> MemoryClient:
         return self
@@ -135,44 +141,19 @@ class MemoryClient(MemoryAPI):
 
     # ---------------------------------------------------------------- transport
 
-    def _send(self, method: str, path: str, *, json: Any = None,
-              params: Mapping[str, Any] | None = None,
-              headers: Mapping[str, str] | None = None) -> httpx.Response:
-        all_headers = dict(headers or {})
-        content = None
-        if json is not None:
-            try:
-                content = json_module.dumps(json, ensure_ascii=False, separators=(",", ":"),
-                                            allow_nan=False).encode("utf-8")
-            except ValueError:
-                raise ValidationError("numbers must be finite (NaN and Infinity are not JSON)",
-                                      field="body") from None
-            all_headers["Content-Type"] = "application/json"
-        try:
-            response = self._http.request(
-                method, path, content=content,
-                params={k: v for k, v in (params or {}).items() if v is not None},
-                headers=all_headers)
-        except httpx.TimeoutException as exc:
-            raise ServiceUnavailable(f"{method} {path}: timed out ({exc})",
-                                     url=self.base_url) from exc
-        except httpx.TransportError as exc:
-            raise ServiceUnavailable(f"cannot reach {self.base_url}: {exc}",
-                                     url=self.base_url) from exc
-        if response.status_code >= 400:
-            raise self._error(response)
-        return response
+    @property
+    def seen_seq(self) -> int:
+        """The newest audit seq an answer has told this client of (0: none yet): what its
+        requests ask the service to have reached, with ``read_your_writes``."""
+        return self._exchange.seen_seq
 
-    @staticmethod
-    def _error(response: httpx.Response) -> DMFError:
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = None
-        if isinstance(payload, dict) and "error" in payload:
-            return error_from_payload(payload, response.status_code)
-        text = response.text[:200]
-        return DMFError(f"HTTP {response.status_code}: {text}", status=response.status_code)
+    @property
+    def read_your_writes(self) -> bool:
+        """Whether each request asks for at least :attr:`seen_seq` (``X-DMF-Min-Seq``)."""
+        return self._exchange.read_your_writes
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return self._exchange.send(method, path, **kwargs)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._send(method, path, **kwargs).json()

@@ -162,6 +162,11 @@ class Settings(BaseSettings):
         "indexes) may hold; past it, the least recently searched types' are dropped and "
         "loaded again on their next search (0 = a quarter of the machine's memory).",
     )
+    min_seq_wait_seconds: float = Field(
+        2.0, ge=0, le=60,
+        description="How long a request that asks for at least a seq (X-DMF-Min-Seq) waits "
+        "for this process to reach it before a 503.",
+    )
     embed_batch_size: int = Field(EMBED_BATCH_SIZE, ge=1, description="Texts per model call.")
     max_k: int = Field(MAX_K, ge=1, description="Largest k a search may ask for.")
     max_page_size: int = Field(MAX_PAGE_SIZE, ge=1, description="Largest query page.")

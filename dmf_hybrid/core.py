@@ -175,6 +175,11 @@ class MemoryCore:
         """The read-only view of this tenant's part of the store (for lifecycle and plans)."""
         return self._reads
 
+    def seen_seq(self) -> int:
+        """The newest seq this process has seen committed, without a look at the log's head
+        (``last_seq`` also follows other processes' commits on the shared engine)."""
+        return self._store.committed_seq
+
     def last_seq(self) -> int:
         if not self._store.db.in_transaction:
             self._store.db.sync()  # the shared engine: other processes' commits too

@@ -17,6 +17,11 @@ from .checks import MAX_SEQ
 from .requests import Request
 from .schema import EntityType, TypeDef
 
+#: Every answer's header: the newest audit seq its process had seen committed
+#: (``api.seqs``).
+SEQ_HEADER = "X-DMF-Seq"
+#: A request's header: answer from a state at or past this audit seq (``api.seqs``).
+MIN_SEQ_HEADER = "X-DMF-Min-Seq"
 OPS_DOC = ('Steps like {"op": "create", "type": "Trip", "data": {...}}; a later step may use '
            'an earlier result through "$0.id" or "$2.hits[0].entity.id".')
 

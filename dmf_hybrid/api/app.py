@@ -36,6 +36,7 @@ from .routes import (
     ui,
     whoami,
 )
+from .seqs import SeqHeaders
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
                        (412, "If-Match names a stale version"),
                        (413, "Request body too large"),
                        (422, "Invalid input; details.field names it"),
-                       (503, "Model or index not ready"))
+                       (503, "Model or index not ready, or X-DMF-Min-Seq not reached"))
 }
 
 DESCRIPTION = """A deterministic memory for AI agents: typed entities, relations, search and
@@ -73,8 +74,10 @@ an audit log. DuckDB is the truth; the vector index only proposes IDs.
 Authenticate with `Authorization: Bearer <key>` or `X-API-Key: <key>` when the service has
 keys. Writes take optional `X-Actor`, `X-Reason` and `X-Trace-Id` headers that are recorded
 in the audit event; non-ASCII text in them is percent-encoded UTF-8 (`%E6%94%B9`), RFC 8187
-(`UTF-8''%E6%94%B9`) or raw UTF-8 bytes, and anything else is refused (422). Errors are
-`{"error": code, "message", "details"}`."""
+(`UTF-8''%E6%94%B9`) or raw UTF-8 bytes, and anything else is refused (422). Every answer
+carries `X-DMF-Seq` (the audit seq its process had reached; after a write, at least the
+write's); a request with `X-DMF-Min-Seq: N` is answered from a state at or past seq N, or 503
+after `min_seq_wait_seconds`. Errors are `{"error": code, "message", "details"}`."""
 
 
 def create_app(settings: Settings, memory: Memory | None = None, *,
@@ -110,6 +113,7 @@ def create_app(settings: Settings, memory: Memory | None = None, *,
     install_error_handlers(app)
     # added first, so it runs inside the guard (body limit, text checks, 500s)
     app.add_middleware(SearchFastPath)
+    app.add_middleware(SeqHeaders)  # around the fast path: fast searches wait for seqs too
     app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(ResponseHeaders)  # outermost: the guard's own answers get them too
     for router in ROUTERS:
