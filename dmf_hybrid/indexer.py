@@ -431,6 +431,8 @@ class Indexer:
                 # (relayed: the mirrors take them even if the relay has applied them)
                 self._apply_rows(mine if self.relayed else self._still_pending(mine),
                                  relay=not self.relayed)
+            if self.relayed:  # their texts are in the shared cache now: wake the relay
+                self.store.db.announce_outbox()
             others = [] if self.relayed else [
                 r for r in self._pending(DRAIN_PIECE) if r[0] not in own]
             if others:

@@ -12,6 +12,7 @@ search     ``evaluation.bench_search``      filtered vector search vs Chroma ``w
 keyword    ``evaluation.bench_keyword``     the BM25 leg vs bm25s on SciFact and synthetic
 http       ``evaluation.bench_http``        POST /search at 1, 4, 16 clients, real server
 workers    ``evaluation.bench_workers``     1 and 2 workers on PostgreSQL + a Chroma server
+relay      ``evaluation.bench_relay``       commit to vector in the shared Chroma server
 coldstart  ``evaluation.bench_coldstart``   import, open, first search, server readiness
 embed      ``evaluation.bench_embed``       every embedder's passages/s, query latency, agreement
 loadwrites ``evaluation.bench_load_writes`` write latency while a type's mirrors load
@@ -97,6 +98,8 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
                  [("--workers", "1", "2"), ("--clients", "1", "4"), ("--n", "200"),
                   ("--embedder", "hash"), ("--seconds", "2"), ("--lag-samples", "5"),
                   out("workers")], 400),
+            Step("relay", "evaluation.bench_relay",
+                 [("--samples", "5"), ("--gap", "0.1"), out("relay")], 300),
             Step("coldstart", "evaluation.bench_coldstart",
                  [("--n", "100"), ("--embedder", "hash"), ("--runs", "1"), out("coldstart")],
                  300),
@@ -125,6 +128,7 @@ def plan(results: Path, scifact: Path, quick: bool) -> list[Step]:
         Step("workers", "evaluation.bench_workers",
              [("--workers", "1", "2"), ("--clients", "1", "16", "64"), ("--n", "2000"),
               ("--embedder", DEFAULT_EMBEDDER), out("workers")], 900),
+        Step("relay", "evaluation.bench_relay", [("--samples", "40"), out("relay")], 300),
         Step("coldstart", "evaluation.bench_coldstart",
              [("--n", "1000"), ("--embedder", DEFAULT_EMBEDDER), ("--runs", "3"), out("coldstart")],
              540),

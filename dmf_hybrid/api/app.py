@@ -113,8 +113,9 @@ def create_app(settings: Settings, memory: Memory | None = None, *,
     install_error_handlers(app)
     # added first, so it runs inside the guard (body limit, text checks, 500s)
     app.add_middleware(SearchFastPath)
-    app.add_middleware(SeqHeaders)  # around the fast path: fast searches wait for seqs too
     app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes)
+    # around both: fast searches wait for a seq too, and the guard's answers carry the seq
+    app.add_middleware(SeqHeaders)
     app.add_middleware(ResponseHeaders)  # outermost: the guard's own answers get them too
     for router in ROUTERS:
         app.include_router(router)

@@ -3,9 +3,12 @@
 Every process of one PostgreSQL store embeds its own writes (into the shared embedding cache)
 and keeps its own mirrors in step; a Chroma server they share is written by one of them at a
 time, the one holding the store's relay lock (``Database.lead``). Its relay thread drains the
-outbox every :data:`INTERVAL` seconds (its own commits it applies at once); the others ask for
-the lock every :data:`RETRY` seconds. The lock lives with the leader's connection, so when the
-leader dies another process leads within about :data:`RETRY` seconds, and catches up first:
+outbox as soon as another process's commit queued rows (a PostgreSQL ``NOTIFY`` wakes it:
+``Database.wait_for_outbox``), and every :data:`INTERVAL` seconds whatever happens (a
+notification is a wake-up, never the source of truth: a lost one costs at most an interval);
+its own commits it applies at once. The others ask for the lock every :data:`RETRY` seconds.
+The lock lives with the leader's connection, so when the leader dies another process leads
+within about :data:`RETRY` seconds, and catches up first:
 whatever the dead leader had not applied is still pending in the outbox, and drift between the
 store and the index is reconciled.
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from ..indexer import Indexer
@@ -24,8 +28,11 @@ from ..store.txn import Transactions
 
 log = logging.getLogger(__name__)
 
-#: Seconds between the leader's drains of what other processes wrote.
-INTERVAL = 0.2
+#: Seconds between the leader's drains of what other processes wrote, when no notification
+#: comes sooner.
+INTERVAL = 1.0
+#: Seconds between two looks at whether the relay was stopped, while it waits for a commit.
+STOP_CHECK = 0.25
 #: Seconds between another process's requests for the lead.
 RETRY = 1.0
 
@@ -76,7 +83,19 @@ class Relay:
             except Exception:  # noqa: BLE001 - logged; the rows stay pending for the next turn
                 log.exception("relaying the outbox failed; trying again")
                 leading = False
-            self._stop.wait(self.interval if leading else self.retry)
+            if leading:
+                self._listen(self.interval)
+            else:
+                self._stop.wait(self.retry)
+
+    def _listen(self, seconds: float) -> None:
+        """Wait until another process's commit queued outbox rows, ``seconds`` passed or the
+        relay is stopped (looked at every :data:`STOP_CHECK` seconds)."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self._db.wait_for_outbox(min(STOP_CHECK, left)):
+                return
 
     def stop(self) -> None:
         """Stop the thread (its turn in progress finishes first)."""

@@ -21,7 +21,9 @@ lock.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -37,6 +39,12 @@ from ..errors import DMFError, ServiceUnavailable, ValidationError
 from .dialect import Dialect, q, redact
 from .txn import Connection, Transactions
 
+log = logging.getLogger(__name__)
+
+#: The channel a writer notifies once its commit's outbox rows are ready to relay (their texts
+#: embedded into the shared cache), and the relay leader listens on (a wake-up only: the
+#: outbox is what it reads).
+OUTBOX_CHANNEL = "dmf_outbox"
 #: The advisory lock the process that relays the outbox to a shared vector index holds, as a
 #: session lock on a connection of its own: it goes when the process or the connection dies.
 _RELAY_LOCK = (0x646D66, 0x726C79)
@@ -309,6 +317,7 @@ class PgDatabase(Transactions):
         self._held_lock = threading.Lock()
         self._relay: psycopg.Connection[Any] | None = None  # holds or asks for the relay lock
         self._leading = False
+        self._listening: psycopg.Connection[Any] | None = None  # the relay's, once it LISTENs
         self._relay_guard = threading.Lock()
 
     def _connect_writer(self) -> None:
@@ -458,6 +467,29 @@ class PgDatabase(Transactions):
                     self._relay.close()
                     self._relay = None
             return self._leading
+
+    def announce_outbox(self) -> None:
+        """``NOTIFY`` the relay leader now (outside any transaction: delivered at once)."""
+        try:
+            self.reader().execute(f"NOTIFY {OUTBOX_CHANNEL}")
+        except (psycopg.Error, DMFError):  # a wake-up only: the leader's poll finds the rows
+            log.debug("could not notify the relay leader", exc_info=True)
+
+    def wait_for_outbox(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a commit that queued outbox rows (a ``NOTIFY``
+        on the relay's connection, which listens once it leads); whether one came. Never the
+        source of truth: the caller drains the outbox either way."""
+        relay = self._relay
+        if relay is not None and self._leading and not relay.closed:
+            try:
+                if self._listening is not relay:
+                    relay.execute(f"LISTEN {OUTBOX_CHANNEL}")
+                    self._listening = relay
+                return any(True for _ in relay.notifies(timeout=timeout, stop_after=1))
+            except psycopg.Error:  # closed meanwhile, or dropped: lead() connects again
+                pass
+        time.sleep(timeout)
+        return False
 
     def checkpoint(self) -> None:
         """Nothing to do: PostgreSQL checkpoints by itself."""

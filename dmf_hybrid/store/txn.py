@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,6 +98,16 @@ class Transactions:
 
     def sync(self) -> None:
         """Follow what other processes committed (an engine they may share overrides it)."""
+
+    def announce_outbox(self) -> None:
+        """Tell the process that relays the outbox that rows of this process's commit are
+        ready to relay (their texts embedded); an embedded database has one process."""
+
+    def wait_for_outbox(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for another process's commit that queued outbox
+        rows; whether one came (an embedded database has no other process: it waits)."""
+        time.sleep(timeout)
+        return False
 
     def lead(self) -> bool:
         """Whether this process leads the relay of the outbox to a vector index the store's

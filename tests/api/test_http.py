@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi import FastAPI
 
@@ -182,9 +183,10 @@ def test_openapi_documents_every_route(tmp_path: Path) -> None:
     mem = open_memory(None)
     try:
         app = create_app(Settings(data_dir=tmp_path), mem)
-        with MemoryClient("http://testserver", transport=SyncASGITransport(app)) as client:
-            spec = client._http.get("/openapi.json").json()
-            assert client._http.get("/docs").status_code == 200
+        with httpx.Client(base_url="http://testserver",
+                          transport=SyncASGITransport(app)) as client:
+            spec = client.get("/openapi.json").json()
+            assert client.get("/docs").status_code == 200
     finally:
         mem.close()
     paths = spec["paths"]
@@ -289,8 +291,9 @@ def test_bugs_are_500_json(tmp_path: Path) -> None:
         def boom() -> None:
             raise RuntimeError("a real bug")
 
-        with MemoryClient("http://testserver", transport=SyncASGITransport(app)) as client:
-            response = client._http.get("/boom")
+        with httpx.Client(base_url="http://testserver",
+                          transport=SyncASGITransport(app)) as client:
+            response = client.get("/boom")
         assert response.status_code == 500
         assert response.json() == {"error": "internal_error",
                                    "message": "internal server error (logged)", "details": {}}
@@ -339,17 +342,17 @@ def test_search_answers_the_bytes_fastapis_own_serialisation_gives(tmp_path: Pat
         def default_path() -> SearchResult:
             return kept["result"]
 
-        with serve_in_thread(app, timeout=10.0) as url, MemoryClient(url) as client:
+        with serve_in_thread(app, timeout=10.0) as url, httpx.Client(base_url=url) as client:
             for type_name, text in (("Trip", "上海 budget"), ("Poi", "Bund"), ("Trip", "nothing")):
-                served = client._http.post("/search", json={"type": type_name, "text": text})
+                served = client.post("/search", json={"type": type_name, "text": text})
                 assert served.status_code == 200
                 assert served.headers["content-type"] == "application/json"
                 result = SearchResult.model_validate_json(served.content)
                 assert result.hits or text == "nothing"
                 kept["result"] = mem.search(type_name, text)
-                default = client._http.get("/test/default-serialisation")
+                default = client.get("/test/default-serialisation")
                 assert default.content == bytes(model_response(kept["result"]).body)
-            schema = client._http.get("/openapi.json").json()["paths"]["/search"]["post"]
+            schema = client.get("/openapi.json").json()["paths"]["/search"]["post"]
         assert schema["responses"]["200"]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/SearchResult"}
     finally:

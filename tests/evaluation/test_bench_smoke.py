@@ -176,7 +176,8 @@ def test_bench_all_plans_every_benchmark(tmp_path: Path) -> None:
     for quick in (False, True):
         steps = bench_all.plan(tmp_path, tmp_path / "scifact", quick)
         assert [s.name for s in steps] == ["store", "engines", "search", "keyword", "http",
-                                           "workers", "coldstart", "embed", "loadwrites"]
+                                           "workers", "relay", "coldstart", "embed",
+                                           "loadwrites"]
         for step in steps:
             name = "load_writes" if step.name == "loadwrites" else step.name
             assert ("--out", str(tmp_path / f"bench_{name}.json")) in step.flags
@@ -345,3 +346,13 @@ def test_bench_workers_smoke(tmp_path: Path) -> None:
     assert len(doc["rss_mb"]["2"]) == 2 and all(m > 0 for m in doc["rss_mb"]["2"])
     assert doc["lag"]["samples"] == 3 and doc["lag"]["search"]["p50_ms"] > 0
     assert "| create | 2 | 2 |" in out.with_suffix(".md").read_text()
+
+
+def test_bench_relay_smoke(tmp_path: Path) -> None:
+    from evaluation import bench_relay
+
+    out = tmp_path / "relay.json"
+    assert bench_relay.main(["--samples", "3", "--gap", "0.05", "--out", str(out)]) == 0
+    arms = json.loads(out.read_text())["arms"]
+    assert set(arms) == {"notify", "poll"} and all(a["n"] == 3 for a in arms.values())
+    assert "| notify |" in out.with_suffix(".md").read_text()

@@ -132,6 +132,21 @@ def test_the_relay_indexes_a_type_another_process_defined_after_it_followed_the_
     assert repaired(leader) == (3, 0)
 
 
+def test_a_commit_of_another_process_wakes_the_leader(opened: Callable[..., Memory]) -> None:
+    """The leader drains at once when another process's commit queued rows (NOTIFY), not at
+    its next poll: here a minute away."""
+    leader = opened("a")
+    define_travel(leader)
+    other = opened("b")
+    relay = leader.engine.relay
+    assert relay is not None and leader.engine.indexer.leading
+    relay.interval = 60.0
+    time.sleep(1.5)  # the wait begun with the default interval ends; the next is a minute
+    made = [other.create("Poi", {"name": f"Place {i}", "city": "Rome"}) for i in range(3)]
+    assert wait_for(lambda: pending(other) == 0, timeout=10) < 10
+    assert index_state(other) == {e.id: 1 for e in made}
+
+
 class BrokenEmbedder(HashEmbedder):
     """The test embedder's model, failing: a writer that commits and then cannot embed."""
 
