@@ -297,8 +297,7 @@ class MemoryCore:
             callback = bar.update
         try:
             entities = self._store.create_many(
-                self.tenant, type_name,
-                [r.model_dump() if isinstance(r, BaseModel) else r for r in req.rows],
+                self.tenant, type_name, req.rows,
                 on_conflict=req.on_conflict, actor=actor, reason=reason, trace_id=trace_id,
                 principal=self.principal, progress=callback, ttl=req.ttl,
                 expires_at=req.expires_at)

@@ -217,10 +217,16 @@ class EntityCreate(_Expiring):
         "return", description=ON_CONFLICT_DOC)
 
 
+def _rows(value: Any) -> list[Any]:
+    """``create_many``'s rows: a list (:func:`checks.check_rows`), a pydantic model instance
+    taken as its fields."""
+    return [r.model_dump() if isinstance(r, BaseModel) else r for r in check_rows(value)]
+
+
 class EntityBatchCreate(_Expiring):
     """Create many entities of the path's type in one request."""
 
-    rows: Annotated[list[Any], BeforeValidator(check_rows)] = Field(
+    rows: Annotated[list[Any], BeforeValidator(_rows)] = Field(
         description="The entities' fields, one JSON object each.")
     on_conflict: Annotated[OnConflict, BeforeValidator(check_on_conflict)] = Field(
         "return", description=ON_CONFLICT_DOC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dmf_hybrid import PlanError
-from tests.api.conftest import Front
+from tests.doors import Front
 
 
 def test_tools_match_across_front_doors(api: Front) -> None:

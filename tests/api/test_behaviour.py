@@ -25,7 +25,7 @@ from dmf_hybrid import (
     VersionConflict,
 )
 from tests.api import wrong_error
-from tests.api.conftest import Front
+from tests.doors import Front
 
 POIS = [
     {"name": "The Bund", "city": "Shanghai", "cost": 0, "rating": 5},

@@ -20,8 +20,8 @@ import pytest
 from dmf_hybrid import Memory
 from dmf_hybrid.api import create_app
 from dmf_hybrid.api.fast_search import SearchFastPath
-from tests.api.conftest import START_TIMEOUT, _settings, open_memory, serve
 from tests.conftest import tenant_like
+from tests.doors import START_TIMEOUT, open_memory, serve, service_settings
 
 #: (headers, body or raw bytes) of requests that succeed through the fast path
 GOOD: list[tuple[dict[str, str], Any]] = [
@@ -82,7 +82,7 @@ def doors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Memory, st
     mem.create("Poi", {"name": "小笼包 stall", "city": "Shanghai", "rating": 5})
     mem.create("Trip", {"destination": "Shanghai", "budget": 5000, "tags": ["food"]})
     tenant_like(mem, "other").create("Poi", {"name": "Louvre museum", "city": "Paris"})
-    settings = _settings(tmp_path, max_body_bytes=64 * 1024)  # with the test keys
+    settings = service_settings(tmp_path, max_body_bytes=64 * 1024)  # with the test keys
     fast = create_app(settings, mem)
     plain = create_app(settings, mem)
     plain.user_middleware = [m for m in plain.user_middleware if m.cls is not SearchFastPath]

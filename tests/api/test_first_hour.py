@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dmf_hybrid.filters import FILTER_OPS
-from tests.api.conftest import Front
+from tests.doors import Front
 
 POI = {"name": "Yu Garden", "city": "Shanghai", "cost": 40}
 

@@ -10,7 +10,7 @@ import pytest
 
 from dmf_hybrid import ValidationError
 from dmf_hybrid.api.headers import decode_header_text
-from tests.api.conftest import Front
+from tests.doors import Front
 
 REASON, ACTOR, TRACE = "改成公司", "客服小王", "工单-42 ✓"
 

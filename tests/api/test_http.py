@@ -24,8 +24,8 @@ from dmf_hybrid.api import create_app
 from dmf_hybrid.api.server import serve_in_thread
 from dmf_hybrid.client import MemoryClient
 from dmf_hybrid.vector.exact import ExactIndex
-from tests.api.conftest import Front, SyncASGITransport, open_memory
 from tests.conftest import define_travel
+from tests.doors import Front, SyncASGITransport, open_memory
 
 POI = {"name": "The Bund", "city": "Shanghai"}
 

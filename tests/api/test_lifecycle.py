@@ -29,7 +29,7 @@ from dmf_hybrid.schema import load_toml
 from dmf_hybrid.store.archive import archive_files
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.api import wrong_error
-from tests.api.conftest import Front, http_front
+from tests.doors import Front, http_front
 from tests.lifecycle import TRAVEL, open_travel
 
 #: The budget rule of indexes/travel.toml, on the test types (tests/conftest.py).

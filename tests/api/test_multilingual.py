@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dmf_hybrid.errors import SchemaError
-from tests.api.conftest import Front
+from tests.doors import Front
 
 PLACES = [
     {"name": "上海博物馆", "city": "上海", "cost": 0},

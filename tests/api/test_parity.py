@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.api.conftest import Front
+from tests.doors import Front
 
 
 def test_tool_calls_and_plans_carry_the_audit_context(api: Front) -> None:

@@ -21,8 +21,8 @@ from dmf_hybrid.api import create_app
 from dmf_hybrid.config import usable_cpus
 from dmf_hybrid.errors import ValidationError
 from dmf_hybrid.vector.exact import ExactIndex
-from tests.api.conftest import _settings, open_memory, serve
 from tests.conftest import define_travel
+from tests.doors import open_memory, serve, service_settings
 
 CLIENTS = 8
 #: how long the embedder holds each query: long enough that 8 clients always overlap
@@ -78,7 +78,7 @@ def test_no_more_searches_run_at_once_than_search_threads(tmp_path: Path, thread
             expected.append(found.model_dump(mode="json", exclude={"receipt"}))
         mem.engine._query_cache.clear()  # noqa: SLF001 - the server embeds every query again
         embedder.peak, embedder.hold = 0, HOLD_S
-        settings = _settings(tmp_path, search_threads=threads, query_batch_size=0)
+        settings = service_settings(tmp_path, search_threads=threads, query_batch_size=0)
         with serve(create_app(settings, mem)) as url:
 
             def search(i: int) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def test_a_search_after_the_service_closed_is_a_clear_503(tmp_path: Path) -> Non
     mem = open_memory(tmp_path / "mem")
     try:
         mem.create("Poi", {"name": "Yu Garden", "city": "Shanghai"})
-        app = create_app(_settings(tmp_path), mem)
+        app = create_app(service_settings(tmp_path), mem)
         with serve(app) as url, httpx.Client(base_url=url, timeout=30.0) as client:
             for i in range(2):  # the fast path, the route
                 response = client.post("/search", json=search_body(i), headers=key_headers(i))

@@ -18,8 +18,8 @@ import pytest
 from dmf_hybrid import MemoryClient, ServiceUnavailable, Settings
 from dmf_hybrid.api import create_app
 from dmf_hybrid.wire import MIN_SEQ_HEADER, SEQ_HEADER
-from tests.api.conftest import Front, open_memory, serve
 from tests.conftest import PgServer
+from tests.doors import Front, open_memory, serve
 
 ADMIN = {"Authorization": "Bearer key-admin"}
 POI = {"name": "Yu Garden", "city": "Shanghai"}

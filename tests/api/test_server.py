@@ -18,7 +18,7 @@ from dmf_hybrid.api.auth import KeyRing, Role, check_bind, hash_key, is_loopback
 from dmf_hybrid.api.server import create_server, service_urls
 from dmf_hybrid.client import MemoryClient
 from evaluation.ports import free_port
-from tests.api.conftest import open_memory
+from tests.doors import open_memory
 
 WAIT = 20.0
 

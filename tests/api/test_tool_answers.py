@@ -12,7 +12,7 @@ import httpx
 from dmf_hybrid import Settings
 from dmf_hybrid.api import create_app
 from dmf_hybrid.api.server import serve_in_thread
-from tests.api.conftest import START_TIMEOUT, open_memory
+from tests.doors import START_TIMEOUT, open_memory
 
 NOTE = {"name": "Note", "fields": {"title": {"type": "str"}}, "embed": "{title}"}
 

@@ -27,8 +27,8 @@ from dmf_hybrid.api import create_app
 from dmf_hybrid.store.db import Database
 from dmf_hybrid.store.integrity import rebuild_table, unreachable_by_id
 from dmf_hybrid.vector.exact import ExactIndex
-from tests.api.conftest import http_front
 from tests.conftest import define_travel
+from tests.doors import http_front
 from tests.reliability.duckdb_144 import ROOT, last_json, run_python
 
 DB_FILE = "memory.duckdb"

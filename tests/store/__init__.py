@@ -3,7 +3,8 @@ evaluator, a clock.
 
 The behaviour tests (CRUD, versions, relations, pagination, transactions, bad input) run
 through both front doors: their ``mem`` is :func:`both_doors`, the embedded ``Memory`` or a
-``MemoryClient`` on a real uvicorn server on 127.0.0.1 serving that same memory. Helpers that
+``MemoryClient`` on a real uvicorn server on 127.0.0.1 serving that same memory (the doors of
+tests/doors.py, which the API tests' ``api`` fixture opens too). Helpers that
 look at the tables (``dump``, ``assert_unchanged``) read the memory behind either door.
 """
 
@@ -18,16 +19,14 @@ from typing import Any
 
 import pytest
 
-from dmf_hybrid import DMFError, HashEmbedder, Memory, MemoryAPI, MemoryClient, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.server import serve_in_thread
+from dmf_hybrid import DMFError, HashEmbedder, Memory, MemoryAPI, Settings
 from dmf_hybrid.clock import set_clock
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.conftest import define_travel
+from tests.doors import front
 
 #: The two front doors every behaviour test goes through.
 DOORS = ("memory", "http")
-START_TIMEOUT = 10.0
 _BEHIND: dict[int, Memory] = {}  # id(MemoryClient) -> the memory its server serves
 
 
@@ -45,23 +44,18 @@ def behind(mem: MemoryAPI) -> Memory:
 def open_door(kind: str, path: Path, define: Callable[[MemoryAPI], None] = define_travel
               ) -> Iterator[MemoryAPI]:
     """A fresh memory in ``path`` with the travel types (or what ``define`` defines), through
-    front door ``kind``."""
+    front door ``kind`` (``http``: a uvicorn server on 127.0.0.1; tests/doors.py)."""
     memory = open_memory(path)
+    settings = Settings(data_dir=path.parent / f"{path.name}-server", embedder="hash",
+                        load_examples=False)
     try:
-        if kind == "memory":
-            define(memory)
-            yield memory
-            return
-        settings = Settings(data_dir=path.parent / f"{path.name}-server", embedder="hash",
-                            load_examples=False)
-        with serve_in_thread(create_app(settings, memory), timeout=START_TIMEOUT) as url, \
-                MemoryClient(url, timeout=START_TIMEOUT * 3) as client:
-            _BEHIND[id(client)] = memory
+        with front("uvicorn" if kind == "http" else kind, memory, settings) as door:
+            _BEHIND[id(door.mem)] = memory
             try:
-                define(client)
-                yield client
+                define(door.mem)
+                yield door.mem
             finally:
-                _BEHIND.pop(id(client), None)
+                _BEHIND.pop(id(door.mem), None)
     finally:
         memory.close()
 
