@@ -461,12 +461,31 @@ def check_page(limit: Any, cursor: Any, max_limit: int | None = None) -> None:
 
 def check_related(relation: Any, direction: Any, depth: Any) -> None:
     """The walk of ``related``: a relation name or None, a direction, a depth."""
+    check_direction(direction)
+    check_depth(depth)
+    if relation is not None:
+        check_relation(relation)
+
+
+def check_direction(direction: Any) -> str:
+    """A direction of ``related``, one of :data:`DIRECTIONS`."""
     if direction not in DIRECTIONS:
         raise ValidationError("direction must be 'out', 'in' or 'both'", field="direction")
+    return str(direction)
+
+
+def check_depth(depth: Any) -> int:
+    """How many links away ``related`` walks: 1 to :data:`MAX_DEPTH`."""
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
         raise ValidationError(f"depth must be an integer from 1 to {MAX_DEPTH}", field="depth")
-    if relation is not None and not isinstance(relation, str):
+    return depth
+
+
+def check_relation(relation: Any) -> str:
+    """A relation's name (whether the type has it is the schema's answer)."""
+    if not isinstance(relation, str):
         raise ValidationError("relation must be a relation name", field="relation")
+    return relation
 
 
 def first_non_finite(value: Any, path: str = "") -> str | None:

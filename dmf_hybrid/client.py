@@ -29,8 +29,6 @@ from . import requests
 from .checks import (
     AsOf,
     check_before_seq,
-    check_related,
-    check_seq_bounds,
 )
 from .conversations import MESSAGE_TYPE
 from .encoding import (
@@ -379,11 +377,10 @@ class MemoryClient(MemoryAPI):
 
     def related(self, entity_id: str, relation: str | None = None, direction: str = "out",
                 depth: int = 1, as_of: AsOf = None) -> list[Related]:
-        check_related(relation, direction, depth)
-        params = {"relation": relation, "direction": direction, "depth": depth,
-                  "as_of": as_of_value(as_of)}
+        query = requests.RelatedQuery.of(relation=relation, direction=direction, depth=depth,
+                                         as_of=as_of)
         return self._list(Related, "GET", f"/entities/{id_segment(entity_id)}/related",
-                          params=params)
+                          params=query.body())
 
     # ---------------------------------------------------------------- audit
 
@@ -392,9 +389,8 @@ class MemoryClient(MemoryAPI):
 
     def events(self, since_seq: int = 0, until_seq: int | None = None,
                limit: int = 1000) -> list[AuditEvent]:
-        check_seq_bounds(since_seq=since_seq, until_seq=until_seq, limit=limit)
-        params = {"since_seq": since_seq, "until_seq": until_seq, "limit": limit}
-        return self._list(AuditEvent, "GET", "/audit/events", params=params)
+        query = requests.EventsQuery.of(since_seq=since_seq, until_seq=until_seq, limit=limit)
+        return self._list(AuditEvent, "GET", "/audit/events", params=query.body())
 
     def verify_audit(self) -> AuditReport:
         return self._get(AuditReport, "GET", "/audit/verify")

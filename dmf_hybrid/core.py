@@ -390,7 +390,10 @@ class MemoryCore:
 
     def related(self, entity_id: str, relation: str | None = None, direction: str = "out",
                 depth: int = 1, as_of: AsOf = None) -> list[Related]:
-        return self._store.related(self.tenant, entity_id, relation, direction, depth, as_of)
+        req = requests.RelatedQuery.of(relation=relation, direction=direction, depth=depth,
+                                       as_of=as_of)
+        return self._store.related(self.tenant, entity_id, req.relation, req.direction,
+                                   req.depth, req.as_of)
 
     # ---------------------------------------------------------------- audit
 
@@ -399,7 +402,8 @@ class MemoryCore:
 
     def events(self, since_seq: int = 0, until_seq: int | None = None,
                limit: int = 1000) -> list[AuditEvent]:
-        return self._store.events(self.tenant, since_seq, until_seq, limit)
+        req = requests.EventsQuery.of(since_seq=since_seq, until_seq=until_seq, limit=limit)
+        return self._store.events(self.tenant, req.since_seq, req.until_seq, req.limit)
 
     def verify_audit(self) -> AuditReport:
         report = self._store.verify_audit()

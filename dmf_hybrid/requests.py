@@ -31,13 +31,17 @@ from pydantic import (
 from .checks import (
     ID_SCHEMA,
     LAST_TURNS,
+    MAX_DEPTH,
     MAX_ORDER_FIELDS,
     MAX_SEQ,
     MAX_TURNS,
+    Direction,
     SearchMode,
     check_changes,
     check_cursor,
     check_data,
+    check_depth,
+    check_direction,
     check_filter,
     check_id,
     check_k,
@@ -47,6 +51,7 @@ from .checks import (
     check_order,
     check_reference_time,
     check_related_to,
+    check_relation,
     check_request_as_of,
     check_rows,
     check_search_text,
@@ -439,6 +444,31 @@ class MessagesAppend(Request):
         MESSAGE_TYPE, description="The conversation log's type.")
 
 
+class RelatedQuery(Request):
+    """Which links of an entity to follow, how far, and as of when."""
+
+    relation: Annotated[str | None, _checked(check_relation)] = Field(
+        None, description="Only this relation (omitted: every relation).")
+    direction: Annotated[Direction, BeforeValidator(check_direction)] = Field(
+        "out", description='"out" (its links), "in" (links to it) or "both".')
+    depth: Annotated[int, BeforeValidator(check_depth), WithJsonSchema(
+        {"type": "integer", "minimum": 1, "maximum": MAX_DEPTH})] = Field(
+        1, description="How many links away.")
+    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
+
+
+class EventsQuery(Request):
+    """A window of the audit log: after a seq, up to a seq, at most so many events."""
+
+    since_seq: Annotated[int, _seq_bound("since_seq"), WithJsonSchema(
+        {"type": "integer", "minimum": 0, "maximum": MAX_SEQ})] = Field(
+        0, description="Events after this seq.")
+    until_seq: Annotated[int | None, _seq_bound("until_seq"), WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
+                   {"type": "null"}]})] = Field(None, description="Up to this seq.")
+    limit: Limit = Field(1000, description="At most this many events.")
+
+
 class ConstraintQuery(Request):
     """A filter over the open constraints, a page size, a cursor and time travel."""
 
@@ -465,4 +495,6 @@ REQUESTS: dict[str, type[Request]] = {
     "summarize": SummaryRequest,
     "link": LinkRequest,
     "unlink": LinkRequest,
+    "related": RelatedQuery,
+    "events": EventsQuery,
 }

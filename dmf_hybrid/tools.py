@@ -31,7 +31,6 @@ from .filters import FILTER_DOC_BRIEF
 from .lifecycle.context import call_context_tool, context_tool_definition
 from .lifecycle.summaries import SUMMARY_TYPE
 from .plans import (
-    DIRECTIONS,
     OPERATIONS,
     OPS,
     Problems,
@@ -298,9 +297,8 @@ def _generic_tools(types: list[EntityType], compact: bool = False) -> list[dict[
                  copy.deepcopy(link_args)),
         _op_tool("related", "related", "Entities linked to an entity, nearest first. Returns "
                  "[{relation, direction, depth, from_id, entity}].",
-                 {**id_only, "relation": relation,
-                  "direction": {"type": "string", "enum": list(DIRECTIONS)},
-                  "depth": {"type": "integer", "minimum": 1, "maximum": 5}}),
+                 {**id_only, **model_args("related", "relation", "direction", "depth",
+                                          described=not compact, relation=relation)}),
         _op_tool("history", "history", "Every audit event of an entity, oldest first.",
                  id_only),
         _tool("execute_plan", "Run several operations as one atomic plan: all of it is "

@@ -42,6 +42,8 @@ ROUTES = {
     "summarize": ("POST", "/summaries"),
     "link": ("POST", "/relations"),
     "unlink": ("DELETE", "/relations"),
+    "related": ("GET", "/entities/{entity_id}/related"),
+    "events": ("GET", "/audit/events"),
 }
 #: Each operation's call with good arguments, made after what it needs exists.
 GOOD: dict[str, Callable[[MemoryAPI], Callable[[], Any]]] = {
@@ -63,6 +65,8 @@ GOOD: dict[str, Callable[[MemoryAPI], Callable[[], Any]]] = {
     "link": lambda m: partial(m.link, m.create("Trip", {"destination": "Rome"}).id, "includes",
                               m.query("Poi").items[0].id),
     "unlink": lambda m: partial(m.unlink, *_linked(m)),
+    "related": lambda m: partial(m.related, _linked(m)[0], "includes", "out", 1),
+    "events": lambda m: lambda: m.events(since_seq=1, limit=5),
 }
 #: A bad argument of each operation that the model itself refuses, and the field it names.
 BAD: dict[str, tuple[Callable[[MemoryAPI], Any], str]] = {
@@ -80,6 +84,8 @@ BAD: dict[str, tuple[Callable[[MemoryAPI], Any], str]] = {
     "summarize": (lambda m: m.summarize(since_seq=-1), "since_seq"),
     "link": (lambda m: m.link("Trip_x", 5, "Poi_y"), "relation"),  # type: ignore[arg-type]
     "unlink": (lambda m: m.unlink("Trip_x", "includes", "no such id"), "to_id"),
+    "related": (lambda m: m.related("Trip_x", direction="sideways"), "direction"),
+    "events": (lambda m: m.events(limit=0), "limit"),
 }
 
 
@@ -105,10 +111,19 @@ def test_the_model_states_the_operations_arguments(op: str) -> None:
 
 
 def test_each_route_parses_the_operations_model(tmp_path: Path) -> None:
+    """A body route's body is the model; a GET route's query takes the model's fields, with
+    its defaults (the memory behind it checks them with the model)."""
     app = create_app(Settings(data_dir=tmp_path / "d", embedder="hash", load_examples=False))
     paths = app.openapi()["paths"]
     for op, (method, path) in ROUTES.items():
-        body = paths[path][method.lower()]["requestBody"]["content"]["application/json"]
+        route = paths[path][method.lower()]
+        if method == "GET":
+            query = {p["name"]: p["schema"].get("default") for p in route["parameters"]
+                     if p["in"] == "query"}
+            assert query == {name: field.default
+                             for name, field in REQUESTS[op].model_fields.items()}, op
+            continue
+        body = route["requestBody"]["content"]["application/json"]
         assert body["schema"]["$ref"] == f"#/components/schemas/{REQUESTS[op].__name__}", op
 
 
@@ -208,6 +223,7 @@ BAD_STEPS: dict[str, tuple[dict[str, Any], Callable[[MemoryAPI], Any], str]] = {
                lambda m: m.unlink("Trip_x", "includes", "no such id"), "to_id"),
     "add_messages": ({"conversation": "chat-1", "messages": []},
                      lambda m: m.add_messages("chat-1", []), "messages"),
+    "related": ({"id": "Trip_x", "depth": 9}, lambda m: m.related("Trip_x", depth=9), "depth"),
 }
 
 

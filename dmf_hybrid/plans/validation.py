@@ -16,7 +16,7 @@ import pydantic
 from pydantic import TypeAdapter
 
 from ..bundled import lookup_type
-from ..checks import DIRECTIONS, ID_RE, full_match
+from ..checks import ID_RE, full_match
 from ..conversations import MESSAGE_TYPE, check_log_type, message_rows, scope_to_conversation
 from ..core import MemoryCore
 from ..errors import DMFError, NotFound, first_problem
@@ -157,14 +157,10 @@ class Validator:
             "id": isinstance(value, str) and full_match(ID_RE, value) is not None,
             "int": isinstance(value, int) and not isinstance(value, bool),
             "str": isinstance(value, str),
-            "direction": value in DIRECTIONS,
         }[kind]
         if ok:
             return
-        hints = {
-            "id": "an entity ID string, or a reference like '$0.id'",
-            "direction": f"one of {', '.join(DIRECTIONS)}",
-        }
+        hints = {"id": "an entity ID string, or a reference like '$0.id'"}
         expected = {"type": "a type name", "int": "an integer", "str": "a string"}.get(
             kind, hints.get(kind, kind))
         p.add(i, arg, f"{arg} must be {expected}, not {value!r}"[:300], hints.get(kind))
@@ -388,9 +384,6 @@ class Validator:
 
     def _op_related(self, i: int, step: Mapping[str, Any], refs: Mapping[str, Shape]) -> Shape:
         self._target(i, "id", step["id"], refs)
-        depth = step.get("depth", 1)
-        if isinstance(depth, int) and not 1 <= depth <= 5:
-            self.problems.add(i, "depth", "depth must be from 1 to 5")
         return result_shape("related", None)
 
     def _op_history(self, i: int, step: Mapping[str, Any], refs: Mapping[str, Shape]) -> Shape:
