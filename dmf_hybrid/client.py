@@ -32,7 +32,6 @@ from .checks import (
 )
 from .conversations import MESSAGE_TYPE
 from .encoding import (
-    as_of_value,
     audit_headers,
     field_adapter,
     id_segment,
@@ -312,7 +311,7 @@ class MemoryClient(MemoryAPI):
 
     def get(self, entity_id: str, *, as_of: AsOf = None) -> Entity:
         return self._get(Entity, "GET", f"/entities/{id_segment(entity_id)}",
-                         params={"as_of": as_of_value(as_of)})
+                         params=requests.EntityGet.of(as_of=as_of).body())
 
     def query(self, type_name: str, where: Mapping[str, Any] | None = None,
               order_by: str | Sequence[str] | None = None, limit: int = 50,

@@ -308,7 +308,8 @@ class MemoryCore:
         return entities
 
     def get(self, entity_id: str, *, as_of: AsOf = None) -> Entity:
-        return self._store.get(self.tenant, entity_id, as_of)
+        req = requests.EntityGet.of(as_of=as_of)
+        return self._store.get(self.tenant, entity_id, req.as_of)
 
     def query(self, type_name: str, where: Mapping[str, Any] | None = None,
               order_by: str | Sequence[str] | None = None, limit: int = 50,

@@ -83,14 +83,12 @@ from .filters import FILTER_DOC
 #: ``as_of`` of a request: validated whole by :func:`checks.check_request_as_of` (a float or
 #: a negative number is not read as a Unix time).
 AsOfBody = Annotated[int | dt.datetime | None, BeforeValidator(check_request_as_of), WithJsonSchema(
-    {"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
-               {"type": "string", "format": "date-time"}, {"type": "null"}]})]
+    {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "format": "date-time"},
+               {"type": "null"}]})]
 AS_OF_DOC = "Read as of an audit seq (integer) or an ISO-8601 UTC time; omitted = now."
 #: ``reference_time`` in a body: an ISO-8601 date or time (:func:`checks.check_reference_time`).
 ReferenceTimeBody = Annotated[dt.datetime | None, BeforeValidator(check_reference_time),
-                              WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"},
-                                                        {"type": "string", "format": "date"},
-                                                        {"type": "null"}]})]
+                              WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "null"}]})]
 REFERENCE_TIME_DOC = ("The time a query's time phrases are read against (\"last week\", "
                       "\"去年五月\"): an ISO-8601 date or time, naive = UTC; omitted = now.")
 #: Limits of ``context`` arguments (checked again by the memory).
@@ -444,6 +442,12 @@ class MessagesAppend(Request):
         MESSAGE_TYPE, description="The conversation log's type.")
 
 
+class EntityGet(Request):
+    """Which state of an entity to read: now, or as of an audit seq or a time."""
+
+    as_of: AsOfBody = Field(None, description=AS_OF_DOC)
+
+
 class RelatedQuery(Request):
     """Which links of an entity to follow, how far, and as of when."""
 
@@ -495,6 +499,7 @@ REQUESTS: dict[str, type[Request]] = {
     "summarize": SummaryRequest,
     "link": LinkRequest,
     "unlink": LinkRequest,
+    "get": EntityGet,
     "related": RelatedQuery,
     "events": EventsQuery,
 }

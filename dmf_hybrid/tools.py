@@ -273,8 +273,8 @@ def _generic_tools(types: list[EntityType], compact: bool = False) -> list[dict[
     }
     return [
         _op_tool("get", "get", f"Get one entity by ID (any type: {type_names}). {ENTITY_RESULT}",
-                 {**id_only, "as_of": {"type": "integer", "minimum": 0,
-                                       "description": "Read it as of this audit seq."}}),
+                 {**id_only, **model_args("get", "as_of", as_of={
+                     "description": "As of this audit seq or ISO time."})}),
         _op_tool("update", "update", "Change some fields of an entity (the fields of its type, see "
                  "create; identity fields cannot change: create the new entity and delete the "
                  f"old). {ENTITY_RESULT}",

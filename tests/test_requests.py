@@ -42,6 +42,7 @@ ROUTES = {
     "summarize": ("POST", "/summaries"),
     "link": ("POST", "/relations"),
     "unlink": ("DELETE", "/relations"),
+    "get": ("GET", "/entities/{entity_id}"),
     "related": ("GET", "/entities/{entity_id}/related"),
     "events": ("GET", "/audit/events"),
 }
@@ -65,6 +66,7 @@ GOOD: dict[str, Callable[[MemoryAPI], Callable[[], Any]]] = {
     "link": lambda m: partial(m.link, m.create("Trip", {"destination": "Rome"}).id, "includes",
                               m.query("Poi").items[0].id),
     "unlink": lambda m: partial(m.unlink, *_linked(m)),
+    "get": lambda m: partial(m.get, m.query("Poi").items[0].id, as_of=m.last_seq()),
     "related": lambda m: partial(m.related, _linked(m)[0], "includes", "out", 1),
     "events": lambda m: lambda: m.events(since_seq=1, limit=5),
 }
@@ -84,6 +86,7 @@ BAD: dict[str, tuple[Callable[[MemoryAPI], Any], str]] = {
     "summarize": (lambda m: m.summarize(since_seq=-1), "since_seq"),
     "link": (lambda m: m.link("Trip_x", 5, "Poi_y"), "relation"),  # type: ignore[arg-type]
     "unlink": (lambda m: m.unlink("Trip_x", "includes", "no such id"), "to_id"),
+    "get": (lambda m: m.get("Poi_x", as_of=-1), "as_of"),
     "related": (lambda m: m.related("Trip_x", direction="sideways"), "direction"),
     "events": (lambda m: m.events(limit=0), "limit"),
 }
@@ -224,6 +227,7 @@ BAD_STEPS: dict[str, tuple[dict[str, Any], Callable[[MemoryAPI], Any], str]] = {
     "add_messages": ({"conversation": "chat-1", "messages": []},
                      lambda m: m.add_messages("chat-1", []), "messages"),
     "related": ({"id": "Trip_x", "depth": 9}, lambda m: m.related("Trip_x", depth=9), "depth"),
+    "get": ({"id": "Poi_x", "as_of": 1.5}, lambda m: m.get("Poi_x", as_of=1.5), "as_of"),
 }
 
 

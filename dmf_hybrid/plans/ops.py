@@ -110,7 +110,7 @@ OPERATIONS: dict[str, Operation] = {op.name: op for op in (
     Operation("restore", "restore", (_ID, _VERSION), WRITER),
     Operation("link", "link", _modelled("link"), WRITER),
     Operation("unlink", "unlink", _modelled("unlink"), WRITER),
-    Operation("get", "get", (_ID, Arg("as_of", "int")), READER),
+    Operation("get", "get", _modelled("get", before=(_ID,)), READER),
     Operation("query", "query", _modelled("query", before=(_TYPE,)), READER),
     Operation("search", "search", _modelled("search", params={"type": "type_name"},
                                             required=("text",)), READER),
