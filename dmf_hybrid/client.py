@@ -108,7 +108,7 @@ class MemoryClient(MemoryAPI):
     Each answer says the audit seq its process had reached (``X-DMF-Seq``); with
     ``read_your_writes`` (the default) every request asks for at least the newest seq the
     client has been told (``X-DMF-Min-Seq``), so it reads its own writes, and never a state
-    older than one it has seen, whichever process of the service answers (``seen_seq``).
+    older than one it has seen, whichever process of the service answers (``seen_seq()``).
     """
 
     def __init__(self, base_url: str, api_key: str | None = None,
@@ -138,15 +138,12 @@ class MemoryClient(MemoryAPI):
 
     # ---------------------------------------------------------------- transport
 
-    @property
     def seen_seq(self) -> int:
-        """The newest audit seq an answer has told this client of (0: none yet): what its
-        requests ask the service to have reached, with ``read_your_writes``."""
         return self._exchange.seen_seq
 
     @property
     def read_your_writes(self) -> bool:
-        """Whether each request asks for at least :attr:`seen_seq` (``X-DMF-Min-Seq``)."""
+        """Whether each request asks for at least ``seen_seq()`` (``X-DMF-Min-Seq``)."""
         return self._exchange.read_your_writes
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

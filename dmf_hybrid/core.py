@@ -176,8 +176,6 @@ class MemoryCore:
         return self._reads
 
     def seen_seq(self) -> int:
-        """The newest seq this process has seen committed, without a look at the log's head
-        (``last_seq`` also follows other processes' commits on the shared engine)."""
         return self._store.committed_seq
 
     def last_seq(self) -> int:

@@ -252,6 +252,14 @@ class MemoryAPI(Protocol):
         """
         ...
 
+    def seen_seq(self) -> int:
+        """The newest audit seq this door has seen committed, without asking anyone: in
+        process, how far this process has followed the log; over HTTP, the newest seq an
+        answer told the client (``X-DMF-Seq``; 0 before the first answer), which it asks
+        every process to have reached. ``last_seq`` asks (on the shared engine, the log's
+        head itself)."""
+        ...
+
     # ---------------------------------------------------------------- search & index
 
     def search(self, type_name: str, text: str | None = None, *,

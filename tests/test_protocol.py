@@ -14,8 +14,8 @@ from dmf_hybrid import Memory, MemoryAPI, MemoryClient
 EMBEDDED_ONLY = {"open", "for_tenant", "transaction", "restore_snapshot", "engine", "reads",
                  "import_bundle",
                  "sweep_every_tenant"}
-#: The client's own additions: the service's health checks.
-CLIENT_ONLY = {"health", "readiness"}
+#: The client's own additions: the service's health checks, whether it asks for its seq.
+CLIENT_ONLY = {"health", "readiness", "read_your_writes"}
 
 
 def members(cls: type) -> set[str]:

@@ -118,18 +118,18 @@ def test_a_client_reads_its_writes_through_another_process(
 
     with MemoryClient(a) as writer:
         created = writer.create("Poi", POI)
-        assert writer.seen_seq >= writer.history(created.id)[-1].seq
+        assert writer.seen_seq() >= writer.history(created.id)[-1].seq
         reader = MemoryClient(b)
         reader._exchange._http.event_hooks["request"].append(record)  # noqa: SLF001
-        reader._exchange.seen_seq = writer.seen_seq  # noqa: SLF001 - one session, two doors
+        reader._exchange.seen_seq = writer.seen_seq()  # noqa: SLF001 - one session, two doors
         assert reader.get(created.id).id == created.id
         assert [e.id for e in reader.query("Poi").items] == [created.id]
         assert [h.entity.id for h in reader.search("Poi", "Yu Garden", k=1).hits
                 ] == [created.id]
-        assert len(sent) >= 3 and set(sent) == {str(writer.seen_seq)}  # and the type's
+        assert len(sent) >= 3 and set(sent) == {str(writer.seen_seq())}  # and the type's
         updated = reader.update(created.id, {"rating": 4})
-        assert reader.seen_seq >= reader.history(created.id)[-1].seq > writer.seen_seq
-        assert writer.get(created.id, as_of=reader.seen_seq).version == updated.version
+        assert reader.seen_seq() >= reader.history(created.id)[-1].seq > writer.seen_seq()
+        assert writer.get(created.id, as_of=reader.seen_seq()).version == updated.version
         reader.close()
 
 
@@ -142,7 +142,7 @@ def test_a_client_that_does_not_ask_sends_no_min_seq(http_api: Front) -> None:
         lambda request: sent.append(request.headers.get(MIN_SEQ_HEADER)))
     client.create("Poi", POI)
     client.types()
-    assert client.seen_seq > 0 and len(sent) >= 2 and set(sent) == {None}
+    assert client.seen_seq() > 0 and len(sent) >= 2 and set(sent) == {None}
     client.close()
 
 
