@@ -18,7 +18,8 @@ from dmf_hybrid.api.server import serve_in_thread
 from dmf_hybrid.search import row_cache
 from dmf_hybrid.vector.exact import ExactIndex
 from tests.conftest import define_travel, tenant_like
-from tests.store import DOORS, START_TIMEOUT
+from tests.doors import START_TIMEOUT
+from tests.store import DOORS
 
 #: exact_threshold per plan: 0 sends every search with candidates to the ANN plan.
 PLANS = {"exact": 15_000, "ann": 0}
