@@ -158,10 +158,11 @@ OrderBy = Annotated[list[str] | None, _checked(check_order), WithJsonSchema({"an
 Limit = Annotated[int, BeforeValidator(check_limit), WithJsonSchema({"type": "integer",
                                                                      "minimum": 1})]
 Cursor = Annotated[str | None, _checked(check_cursor)]
-#: An entity ID argument (a conversation's too): :func:`checks.check_id`.
+#: The JSON Schema of an entity ID argument (a conversation's too: :func:`checks.check_id`),
+#: and of an optional one.
 IdSchema = WithJsonSchema(ID_SCHEMA)
-Conversation = Annotated[str | None, _checked(check_conversation),
-                         WithJsonSchema({"anyOf": [ID_SCHEMA, {"type": "null"}]})]
+OptionalIdSchema = WithJsonSchema({"anyOf": [ID_SCHEMA, {"type": "null"}]})
+Conversation = Annotated[str | None, _checked(check_conversation), OptionalIdSchema]
 
 OnConflict = Literal["return", "raise", "update"]
 ON_CONFLICT_DOC = ("What to do when the identity already exists: return the stored entity "
@@ -213,8 +214,7 @@ class EntityCreate(_Expiring):
     ]})
 
     data: Data = Field(description="The entity's fields as a JSON object.")
-    id: Annotated[str | None, _checked(check_id),
-                  WithJsonSchema({"anyOf": [ID_SCHEMA, {"type": "null"}]})] = Field(
+    id: Annotated[str | None, _checked(check_id), OptionalIdSchema] = Field(
         None, description="A caller-chosen ID instead of the derived one.")
     on_conflict: Annotated[OnConflict, BeforeValidator(check_on_conflict)] = Field(
         "return", description=ON_CONFLICT_DOC)

@@ -53,8 +53,8 @@ VERSION_SCHEMA: dict[str, Any] = {
     "description": "Fail with a version conflict unless the entity is at this version.",
 }
 ENTITY_RESULT = "Returns the entity as {id, type, version, data}."
-CONVERSATION_DOC = "Only this conversation's rows (types with a conversation field, e.g. " \
-                   "Message)."
+CONVERSATION_DOC = ("Only this conversation's rows (types with a conversation field, e.g. "
+                    "Message).")
 GENERIC_TOOLS = ("get", "update", "append", "delete", "restore", "link", "unlink", "related",
                  "history", "execute_plan", "context")
 COMPACT_TOOLS = ("create", "query", "search")

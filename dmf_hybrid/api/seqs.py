@@ -21,7 +21,7 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..checks import MAX_SEQ
-from ..errors import ServiceUnavailable, ValidationError
+from ..errors import DMFError, ServiceUnavailable, ValidationError
 from ..memory import Memory
 from ..wire import MIN_SEQ_HEADER, SEQ_HEADER
 from .errors import dmf_error_response
@@ -83,7 +83,7 @@ class SeqHeaders:
                         f"this service's state is at seq {seen}, not at the {wanted} the "
                         f"request asked for ({MIN_SEQ_HEADER}) after {wait:g} s: a seq of "
                         "another store, or one not committed", min_seq=wanted, seq=seen)
-        except (ValidationError, ServiceUnavailable) as exc:
+        except DMFError as exc:  # a bad header, a seq not reached, a store out of reach
             response = dmf_error_response(exc)
             response.headers[SEQ_HEADER] = str(memory.seen_seq())
             if isinstance(exc, ServiceUnavailable):

@@ -53,6 +53,7 @@ class Arg:
         except DMFError as exc:  # named as the plan names it (update's data, not changes)
             if self.param and exc.details.get("field") == self.param:
                 exc.message = exc.message.replace(self.param, self.name, 1)
+                exc.args = (exc.message,)
                 exc.details["field"] = self.name
             raise
 
