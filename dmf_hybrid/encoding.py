@@ -16,7 +16,6 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .checks import (
-    check_as_of,
     check_audit,
     check_data,
     check_expected_version,
@@ -77,11 +76,6 @@ def row_json(i: int, row: Any) -> Any:
         exc.message = f"row {i}: {exc.message}"
         exc.args = (exc.message,)
         raise
-
-
-def as_of_value(as_of: Any) -> int | str | None:
-    as_of = check_as_of(as_of)
-    return as_of.isoformat() if as_of is not None and not isinstance(as_of, int) else as_of
 
 
 @functools.lru_cache(maxsize=1024)  # building an adapter costs far more than using it
