@@ -25,10 +25,9 @@ import httpx
 import pydantic
 from pydantic import BaseModel
 
-from . import requests
+from . import operations, requests
 from .checks import (
     AsOf,
-    check_before_seq,
 )
 from .conversations import MESSAGE_TYPE
 from .encoding import (
@@ -447,10 +446,7 @@ class MemoryClient(MemoryAPI):
 
     def archive_events(self, before_seq: int, dest: str | Path, *, actor: str | None = None,
                        reason: str | None = None) -> ArchiveResult:
-        check_before_seq(before_seq)
-        if not isinstance(dest, (str, Path)):
-            raise ValidationError("dest must be a directory name", field="dest")
-        body = {"before_seq": before_seq, "dest": str(dest)}
+        body = operations.ArchiveRequest.of(before_seq=before_seq, dest=dest).body()
         return self._get(ArchiveResult, "POST", "/admin/archive", json=body,
                          headers=self._audit(actor=actor, reason=reason))
 
@@ -464,18 +460,18 @@ class MemoryClient(MemoryAPI):
 
     def tools(self, format: str = "openai", *, profile: str = "compact",
               internal: bool = False) -> list[JSONObject]:
+        query = operations.ToolsQuery.of(format=format, profile=profile, internal=internal)
         definitions: list[JSONObject] = self._call(
-            "GET", "/tools", params={"format": format, "profile": profile,
-                                     "internal": "true" if internal else "false"})
+            "GET", "/tools", params={"format": query.format, "profile": query.profile,
+                                     "internal": "true" if query.internal else "false"})
         return definitions
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,
                   actor: str | None = None, reason: str | None = None,
                   trace_id: str | None = None) -> JSONValue:
-        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
-            raise ValidationError("name must be a tool name", field="name")
-        result: JSONValue = self._call("POST", f"/tools/{quote(name, safe='')}",
-                                       json=jsonable(dict(arguments or {}), "arguments"),
+        call = operations.ToolCall.of(name=name, arguments=arguments)
+        result: JSONValue = self._call("POST", f"/tools/{quote(call.name, safe='')}",
+                                       json=call.body()["arguments"],
                                        headers=self._audit(actor, reason, trace_id))
         return result
 
@@ -483,7 +479,7 @@ class MemoryClient(MemoryAPI):
                      actor: str | None = None, reason: str | None = None,
                      trace_id: str | None = None) -> PlanOutcome:
         return self._get(PlanOutcome, "POST", "/plans/execute",
-                         json={"ops": jsonable(ops, "ops"), "dry_run": dry_run},
+                         json=operations.PlanRequest.of(ops=ops, dry_run=dry_run).body(),
                          headers=self._audit(actor, reason, trace_id))
 
     # ---------------------------------------------------------------- the service's own

@@ -33,6 +33,7 @@ from .models import (
     SnapshotManifest,
     SummaryResult,
 )
+from .operations import ArchiveRequest, PlanRequest, ToolCall, ToolsQuery
 from .protocol import MemoryAPI
 from .store import archive, bundle
 
@@ -133,26 +134,30 @@ class Memory(MemoryCore, MemoryAPI):
 
     def archive_events(self, before_seq: int, dest: str | Path, *, actor: str | None = None,
                        reason: str | None = None) -> ArchiveResult:
-        return archive.archive_events(self._store, before_seq, dest, tenant=self.tenant,
+        req = ArchiveRequest.of(before_seq=before_seq, dest=dest)
+        return archive.archive_events(self._store, req.before_seq, req.dest, tenant=self.tenant,
                                       actor=actor, reason=reason, principal=self.principal)
 
     # ---------------------------------------------------------------- agent tools & plans
 
     def tools(self, format: str = "openai", *, profile: str = "compact",
               internal: bool = False) -> list[JSONObject]:
-        return tools.tool_definitions(self, format, profile, internal)
+        req = ToolsQuery.of(format=format, profile=profile, internal=internal)
+        return tools.tool_definitions(self, req.format, req.profile, req.internal)
 
     def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None, *,
                   actor: str | None = None, reason: str | None = None,
                   trace_id: str | None = None) -> JSONValue:
-        return tools.call_tool(self, name, arguments, actor=actor, reason=reason,
+        call = ToolCall.of(name=name, arguments=arguments)
+        return tools.call_tool(self, call.name, call.arguments, actor=actor, reason=reason,
                                trace_id=trace_id)
 
     def execute_plan(self, ops: Sequence[Mapping[str, Any]], dry_run: bool = False, *,
                      actor: str | None = None, reason: str | None = None,
                      trace_id: str | None = None) -> PlanOutcome:
-        return plans.execute_plan(self, ops, dry_run=dry_run, actor=actor, reason=reason,
-                                  trace_id=trace_id)
+        plan = PlanRequest.of(ops=ops, dry_run=dry_run)
+        return plans.execute_plan(self, plan.ops, dry_run=plan.dry_run, actor=actor,
+                                  reason=reason, trace_id=trace_id)
 
 
 #: mypy checks that Memory is a complete MemoryAPI (no member missing or mistyped).

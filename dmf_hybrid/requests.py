@@ -5,8 +5,8 @@
 the body with it, so a bad argument is the same error on every door. A field's checks are the
 functions of :mod:`dmf_hybrid.checks` (and of the modules that own a vocabulary: conversations,
 expiry, filters); what needs the schema or the settings (a type's fields, ``max_k``) is the
-memory's to check. :data:`REQUESTS` names the model of each operation. Imports neither FastAPI
-nor DuckDB.
+memory's to check. :data:`dmf_hybrid.operations.REQUESTS` names the model of each
+operation. Imports neither FastAPI nor DuckDB.
 """
 
 from __future__ import annotations
@@ -482,24 +482,3 @@ class ConstraintQuery(Request):
     limit: Limit = Field(50, description="Page size.")
     cursor: Cursor = Field(None, description="next_cursor of the previous page.")
     as_of: AsOfBody = Field(None, description=AS_OF_DOC)
-
-#: The request model of each ``MemoryAPI`` operation that has one (``tests/test_requests.py``
-#: walks it: each door checks the operation's arguments with this model, the route parses it).
-REQUESTS: dict[str, type[Request]] = {
-    "query": EntityQuery,
-    "count": EntityCount,
-    "search": SearchRequest,
-    "context": ContextRequest,
-    "open_constraints": ConstraintQuery,
-    "create": EntityCreate,
-    "create_many": EntityBatchCreate,
-    "update": EntityUpdate,
-    "append": EntityAppend,
-    "add_messages": MessagesAppend,
-    "summarize": SummaryRequest,
-    "link": LinkRequest,
-    "unlink": LinkRequest,
-    "get": EntityGet,
-    "related": RelatedQuery,
-    "events": EventsQuery,
-}

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .checks import MAX_ORDER_FIELDS
+from .operations import REQUESTS
 from .plans import ORDER_SYSTEM
-from .requests import REQUESTS
 from .schema import EntityType
 
 

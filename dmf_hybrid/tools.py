@@ -26,14 +26,14 @@ from typing import Any
 from .checks import ID_SCHEMA, TOOL_NAME_RE, full_match
 from .conversations import CONVERSATION_FIELD, MESSAGE_SCHEMA, log_available
 from .core import MemoryCore
-from .errors import PlanError, ValidationError
+from .errors import DMFError, PlanError
 from .filters import FILTER_DOC_BRIEF
 from .lifecycle.context import call_context_tool, context_tool_definition
 from .lifecycle.summaries import SUMMARY_TYPE
+from .operations import PlanRequest, Problems
 from .plans import (
     OPERATIONS,
     OPS,
-    Problems,
     execute_plan,
 )
 from .schema import EntityType
@@ -41,8 +41,6 @@ from .tool_schemas import model_args, model_schema, order_schema, where_schema
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("openai", "json_schema")
-PROFILES = ("compact", "per_type")
 #: Types the memory keeps for itself: hidden from the tools unless asked for.
 INTERNAL_TYPES = (SUMMARY_TYPE,)
 ID_ARG: dict[str, Any] = {**ID_SCHEMA,
@@ -70,11 +68,8 @@ def visible_types(mem: MemoryCore, internal: bool = False) -> list[EntityType]:
 
 def tool_definitions(mem: MemoryCore, format: str = "openai", profile: str = "compact",
                      internal: bool = False) -> list[dict[str, Any]]:
-    """Function-calling definitions of the memory operations for the defined types."""
-    if format not in FORMATS:
-        raise ValidationError(f"format must be one of {', '.join(FORMATS)}", field="format")
-    if profile not in PROFILES:
-        raise ValidationError(f"profile must be one of {', '.join(PROFILES)}", field="profile")
+    """Function-calling definitions of the memory operations for the defined types (the
+    arguments checked by :class:`~dmf_hybrid.operations.ToolsQuery`)."""
     tools: list[dict[str, Any]] = []
     types = visible_types(mem, internal)
     if profile == "compact":
@@ -323,27 +318,25 @@ def _messages_tool() -> dict[str, Any]:
 # ---------------------------------------------------------------- calls
 
 
-def call_tool(mem: MemoryCore, name: Any, arguments: Any = None, *, actor: str | None = None,
-              reason: str | None = None, trace_id: str | None = None) -> Any:
-    """Validate and execute one tool call; returns its JSON-able result."""
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, Mapping):
-        problems = Problems()
-        problems.add(0, "arguments", "arguments must be a JSON object")
-        raise problems.error()
+def call_tool(mem: MemoryCore, name: str, arguments: Mapping[str, Any], *,
+              actor: str | None = None, reason: str | None = None,
+              trace_id: str | None = None) -> Any:
+    """Execute one tool call (its name and arguments checked by
+    :class:`~dmf_hybrid.operations.ToolCall`); returns its JSON-able result."""
     args = dict(arguments)
     if name == "context":  # a read that is no plan step: see dmf_hybrid.lifecycle.context
         return call_context_tool(mem, args)
     if name == "execute_plan":
-        unknown = sorted(set(args) - {"ops", "dry_run"})
-        dry_run = args.get("dry_run", False)
-        if unknown or "ops" not in args or not isinstance(dry_run, bool):
+        try:
+            plan = PlanRequest.of(**args)
+        except PlanError:
+            raise
+        except DMFError as exc:
             problems = Problems()
-            problems.add(None, unknown[0] if unknown else "ops" if "ops" not in args
-                         else "dry_run", "execute_plan takes ops (a list) and dry_run (a bool)")
-            raise problems.error()
-        return execute_plan(mem, args["ops"], dry_run=dry_run, actor=actor, reason=reason,
+            problems.add(None, exc.details.get("field"), exc.message)
+            raise problems.error("execute_plan call is invalid and changed nothing",
+                                 steps=False) from None
+        return execute_plan(mem, plan.ops, dry_run=plan.dry_run, actor=actor, reason=reason,
                             trace_id=trace_id).model_dump(mode="json")
     op = _as_step(mem, name, args)
     if op["op"] == "search" and "type" not in op:

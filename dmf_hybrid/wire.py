@@ -3,8 +3,8 @@
 The server encodes its answers with the models here and with the public result types of
 :mod:`dmf_hybrid.models` (``Entity``, ``Page``, ``SearchResult``, ...); ``MemoryClient``
 decodes the same classes. The operations' own requests are :mod:`dmf_hybrid.requests`; the
-bodies here name what only a server has (a snapshot's or an archive's directory under its
-data directory, a plan sent whole). Imports neither FastAPI nor DuckDB.
+bodies here name what only a server has (a snapshot's or an export's directory under its
+data directory). Imports neither FastAPI nor DuckDB.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .checks import MAX_SEQ
 from .requests import Request
 from .schema import EntityType, TypeDef
 
@@ -22,8 +21,6 @@ from .schema import EntityType, TypeDef
 SEQ_HEADER = "X-DMF-Seq"
 #: A request's header: answer from a state at or past this audit seq (``api.seqs``).
 MIN_SEQ_HEADER = "X-DMF-Min-Seq"
-OPS_DOC = ('Steps like {"op": "create", "type": "Trip", "data": {...}}; a later step may use '
-           'an earlier result through "$0.id" or "$2.hits[0].entity.id".')
 
 
 class ErrorBody(BaseModel):
@@ -105,40 +102,6 @@ class ReadyPublic(BaseModel):
     outbox_pending: int
     warming_up: bool
     problems: list[str] = Field(default_factory=list)
-
-
-class ArchiveRequest(Request):
-    """Move the audit events before a seq to Parquet under ``<data_dir>/archives/<dest>``."""
-
-    before_seq: int = Field(ge=1, le=MAX_SEQ, description="Archive the events with seq < this.")
-    dest: str = Field(description="A directory name: letters, digits, '.', '_' and '-'; "
-                                  "no path separators.")
-
-PLAN_EXAMPLES: dict[str, Any] = {"examples": [{"ops": [
-    {"op": "create", "type": "Trip", "data": {"user": "ana", "destination": "Shanghai",
-                                              "budget": 5000}},
-    {"op": "create", "type": "PointOfInterest", "on_conflict": "return",
-     "data": {"name": "Shanghai Museum", "city": "Shanghai", "category": "museum"}},
-    {"op": "link", "from_id": "$0.id", "relation": "includes", "to_id": "$1.id"},
-    {"op": "update", "id": "$0.id", "data": {"notes": "museum day"}},
-]}]}
-
-
-class PlanRequest(Request):
-    """A plan: its steps, and whether to only show the diff it would make."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra=PLAN_EXAMPLES)
-
-    ops: list[dict[str, Any]] = Field(description=OPS_DOC)
-    dry_run: bool = Field(False, description="Roll back after running; return the diff.")
-
-
-class PlanSteps(Request):
-    """A plan to validate or dry-run."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra=PLAN_EXAMPLES)
-
-    ops: list[dict[str, Any]] = Field(description=OPS_DOC)
 
 
 class PlanProblem(BaseModel):

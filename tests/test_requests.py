@@ -1,9 +1,10 @@
 """One request model per operation: the protocol's arguments, each door's check and the
-route's body are the same model (``dmf_hybrid.requests.REQUESTS``)."""
+route's body are the same model (``dmf_hybrid.operations.REQUESTS``)."""
 
 from __future__ import annotations
 
 import inspect
+import tempfile
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -16,11 +17,12 @@ from dmf_hybrid import DMFError, MemoryAPI, MemoryClient, PlanError, Settings
 from dmf_hybrid import requests as requests_module
 from dmf_hybrid.api import create_app
 from dmf_hybrid.checks import MAX_ORDER_FIELDS
+from dmf_hybrid.operations import PROFILES, REQUESTS
 from dmf_hybrid.plans import OPERATIONS
 from dmf_hybrid.plans.ops import MODEL
-from dmf_hybrid.requests import REQUESTS, Request
+from dmf_hybrid.requests import Request
 from dmf_hybrid.tool_schemas import model_args
-from dmf_hybrid.tools import PROFILES, tool_operation
+from dmf_hybrid.tools import tool_operation
 from tests.store import behind, open_door
 
 #: A MemoryAPI parameter by the name of the model field it fills (where the names differ).
@@ -45,6 +47,10 @@ ROUTES = {
     "get": ("GET", "/entities/{entity_id}"),
     "related": ("GET", "/entities/{entity_id}/related"),
     "events": ("GET", "/audit/events"),
+    "execute_plan": ("POST", "/plans/execute"),
+    "tools": ("GET", "/tools"),
+    "call_tool": ("POST", "/tools/{name}"),  # the body is the model's arguments
+    "archive_events": ("POST", "/admin/archive"),
 }
 #: Each operation's call with good arguments, made after what it needs exists.
 GOOD: dict[str, Callable[[MemoryAPI], Callable[[], Any]]] = {
@@ -69,6 +75,13 @@ GOOD: dict[str, Callable[[MemoryAPI], Callable[[], Any]]] = {
     "get": lambda m: partial(m.get, m.query("Poi").items[0].id, as_of=m.last_seq()),
     "related": lambda m: partial(m.related, _linked(m)[0], "includes", "out", 1),
     "events": lambda m: lambda: m.events(since_seq=1, limit=5),
+    "execute_plan": lambda m: lambda: m.execute_plan([{"op": "query", "type": "Poi"}],
+                                                     dry_run=True),
+    "tools": lambda m: lambda: m.tools("json_schema", profile="per_type"),
+    "call_tool": lambda m: lambda: m.call_tool("query", {"type": "Poi", "limit": 2}),
+    # (over HTTP a directory name under the server's; in process a path: a new one)
+    "archive_events": lambda m: lambda: m.archive_events(
+        1, "arch" if isinstance(m, MemoryClient) else Path(tempfile.mkdtemp()) / "arch"),
 }
 #: A bad argument of each operation that the model itself refuses, and the field it names.
 BAD: dict[str, tuple[Callable[[MemoryAPI], Any], str]] = {
@@ -89,6 +102,10 @@ BAD: dict[str, tuple[Callable[[MemoryAPI], Any], str]] = {
     "get": (lambda m: m.get("Poi_x", as_of=-1), "as_of"),
     "related": (lambda m: m.related("Trip_x", direction="sideways"), "direction"),
     "events": (lambda m: m.events(limit=0), "limit"),
+    "execute_plan": (lambda m: m.execute_plan([], dry_run="yes"), "dry_run"),  # type: ignore[arg-type]
+    "tools": (lambda m: m.tools("xml"), "format"),
+    "call_tool": (lambda m: m.call_tool("", {}), "name"),
+    "archive_events": (lambda m: m.archive_events(0, "arch"), "before_seq"),
 }
 
 
@@ -127,6 +144,11 @@ def test_each_route_parses_the_operations_model(tmp_path: Path) -> None:
                              for name, field in REQUESTS[op].model_fields.items()}, op
             continue
         body = route["requestBody"]["content"]["application/json"]
+        if op == "call_tool":  # the path names the tool, the body is the arguments
+            field = REQUESTS[op].model_fields["arguments"]
+            assert body["schema"]["description"] == field.description
+            assert body["schema"]["type"] == "object"
+            continue
         assert body["schema"]["$ref"] == f"#/components/schemas/{REQUESTS[op].__name__}", op
 
 

@@ -24,6 +24,7 @@ result shapes), ``problems`` (problems and hints), ``validation`` (the static ch
 from __future__ import annotations
 
 from ..checks import DIRECTIONS, SEARCH_MODES
+from ..operations import Problems
 from .executor import diff_entry, execute_plan, validate_plan
 from .ops import (
     MUTATING_OPS,
@@ -37,7 +38,6 @@ from .ops import (
     entity_json,
     result_json,
 )
-from .problems import Problems
 from .refs import Ref, RefError, lookup, parse_ref, resolve
 from .validation import Validator
 

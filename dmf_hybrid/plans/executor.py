@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core import MemoryCore
-from ..errors import DMFError, LimitExceeded, NotFound, VersionConflict
+from ..errors import DMFError, LimitExceeded, NotFound, PlanError, VersionConflict
 from ..models import AuditEvent, PlanOutcome
+from ..operations import Problems, check_ops
 from .ops import OPERATIONS, result_json
-from .problems import Problems, similar_ids
+from .problems import similar_ids
 from .refs import RefError, resolve
 from .validation import Validator
 
@@ -37,10 +38,11 @@ def validate_plan(mem: MemoryCore, ops: Any) -> list[dict[str, Any]]:
 
 def _check_shape(mem: MemoryCore, ops: Any) -> Problems:
     problems = Problems()
-    if isinstance(ops, (str, bytes, Mapping)) or not isinstance(ops, Sequence):
-        problems.add(None, "ops", "a plan must be a list of steps",
-                     '[{"op": "create", "type": "...", "data": {...}}, ...]')
-    elif not ops:
+    try:
+        ops = check_ops(ops)
+    except PlanError as exc:  # not a list: the one problem (validate_plan lists, never raises)
+        return Problems([dict(p) for p in exc.details["problems"]])
+    if not ops:
         problems.add(None, "ops", "the plan has no steps")
     elif len(ops) > mem.settings.max_plan_ops:
         raise LimitExceeded(f"the plan has {len(ops)} steps; at most "

@@ -1,7 +1,7 @@
 """The operations a plan may use (one table: method, arguments, defaults, role) and their
 results as JSON values.
 
-An operation with a request model (:data:`dmf_hybrid.requests.REQUESTS`) takes that model's
+An operation with a request model (:data:`dmf_hybrid.operations.REQUESTS`) takes that model's
 fields, with its defaults, and a literal value of one is checked by the model's own check of
 the field (:meth:`~dmf_hybrid.requests.Request.check_field`), so a plan step, a tool call and a
 direct call refuse a bad argument with the same error. Before them come the arguments the
@@ -17,9 +17,9 @@ from pydantic import BaseModel
 
 from ..errors import DMFError
 from ..models import AuditEvent, Entity, Page, Related
-from ..requests import REQUESTS, Request
+from ..operations import REQUESTS
+from ..requests import Request
 
-MAX_PROBLEMS = 50
 ORDER_SYSTEM = ("created_at", "updated_at", "version")
 READER, WRITER = "reader", "writer"
 #: The kind of an argument that a request model states: checked by the model's own check.

@@ -4,41 +4,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import MemoryCore
-from ..errors import PlanError
 from ..schema import EntityType
-from .ops import MAX_PROBLEMS
-
-
-@dataclass
-class Problems:
-    """The problems found in a plan, each naming its step, field, what is wrong and a hint."""
-
-    items: list[dict[str, Any]] = field(default_factory=list)
-
-    def add(self, step: int | None, field_: str | None, problem: str,
-            hint: str | None = None) -> None:
-        if len(self.items) < MAX_PROBLEMS:
-            self.items.append({"step": step, "field": field_, "problem": problem,
-                               "hint": hint})
-
-    def __bool__(self) -> bool:
-        return bool(self.items)
-
-    def error(self, prefix: str = "the plan is invalid and changed nothing",
-              steps: bool = True) -> PlanError:
-        """The PlanError listing every problem (its message summarises the first ones)."""
-        parts = []
-        for p in self.items[:5]:
-            where = " ".join(x for x in (f"step {p['step']}" if steps else "", p["field"] or "")
-                             if x) or "plan"
-            parts.append(f"{where}: {p['problem']}" + (f" ({p['hint']})" if p["hint"] else ""))
-        more = f"; and {len(self.items) - 5} more" if len(self.items) > 5 else ""
-        return PlanError(f"{prefix}: {'; '.join(parts)}{more}",
-                         problems=list(self.items))
 
 
 def close_matches(word: Any, options: Sequence[str], what: str) -> str:

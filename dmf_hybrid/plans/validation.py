@@ -21,6 +21,7 @@ from ..conversations import MESSAGE_TYPE, check_log_type, message_rows, scope_to
 from ..core import MemoryCore
 from ..errors import DMFError, NotFound, first_problem
 from ..filters import parse_filter, parse_order
+from ..operations import Problems
 from ..schema import EntityType
 from .ops import (
     LITERAL_ONLY,
@@ -30,7 +31,7 @@ from .ops import (
     OPS,
     ORDER_SYSTEM,
 )
-from .problems import Problems, close_matches, field_hint, shape_hint, similar_ids
+from .problems import close_matches, field_hint, shape_hint, similar_ids
 from .refs import (
     MAX_NESTING,
     Ref,

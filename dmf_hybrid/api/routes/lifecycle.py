@@ -10,8 +10,8 @@ from fastapi import APIRouter, Body, Query, Response, status
 from ...checks import SNAPSHOT_NAME_RE, full_match
 from ...errors import ValidationError
 from ...models import ArchiveResult, MemoryContext, Page, RuleInfo, SummaryResult
+from ...operations import ArchiveRequest
 from ...requests import AS_OF_DOC, ConstraintQuery, ContextRequest, SummaryRequest
-from ...wire import ArchiveRequest
 from ..deps import AdminMemory, Audit, ReaderMemory, State, WriterMemory, parse_as_of
 
 router = APIRouter(tags=["lifecycle"])
@@ -111,11 +111,12 @@ def define_rule(
 def archive_events(body: ArchiveRequest, memory: AdminMemory, audit: Audit,
                    state: State) -> ArchiveResult:
     """Move audit events with seq < before_seq to Parquet under data_dir/archives/<dest>."""
-    dest = archive_dir(Path(state.settings.data_dir), body.dest)
+    name = str(body.dest)  # over HTTP a name: the server keeps archives under its directory
+    dest = archive_dir(Path(state.settings.data_dir), name)
     result: ArchiveResult = memory.archive_events(body.before_seq, dest, actor=audit.actor,
                                                   reason=audit.reason)
     if result.file is None:
         return result
     # the server's own layout stays private: the file is named relative to its data directory
-    relative = f"{ARCHIVES_DIR}/{body.dest}/{Path(result.file.file).name}"
+    relative = f"{ARCHIVES_DIR}/{name}/{Path(result.file.file).name}"
     return result.model_copy(update={"file": result.file.model_copy(update={"file": relative})})

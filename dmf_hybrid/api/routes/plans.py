@@ -9,8 +9,9 @@ from fastapi import APIRouter
 
 from ...memory import Memory
 from ...models import PlanOutcome
+from ...operations import PlanRequest, PlanSteps
 from ...plans import OPERATIONS, validate_plan
-from ...wire import PlanProblem, PlanRequest, PlanSteps, PlanValidation
+from ...wire import PlanProblem, PlanValidation
 from ..auth import Role
 from ..deps import Audit, Caller, State, tenant_memory
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response
 
+from ...operations import FORMATS, PROFILES, ToolCall, ToolsQuery
 from ...plans import OPERATIONS
 from ...tools import tool_operation
 from ..auth import Role
@@ -14,8 +15,16 @@ from .plans import plan_role
 
 router = APIRouter(prefix="/tools", tags=["tools"])
 
-def tool_role(name: str, arguments: dict[str, Any]) -> Role:
+def _query(name: str, options: tuple[str, ...] = ()) -> Any:
+    """A query parameter described as :class:`ToolsQuery`'s field."""
+    extra = {"enum": list(options)} if options else None
+    return Query(description=ToolsQuery.model_fields[name].description, json_schema_extra=extra)
+
+
+def tool_role(name: str, arguments: Any) -> Role:
     """The role a tool call needs: the role of its operation (a plan: of its steps)."""
+    if not isinstance(arguments, dict):
+        return Role.READER  # refused by the memory's check whatever the tool
     if name == "execute_plan" and isinstance(arguments.get("ops"), list):
         return plan_role(arguments["ops"])
     op = OPERATIONS.get(tool_operation(name) or "")
@@ -27,17 +36,12 @@ def tool_role(name: str, arguments: dict[str, Any]) -> Role:
 @router.get("", response_model=list[dict[str, Any]])
 def definitions(
     state: State, caller: Caller,
-    format: Annotated[Literal["openai", "json_schema"], Query(
-        description='"openai" ({type: function, function: {...}}) or "json_schema".')
-    ] = "openai",
-    profile: Annotated[Literal["compact", "per_type"], Query(
-        description='"compact": generic create/query/search taking type, the types described '
-                    'once; "per_type": create_<Type>, query_<Type>, search_<Type>.')
-    ] = "compact",
-    internal: Annotated[bool, Query(description="Include internal types (MemorySummary).")
-                        ] = False,
+    format: Annotated[str, _query("format", FORMATS)] = "openai",
+    profile: Annotated[str, _query("profile", PROFILES)] = "compact",
+    internal: Annotated[bool, _query("internal")] = False,
 ) -> Response:
-    """Function-calling definitions for the memory operations of the defined types."""
+    """Function-calling definitions for the memory operations of the defined types (the
+    memory checks the query with :class:`~dmf_hybrid.operations.ToolsQuery`)."""
     memory = tenant_memory(state, caller, Role.READER)
     types = memory.types()
     key = (memory.tenant, format, profile, internal, tuple(id(t) for t in types))
@@ -50,11 +54,11 @@ def definitions(
 @router.post("/{name}")
 def call(
     name: str, state: State, caller: Caller, audit: Audit,
-    arguments: Annotated[dict[str, Any] | None, Body(
-        description="The call's arguments, as the tool's parameters schema describes.")
-    ] = None,
+    # Any, so that a body that is no object is refused by the memory's check (ToolCall)
+    arguments: Annotated[Any, Body(
+        description=ToolCall.model_fields["arguments"].description,
+        json_schema_extra={"type": "object"})] = None,
 ) -> Any:
     """Validate and execute one tool call (422 plan_error with problems if invalid)."""
-    args = arguments or {}
-    return tenant_memory(state, caller, tool_role(name, args)).call_tool(name, args,
-                                                                       **audit.kwargs())
+    return tenant_memory(state, caller, tool_role(name, arguments)).call_tool(
+        name, arguments, **audit.kwargs())
