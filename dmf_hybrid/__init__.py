@@ -14,8 +14,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .client import MemoryClient
-from .errors import (
+from ._internal import SERVER_EXTRA_HINT
+from ._internal.client import MemoryClient
+from ._internal.errors import (
     AuditIntegrityError,
     Conflict,
     DMFError,
@@ -32,7 +33,7 @@ from .errors import (
     ValidationError,
     VersionConflict,
 )
-from .models import (
+from ._internal.models import (
     ArchiveFile,
     ArchiveResult,
     AuditEvent,
@@ -59,15 +60,15 @@ from .models import (
     SnapshotManifest,
     SummaryResult,
 )
-from .protocol import MemoryAPI
-from .ruledefs import RuleDef
-from .schema import EntityType, FieldSpec, RelationSpec, TypeDef
-from .version import __version__ as __version__
+from ._internal.protocol import MemoryAPI
+from ._internal.ruledefs import RuleDef
+from ._internal.schema import EntityType, FieldSpec, RelationSpec, TypeDef
+from ._internal.version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from .config import Settings
-    from .embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
-    from .memory import Memory
+    from ._internal.config import Settings
+    from ._internal.embeddings import Embedder, HashEmbedder, SentenceTransformerEmbedder
+    from ._internal.memory import Memory
 
 #: Names that need the ``server`` extra (DuckDB, Chroma, numpy, pydantic-settings; torch for
 #: the real model),
@@ -79,7 +80,6 @@ _SERVER_NAMES = {
     "SentenceTransformerEmbedder": "embeddings",
     "Settings": "config",
 }
-SERVER_EXTRA_HINT = "pip install 'dmf-hybrid[server]'"
 
 
 def __getattr__(name: str) -> Any:
@@ -88,7 +88,7 @@ def __getattr__(name: str) -> Any:
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        module = importlib.import_module(f".{module_name}", __name__)
+        module = importlib.import_module(f"._internal.{module_name}", __name__)
     except ImportError as exc:
         if (exc.name or "").startswith(__name__):
             raise  # a bug of ours, not a missing extra

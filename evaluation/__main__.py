@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dmf_hybrid.analyzers import DEFAULT_ANALYZER
-from dmf_hybrid.config import DEFAULT_EMBEDDER
-from dmf_hybrid.embeddings import EMBEDDERS
-from dmf_hybrid.errors import DMFError
-from dmf_hybrid.search.fusion import DEFAULT_FUSION, FUSIONS
+from dmf_hybrid._internal.analyzers import DEFAULT_ANALYZER
+from dmf_hybrid._internal.config import DEFAULT_EMBEDDER
+from dmf_hybrid._internal.embeddings import EMBEDDERS
+from dmf_hybrid._internal.errors import DMFError
+from dmf_hybrid._internal.search.fusion import DEFAULT_FUSION, FUSIONS
 from evaluation.runner import ALL_MODES, MODES, RunOptions, run_beir, run_locomo
 
 

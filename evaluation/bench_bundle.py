@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from evaluation.plotting import environment, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,8 @@ Python process so nothing is warm but the OS page cache:
 (b) ``Memory.open`` of the existing directory (DuckDB, Chroma, outbox replay);
 (c) the first ``search`` (hybrid, k = 10), which loads the embedding model, then a second one
     (warm) for comparison; the model's own load time is read from the embedder;
-(d) ``python -m dmf_hybrid.api.server`` on the same directory, from spawn to the first 200 of
+(d) ``python -m dmf_hybrid._internal.api.server`` on the same directory, from spawn to the first 200
+of
     ``/healthz`` (alive) and of ``/readyz`` (model loaded, outbox drained);
 (e) that server's resident memory (``VmRSS``, and the peak ``VmHWM``) once it has answered
     searches in every mode; then it is stopped by PID.
@@ -40,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from dmf_hybrid.config import DEFAULT_EMBEDDER
+from dmf_hybrid._internal.config import DEFAULT_EMBEDDER
 from evaluation.bench_http import TYPE_NAME, ServerProcess, exit_on_sigterm, make_queries
 from evaluation.chroma_peer import rss_mb
 from evaluation.plotting import environment, markdown_table, write_results
@@ -59,7 +60,7 @@ def mark():
 import dmf_hybrid
 mark()
 from dmf_hybrid import Memory
-from dmf_hybrid.config import Settings
+from dmf_hybrid._internal.config import Settings
 path, embedder, type_name, first, second = sys.argv[1:6]
 mem = Memory.open(path, settings=Settings(data_dir=path, embedder=embedder,
                                           load_examples=False))
@@ -107,7 +108,7 @@ def child_env() -> dict[str, str]:
 def build_store(path: Path, n: int, embedder: str, seed: int = 7) -> None:
     """A memory directory at ``path`` holding ``n`` BenchNote entities, indexed and closed."""
     from dmf_hybrid import Memory
-    from dmf_hybrid.config import Settings
+    from dmf_hybrid._internal.config import Settings
     from evaluation.bench_http import BENCH_TYPE, make_rows
 
     # the build is not measured: let the model use both cores

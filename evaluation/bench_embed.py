@@ -72,8 +72,8 @@ WORKER = r"""
 import json, sys, time
 import numpy as np
 started = time.perf_counter()
-from dmf_hybrid.config import Settings
-from dmf_hybrid.factories import make_embedder
+from dmf_hybrid._internal.config import Settings
+from dmf_hybrid._internal.factories import make_embedder
 name, threads, workers, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] or None
 settings = Settings(embedder=name, torch_threads=threads, onnx_threads=threads,
                     **({"onnx_workers": int(workers)} if workers else {}),
@@ -185,7 +185,11 @@ def ensure_onnx(variants: Sequence[str], cache: Path | None) -> dict[str, Any]:
     """Export the ONNX build once, untimed by the load figures; its manifest (or empty)."""
     if not any(v.partition("/")[0].partition("@")[0] == "minilm-onnx" for v in variants):
         return {}
-    from dmf_hybrid.embeddings.onnx_int8 import OnnxEmbedder, default_cache_dir, export_onnx
+    from dmf_hybrid._internal.embeddings.onnx_int8 import (
+        OnnxEmbedder,
+        default_cache_dir,
+        export_onnx,
+    )
 
     model = OnnxEmbedder(cache_dir=cache)
     path = export_onnx(model.model_path, cache or default_cache_dir())

@@ -67,7 +67,7 @@ def markdown(document: Mapping[str, Any]) -> str:
 _WRITER = r"""
 import json, sys, time
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 
 url, tenant, me, writes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 with Memory.open(url, embedder=HashEmbedder(), vector_index=ExactIndex()) as mem:

@@ -2,7 +2,7 @@
 
 ``python -m evaluation.bench_fair [--batch 2000] [--as-of-clients 8] [--samples 40]``
 
-The service runs as a child process (``python -m dmf_hybrid.api.server``, the measured
+The service runs as a child process (``python -m dmf_hybrid._internal.api.server``, the measured
 embedder, two API keys: tenant ``a`` and tenant ``b``); the clients are threads here.
 
 1. *Ingest.* Tenant ``b`` creates one entity every ``--gap-ms`` and times each create: first
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dmf_hybrid import MemoryClient
-from dmf_hybrid.config import DEFAULT_EMBEDDER
+from dmf_hybrid._internal.config import DEFAULT_EMBEDDER
 from evaluation.bench_http import BENCH_TYPE, TYPE_NAME, make_queries, make_rows, running_server
 from evaluation.plotting import environment, latency_summary, markdown_table, publish
 

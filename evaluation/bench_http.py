@@ -2,7 +2,8 @@
 
 ``python -m evaluation.bench_http [--n 2000] [--embedder minilm|hash] [--requests 120]``
 
-1. Starts ``python -m dmf_hybrid.api.server`` as a subprocess on a free 127.0.0.1 port with a
+1. Starts ``python -m dmf_hybrid._internal.api.server`` as a subprocess on a free 127.0.0.1 port
+with a
    fresh temporary data directory (``DMF_LOAD_EXAMPLES=false``) and waits, bounded, for
    ``/healthz`` and ``/readyz``.
 2. Defines a ``BenchNote`` type (``POST /types``) and ingests ``--n`` synthetic notes over HTTP
@@ -60,7 +61,7 @@ from typing import Any
 
 import httpx
 
-from dmf_hybrid.config import DEFAULT_EMBEDDER
+from dmf_hybrid._internal.config import DEFAULT_EMBEDDER
 from evaluation.chroma_peer import ChromaPeer, cpu_seconds, rss_mb, running_peer, stop_process
 from evaluation.plotting import (
     environment,
@@ -151,7 +152,7 @@ def make_queries(count: int, seed: int = 11) -> list[str]:
 
 @dataclass
 class ServerProcess:
-    """The service run as ``python -m dmf_hybrid.api.server`` in a child process."""
+    """The service run as ``python -m dmf_hybrid._internal.api.server`` in a child process."""
 
     proc: subprocess.Popen[bytes]
     port: int
@@ -174,7 +175,7 @@ class ServerProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = open(log_path, "wb")  # closed in stop()
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "dmf_hybrid.api.server"], cwd=ROOT,
+        proc = subprocess.Popen([sys.executable, "-m", "dmf_hybrid._internal.api.server"], cwd=ROOT,
                                 env=env, stdout=log_file, stderr=subprocess.STDOUT)
         return cls(proc, port, log_path, started, log_file)
 
@@ -464,7 +465,7 @@ def embedded_ingest(rows: Sequence[Mapping[str, Any]], embedder: str, batch: int
     ingest sends them) in a fresh embedded memory at ``path`` with the same embedder, model
     loaded beforehand; each batch is indexed when it commits, as over HTTP."""
     from dmf_hybrid import Memory
-    from dmf_hybrid.config import Settings
+    from dmf_hybrid._internal.config import Settings
 
     mem = Memory.open(path, settings=Settings(embedder=embedder, load_examples=False))
     try:
@@ -572,7 +573,7 @@ def peer_for(enabled: bool, rows: Sequence[Mapping[str, Any]], embedder: str, wa
     if not enabled:
         yield None, None
         return
-    from dmf_hybrid.embeddings import embedder_named
+    from dmf_hybrid._internal.embeddings import embedder_named
 
     model = embedder_named(embedder, num_threads=1, onnx_threads=1)
     with running_peer(model) as (chroma, ready_s):

@@ -2,7 +2,8 @@
 
 Compares, on a BEIR dataset (SciFact by default) and on synthetic short documents:
 
-* ``KeywordIndex`` — dmf_hybrid's incremental numpy BM25 (``dmf_hybrid/mirrors/keyword.py``);
+* ``KeywordIndex`` — dmf_hybrid's incremental numpy BM25
+(``dmf_hybrid/_internal/mirrors/keyword.py``);
 * ``bm25s`` — eager sparse BM25 (method "lucene"), with the same analyzer settings;
 * ``duckdb-fts`` — DuckDB's ``fts`` extension (``match_bm25``), loaded from the
   ``duckdb-ext-fts`` wheel by file path, with the Lucene stop list and the English stemmer.
@@ -38,8 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from dmf_hybrid.mirrors.keyword import KeywordIndex  # noqa: E402
-from dmf_hybrid.mirrors.text import LUCENE_STOPWORDS_EN  # noqa: E402
+from dmf_hybrid._internal.mirrors.keyword import KeywordIndex  # noqa: E402
+from dmf_hybrid._internal.mirrors.text import LUCENE_STOPWORDS_EN  # noqa: E402
 
 K1, B = 0.9, 0.4
 Hits = list[tuple[str, float]]
@@ -312,7 +313,7 @@ def synthetic(
 def scifact_vocabulary(corpus: list[tuple[str, str]]) -> list[str]:
     from collections import Counter
 
-    from dmf_hybrid.mirrors.text import TOKEN_PATTERN
+    from dmf_hybrid._internal.mirrors.text import TOKEN_PATTERN
 
     counts = Counter(w for _, t in corpus for w in TOKEN_PATTERN.findall(t.lower()))
     return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:30000]]

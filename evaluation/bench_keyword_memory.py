@@ -2,7 +2,7 @@
 
 ``python -m evaluation.bench_keyword_memory [--rows 600] [--kb 120] [--shape words]``
 
-The service runs as a child process (``python -m dmf_hybrid.api.server``, the measured
+The service runs as a child process (``python -m dmf_hybrid._internal.api.server``, the measured
 embedder). A type with two text fields (a field value is at most 64 KiB) is defined and warmed
 up (one keyword search loads its BM25 index); then ``--rows`` rows of ``--kb`` KB of random
 text each are created over HTTP, and one keyword search brings the index up to date. The
@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from dmf_hybrid.config import DEFAULT_EMBEDDER
+from dmf_hybrid._internal.config import DEFAULT_EMBEDDER
 from evaluation.bench_http import WORDS, running_server
 from evaluation.chroma_peer import rss_mb
 from evaluation.plotting import environment, markdown_table, publish

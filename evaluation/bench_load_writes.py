@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dmf_hybrid.config import DEFAULT_EMBEDDER
+from dmf_hybrid._internal.config import DEFAULT_EMBEDDER
 from evaluation.bench_coldstart import build_in_child
 from evaluation.bench_http import TYPE_NAME
 from evaluation.plotting import environment, line_plots, markdown_table, write_results
@@ -104,7 +104,7 @@ def run(*, n: int = 20000, store: Path | None = None, embedder: str = DEFAULT_EM
         timeout: float = 3600.0) -> dict[str, Any]:
     """Build (or copy) the store, then time writes during loads (see the module doc)."""
     from dmf_hybrid import Memory
-    from dmf_hybrid.config import Settings
+    from dmf_hybrid._internal.config import Settings
 
     began = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="dmf-bench-load-", dir=workdir))

@@ -7,8 +7,8 @@ the embedding cache holds N vectors too), writes one more and is killed with SIG
 directory has a WAL. Then, on copies of it, this process times:
 
 * ``open_after_kill``: ``Memory.open(..., replay=False)`` — DuckDB's WAL replay plus the
-  index repair of ``dmf_hybrid.store.integrity`` (the figures of the repair itself: its key
-  probes and its index rebuilds, from the ``IndexRepair`` it returns);
+  index repair of ``dmf_hybrid._internal.store.integrity`` (the figures of the repair itself: its
+  key probes and its index rebuilds, from the ``IndexRepair`` it returns);
 * ``open_clean``: the same open of a directory that was closed cleanly;
 * ``reachable_check``: ``unreachable_by_id`` over every entity (what ``verify`` and
   ``reconcile`` add), ``verify``: all of ``verify_audit``, and ``verify_chain``: its
@@ -42,7 +42,7 @@ ITEM = {"name": "Item", "identity": ["key"], "embed": "{key}: {body}",
 def build(directory: Path, n: int) -> None:
     """Load ``n`` entities, write one more, then SIGKILL this process (leaves a WAL)."""
     from dmf_hybrid import HashEmbedder, Memory
-    from dmf_hybrid.vector.exact import ExactIndex
+    from dmf_hybrid._internal.vector.exact import ExactIndex
 
     mem = Memory.open(directory, embedder=HashEmbedder(DIM), vector_index=ExactIndex())
     mem.define_type(ITEM)
@@ -63,9 +63,9 @@ def timed(fn: Any) -> tuple[Any, float]:
 def measure(workdir: Path, n: int) -> dict[str, Any]:
     """Build a killed store of ``n`` entities under ``workdir`` and time the start after it."""
     from dmf_hybrid import HashEmbedder, Memory
-    from dmf_hybrid.store.db import Database
-    from dmf_hybrid.store.integrity import repair_indexes, unreachable_by_id
-    from dmf_hybrid.vector.exact import ExactIndex
+    from dmf_hybrid._internal.store.db import Database
+    from dmf_hybrid._internal.store.integrity import repair_indexes, unreachable_by_id
+    from dmf_hybrid._internal.vector.exact import ExactIndex
 
     killed = workdir / "killed"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),

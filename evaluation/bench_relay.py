@@ -26,9 +26,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.store.postgres import PgDatabase
-from dmf_hybrid.store.txn import Transactions
-from dmf_hybrid.vector.chroma import ChromaIndex
+from dmf_hybrid._internal.store.postgres import PgDatabase
+from dmf_hybrid._internal.store.txn import Transactions
+from dmf_hybrid._internal.vector.chroma import ChromaIndex
 from evaluation.chromaserver import ChromaServer, chroma_executable
 from evaluation.pgserver import PgServer, binaries
 from evaluation.plotting import environment, latency_summary, markdown_table, publish

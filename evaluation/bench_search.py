@@ -51,9 +51,9 @@ import numpy as np
 from pydantic import BaseModel
 
 from dmf_hybrid import Memory
-from dmf_hybrid.config import Settings
-from dmf_hybrid.search.filter_cache import FilterCache
-from dmf_hybrid.search.row_cache import RowCache
+from dmf_hybrid._internal.config import Settings
+from dmf_hybrid._internal.search.filter_cache import FilterCache
+from dmf_hybrid._internal.search.row_cache import RowCache
 
 log = logging.getLogger("bench_search")
 
@@ -512,7 +512,7 @@ def ingest_with_model(rows: list[dict[str, Any]], path: Path, reps: int = INGEST
     writes of the same vectors back to back; the medians are compared, so a change of machine
     load during the run biases no side.
     """
-    from dmf_hybrid.embeddings import SentenceTransformerEmbedder
+    from dmf_hybrid._internal.embeddings import SentenceTransformerEmbedder
 
     model = SentenceTransformerEmbedder()
     texts = [text_of(r) for r in rows]

@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from dmf_hybrid import HashEmbedder, Memory, Settings  # noqa: E402
-from dmf_hybrid.vector.exact import ExactIndex  # noqa: E402
+from dmf_hybrid._internal.vector.exact import ExactIndex  # noqa: E402
 from evaluation.plotting import save_figure  # noqa: E402
 
 DEFAULT_OUT = ROOT / "evaluation" / "results" / "bench_store.json"

@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from dmf_hybrid.config import DEFAULT_EMBEDDER
+from dmf_hybrid._internal.config import DEFAULT_EMBEDDER
 from evaluation.bench_all import stop_group
 from evaluation.bench_http import (
     TYPE_NAME,
@@ -72,7 +72,7 @@ def service(store_url: str, chroma_url: str, workers: int, embedder: str, data_d
                 "PYTHONPATH": str(ROOT)})
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dmf_hybrid.cli", "serve", "--store", store_url,
+            [sys.executable, "-m", "dmf_hybrid._internal.cli", "serve", "--store", store_url,
              "--workers", str(workers), "--port", str(port)], cwd=ROOT, env=env,
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

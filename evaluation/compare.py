@@ -3,7 +3,7 @@
 ``python -m evaluation.compare`` (also ``make compare``) runs, for each embedder, every query of
 the three benchmarks through ``Memory.search`` once per leg (``mode="vector"`` and
 ``mode="keyword"``, at the depth a hybrid search ranks its legs to, 100) and fuses the two
-lists with the product's own :func:`dmf_hybrid.search.fusion.fuse` for every candidate in
+lists with the product's own :func:`dmf_hybrid._internal.search.fusion.fuse` for every candidate in
 :data:`CANDIDATES`: exactly the ranking a hybrid search with that setting returns, without
 running each setting's searches again. Metrics: SciFact train nDCG@10, LoCoMo evidence R@10
 (7 conversations, each question searched within its conversation, paper protocol), CrossWOZ
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from dmf_hybrid import Memory
-from dmf_hybrid.embeddings import Embedder, embed_queries
-from dmf_hybrid.mirrors.keyword import exact_leg
-from dmf_hybrid.search.engine import FUSION_DEPTH
-from dmf_hybrid.search.fusion import DEFAULT_FUSION, EXACT_LEG, fuse
+from dmf_hybrid._internal.embeddings import Embedder, embed_queries
+from dmf_hybrid._internal.mirrors.keyword import exact_leg
+from dmf_hybrid._internal.search.engine import FUSION_DEPTH
+from dmf_hybrid._internal.search.fusion import DEFAULT_FUSION, EXACT_LEG, fuse
 from evaluation import datasets as ds
 from evaluation.crosswoz import define_crosswoz_types
 from evaluation.metrics import evaluate, recall_fraction, run_from_rankings

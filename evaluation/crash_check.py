@@ -15,7 +15,7 @@ from evaluation.crash_worker import ENTITY_OPS, TYPE_NAME, WORDS, Link, State, d
 
 def entity_state(mem: Any, eid: str) -> State | None:
     """The entity's state as DuckDB has it (deleted ones from their last audit event)."""
-    from dmf_hybrid.errors import NotFound
+    from dmf_hybrid._internal.errors import NotFound
 
     try:
         entity = mem.get(eid)
@@ -136,7 +136,7 @@ def check_state(mem: Any, expect: dict[str, Any], snapshot_root: Path,
             problems.append(f"link {link}: acknowledged but missing")
     if applied and len(set(applied)) > 1:
         problems.append(f"the in-flight {in_flight.get('op')} is half-applied: {applied}")
-    from dmf_hybrid.ids import entity_id
+    from dmf_hybrid._internal.ids import entity_id
 
     for eid, state in actual.items():  # derived IDs are stable across processes and seeds
         if state is not None and "_" in eid and eid != entity_id(
@@ -218,9 +218,9 @@ def check_search(mem: Any, rows: dict[str, tuple[int, bool]], problems: list[str
 def check_snapshots(expect: dict[str, Any], root: Path, problems: list[str]) -> dict[str, Any]:
     """Every acknowledged snapshot restores and verifies; a partial one is refused cleanly."""
     from dmf_hybrid import HashEmbedder, Memory
-    from dmf_hybrid.errors import ValidationError
-    from dmf_hybrid.memory import SNAPSHOT_MANIFEST
-    from dmf_hybrid.vector.exact import ExactIndex
+    from dmf_hybrid._internal.errors import ValidationError
+    from dmf_hybrid._internal.memory import SNAPSHOT_MANIFEST
+    from dmf_hybrid._internal.vector.exact import ExactIndex
 
     if not root.is_dir():
         return {"snapshots_checked": 0}

@@ -231,7 +231,7 @@ class Workload:
     # -- operations
 
     def op_create(self, given_id: bool) -> None:
-        from dmf_hybrid.ids import entity_id
+        from dmf_hybrid._internal.ids import entity_id
 
         data = self.new_data()
         eid = (f"{self.tag}.{self.step}" if given_id
@@ -292,7 +292,7 @@ class Workload:
 
     def op_plan(self) -> None:
         """Two creates, a link between them and an update, in one transaction."""
-        from dmf_hybrid.ids import entity_id
+        from dmf_hybrid._internal.ids import entity_id
 
         first, second = self.new_data(), self.new_data()
         second["title"] += "-b"
@@ -316,7 +316,7 @@ class Workload:
 
     def op_batch(self) -> None:
         """A larger transaction (so random kills also land inside long commits)."""
-        from dmf_hybrid.ids import entity_id
+        from dmf_hybrid._internal.ids import entity_id
 
         rows = []
         for i in range(self.rng.randrange(20, 120)):
@@ -329,7 +329,7 @@ class Workload:
 
     def op_bulk(self) -> None:
         """A batch of large values (``crash_wal``): what makes the WAL grow by megabytes."""
-        from dmf_hybrid.ids import entity_id
+        from dmf_hybrid._internal.ids import entity_id
         from evaluation.crash_wal import large_rows
 
         rows = large_rows(self.rng, f"{self.tag}-{self.step}")
@@ -452,9 +452,9 @@ def zygote() -> int:
     import duckdb  # noqa: F401
     import pandas  # noqa: F401 - DuckDB imports it on its first parameterised statement
 
-    import dmf_hybrid.memory  # noqa: F401
-    import dmf_hybrid.search.engine  # noqa: F401
-    import dmf_hybrid.vector.chroma  # noqa: F401
+    import dmf_hybrid._internal.memory  # noqa: F401
+    import dmf_hybrid._internal.search.engine  # noqa: F401
+    import dmf_hybrid._internal.vector.chroma  # noqa: F401
     import evaluation.crash_check  # noqa: F401
 
     emit({"ev": "zygote"})

@@ -23,7 +23,7 @@ from statistics import fmean
 from typing import Any
 
 from dmf_hybrid import Memory
-from dmf_hybrid.embeddings import Embedder
+from dmf_hybrid._internal.embeddings import Embedder
 from evaluation import datasets as ds
 from evaluation.runner import (
     RunOptions,

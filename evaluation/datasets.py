@@ -33,7 +33,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from dmf_hybrid.errors import ValidationError
+from dmf_hybrid._internal.errors import ValidationError
 from evaluation.metrics import Qrels
 
 logger = logging.getLogger(__name__)

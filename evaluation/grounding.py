@@ -1,9 +1,9 @@
 """Accuracy of date grounding on the labelled sample in ``evaluation/grounding/``.
 
-``python -m evaluation.grounding`` scores the product's grounding (:func:`dmf_hybrid.dates.ground`)
-and, when they are installed, the raw parsers it was chosen against (``--parser``):
-``dateparser`` (``dateparser.search.search_dates``: dates, no range) and ``jionlp``
-(``jionlp.ner.extract_time``: Chinese only).
+``python -m evaluation.grounding`` scores the product's grounding
+(:func:`dmf_hybrid._internal.dates.ground`) and, when they are installed, the raw parsers it was
+chosen against (``--parser``): ``dateparser`` (``dateparser.search.search_dates``: dates, no range)
+and ``jionlp`` (``jionlp.ner.extract_time``: Chinese only).
 
 Each sample row is a turn with its reference time and the time expressions a reader finds in
 it, each labelled by hand with the dates it means (``start``/``end``, inclusive) or ``null``
@@ -69,8 +69,8 @@ def load_sample(lang: str) -> list[dict[str, Any]]:
 
 
 def product(text: str, reference: dt.datetime, lang: str) -> Resolved:
-    """The product's grounding (``dmf_hybrid.dates.ground``)."""
-    from dmf_hybrid.dates import ground
+    """The product's grounding (``dmf_hybrid._internal.dates.ground``)."""
+    from dmf_hybrid._internal.dates import ground
 
     return [(g.phrase, g.start, g.end) for g in ground(text, reference)]
 

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, MemoryClient, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.server import serve_in_thread
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.server import serve_in_thread
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from dmf_hybrid.integrations.embedder import CallerEmbedder
 from dmf_hybrid.integrations.langgraph import DMFStore
-from dmf_hybrid.vector.exact import ExactIndex
 
 DOORS = ("memory", "http")
 START_TIMEOUT = 10.0

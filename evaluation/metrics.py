@@ -35,7 +35,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
 
-from dmf_hybrid.errors import ValidationError
+from dmf_hybrid._internal.errors import ValidationError
 
 Qrels = dict[str, dict[str, int]]
 """query_id -> {doc_id: relevance grade}."""

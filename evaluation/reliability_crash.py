@@ -5,9 +5,9 @@ directory, kills it (at random times or at named points: around DuckDB's COMMIT,
 Chroma upsert, inside a reindex, inside a snapshot), and lets the next worker check, before it
 writes anything, that every acknowledged write survived (see ``crash_worker.check_state``).
 
-:func:`run_http_crashes` does the same through the service: ``python -m dmf_hybrid.api.server``
-as a subprocess, clients recording every 2xx, SIGKILL mid-load, restart, check over HTTP.
-"""
+:func:`run_http_crashes` does the same through the service: ``python -m
+dmf_hybrid._internal.api.server`` as a subprocess, clients recording every 2xx, SIGKILL mid-load,
+restart, check over HTTP."""
 
 from __future__ import annotations
 
@@ -428,14 +428,15 @@ HTTP_KEY = "crash-admin-key"
 
 @contextmanager
 def server_process(data_dir: Path, port: int, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m dmf_hybrid.api.server`` on 127.0.0.1:port (hash embedder, no examples)."""
+    """``python -m dmf_hybrid._internal.api.server`` on 127.0.0.1:port (hash embedder, no examples).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("DMF_")}
     env.update({"DMF_DATA_DIR": str(data_dir), "DMF_PORT": str(port), "DMF_HOST": "127.0.0.1",
                 "DMF_EMBEDDER": "hash", "DMF_LOAD_EXAMPLES": "false",
                 "DMF_API_KEYS": f"{HTTP_KEY}:default:admin",
                 "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")})
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "dmf_hybrid.api.server"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "dmf_hybrid._internal.api.server"], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         yield proc

@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from dmf_hybrid.checks import MAX_VALUE_BYTES
-from dmf_hybrid.errors import FilterError, LimitExceeded
+from dmf_hybrid._internal.checks import MAX_VALUE_BYTES
+from dmf_hybrid._internal.errors import FilterError, LimitExceeded
 from evaluation.reliability_service import POI_TYPE, open_memory, seed_travel, service
 
 SLOWDOWN_ROWS = 3000

@@ -250,7 +250,7 @@ def _probe_tenant(client: httpx.Client, own: dict[str, Any], foreign: dict[str, 
                     f"{label}: answers differ from a missing ID: {got.status_code} "
                     f"{got.text[:200]} vs {ref.status_code} {ref.text[:200]}")
     # an ID derived from a fact the other tenant holds (anyone can compute it)
-    from dmf_hybrid.ids import entity_id
+    from dmf_hybrid._internal.ids import entity_id
 
     derived: list[tuple[int, str]] = []
     for name in ("Shanghai Museum", f"No such place {secrets.token_hex(4)}"):
@@ -329,7 +329,7 @@ def _probe_auth(base: str, mem: Any, figures: IsolationFigures) -> None:
             figures.leaks += 1
             figures.problems.append(f"{method} {path} with key {key}: {got.status_code}, "
                                     f"expected {want}")
-    from dmf_hybrid.api.auth import KeyRing
+    from dmf_hybrid._internal.api.auth import KeyRing
 
     # the service holds hashes only: no plaintext key anywhere in its key ring
     ring = KeyRing.from_settings(_settings_with_keys(KEYS["alpha"]))

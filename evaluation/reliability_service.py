@@ -45,7 +45,7 @@ TOTAL_BALANCE = 1000
 
 def serve(app: Any) -> AbstractContextManager[str]:
     """Run ``app`` under uvicorn on a free 127.0.0.1 port in a thread; yields its base URL."""
-    from dmf_hybrid.api.server import serve_in_thread
+    from dmf_hybrid._internal.api.server import serve_in_thread
 
     return serve_in_thread(app, timeout=START_TIMEOUT, access_log=False)
 
@@ -54,7 +54,7 @@ def open_memory(path: Path | None, vectors: str = "exact", store_url: str | None
     """A memory with the hash embedder; ``vectors`` = "exact" (in memory) or "chroma" (on disk);
     the store in DuckDB, or in the PostgreSQL database ``store_url``."""
     from dmf_hybrid import HashEmbedder, Memory, Settings
-    from dmf_hybrid.vector.exact import ExactIndex
+    from dmf_hybrid._internal.vector.exact import ExactIndex
 
     kwargs: dict[str, Any] = {"embedder": HashEmbedder(),
                               "settings": Settings(store_url=store_url)}
@@ -66,7 +66,7 @@ def open_memory(path: Path | None, vectors: str = "exact", store_url: str | None
 def make_app(mem: Any, data_dir: Path, api_keys: str, **overrides: Any) -> Any:
     """The FastAPI app over ``mem`` with these keys (hash embedder, no example data)."""
     from dmf_hybrid import Settings
-    from dmf_hybrid.api import create_app
+    from dmf_hybrid._internal.api import create_app
 
     settings = Settings(data_dir=data_dir, embedder="hash", api_keys=api_keys,
                         load_examples=False, **overrides)

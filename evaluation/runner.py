@@ -36,12 +36,12 @@ from statistics import fmean
 from typing import Any
 
 from dmf_hybrid import Entity, Hit, Memory, Settings
-from dmf_hybrid.analyzers import DEFAULT_ANALYZER
-from dmf_hybrid.bundled import bundled_types
-from dmf_hybrid.config import DEFAULT_EMBEDDER
-from dmf_hybrid.conversations import MESSAGE_TYPE
-from dmf_hybrid.embeddings import Embedder
-from dmf_hybrid.errors import ValidationError
+from dmf_hybrid._internal.analyzers import DEFAULT_ANALYZER
+from dmf_hybrid._internal.bundled import bundled_types
+from dmf_hybrid._internal.config import DEFAULT_EMBEDDER
+from dmf_hybrid._internal.conversations import MESSAGE_TYPE
+from dmf_hybrid._internal.embeddings import Embedder
+from dmf_hybrid._internal.errors import ValidationError
 from evaluation import datasets as ds
 from evaluation.metrics import evaluate, recall_fraction, run_from_rankings
 from evaluation.types import (
@@ -83,7 +83,7 @@ class RunOptions:
     rrf_k: int | None = None
     """Reciprocal rank fusion constant; None = the type's profile, else the memory's (60)."""
     fusion: str | None = None
-    """Fusion method of hybrid search (``dmf_hybrid.search.fusion``); None = the type's
+    """Fusion method of hybrid search (``dmf_hybrid._internal.search.fusion``); None = the type's
     profile, else the memory's default."""
     analyzer: str | None = None
     """Keyword analyzer the evaluation types are defined with; None = the default."""
@@ -95,7 +95,7 @@ class RunOptions:
     embedder: str = DEFAULT_EMBEDDER
     """An ``embedder`` setting (default: the product's): ``"minilm-onnx"``, ``"minilm"``,
     ``"m3e-small"``, ``"e5-small"``, ``"hash"`` or a model directory
-    (``dmf_hybrid.embeddings.embedder_named``)."""
+    (``dmf_hybrid._internal.embeddings.embedder_named``)."""
     threads: int | None = None
     """Threads of the model's runtime, torch or ONNX (None = the runtime's default)."""
     context: int | None = None
@@ -149,7 +149,7 @@ class ModeRun:
 
 def make_embedder(name: str, threads: int | None = None) -> Embedder:
     """The embedder an option names (one per process: the model loads once)."""
-    from dmf_hybrid.embeddings import embedder_named
+    from dmf_hybrid._internal.embeddings import embedder_named
 
     return embedder_named(name, num_threads=threads, onnx_threads=threads)
 

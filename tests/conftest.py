@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, Settings
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from evaluation.chromaserver import ChromaServer, chroma_executable
 from evaluation.pgserver import PgServer, binaries
 

@@ -20,10 +20,10 @@ import httpx
 from fastapi import FastAPI
 
 from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.server import serve_in_thread
-from dmf_hybrid.client import MemoryClient
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.server import serve_in_thread
+from dmf_hybrid._internal.client import MemoryClient
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel
 
 KEYS = ("key-admin:default:admin,key-writer:default:writer,key-reader:default:reader,"

@@ -1,5 +1,5 @@
-"""The house: one direction of imports (import-linter contracts), no cycles, small modules,
-and one owner of the database (only ``dmf_hybrid.store`` imports a driver or holds SQL)."""
+"""The house: one direction of imports (import-linter contracts), no cycles, small modules, and one
+owner of the database (only ``dmf_hybrid._internal.store`` imports a driver or holds SQL)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import grimp
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dmf_hybrid"
+#: the implementation (every module but the public package and its framework adapters)
+INTERNAL = PACKAGE / "_internal"
 #: A module a reader can take in one sitting: about 500 lines.
 MAX_LINES = 550
 
@@ -62,19 +64,19 @@ def _strings(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 def _outside_store() -> list[Path]:
     return [p for p in sorted(PACKAGE.rglob("*.py"))
-            if p.relative_to(PACKAGE).parts[0] != "store"]
+            if not p.is_relative_to(INTERNAL / "store")]
 
 
 def test_no_module_outside_the_store_holds_sql() -> None:
     found = [f"{p.relative_to(ROOT)}:{line}: {text[:60]!r}" for p in _outside_store()
              for line, text in _strings(ast.parse(p.read_text(encoding="utf-8")))
              if SQL_TEXT.search(text)]
-    assert not found, "SQL outside dmf_hybrid/store:\n" + "\n".join(found)
+    assert not found, "SQL outside dmf_hybrid/_internal/store:\n" + "\n".join(found)
 
 
 def test_the_sql_check_finds_sql_as_the_store_writes_it() -> None:
     # the store's own modules are full of it: the check above is not blind
-    store = [p for p in PACKAGE.joinpath("store").rglob("*.py")
+    store = [p for p in INTERNAL.joinpath("store").rglob("*.py")
              if any(SQL_TEXT.search(t) for _, t in _strings(ast.parse(p.read_text("utf-8"))))]
     assert len(store) >= 10
     assert SQL_TEXT.search('SELECT {} FROM {} WHERE id = ?')
@@ -101,17 +103,21 @@ def test_events_are_numbered_and_chained_in_one_place() -> None:
                      if isinstance(node, ast.Call) and (
                          getattr(node.func, "attr", None) == "make_event"
                          or getattr(node.func, "id", None) == "make_event"))
-    assert callers == ["dmf_hybrid/store/chain.py"]
+    assert callers == ["dmf_hybrid/_internal/store/chain.py"]
 
 
 def test_the_driver_contract_covers_every_module_but_the_store() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contract = next(c for c in config["tool"]["importlinter"]["contracts"]
                     if c["id"] == "store-owns-the-database")
-    top = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
-           if (p.suffix == ".py" and p.stem != "__init__")
-           or (p.is_dir() and (p / "__init__.py").is_file())}
-    assert set(contract["source_modules"]) == {f"dmf_hybrid.{m}" for m in top - {"store"}}
+    def modules(package: Path) -> set[str]:
+        return {p.stem if p.is_file() else p.name for p in package.iterdir()
+                if (p.suffix == ".py" and p.stem != "__init__")
+                or (p.is_dir() and (p / "__init__.py").is_file())}
+
+    assert set(contract["source_modules"]) == (
+        {f"dmf_hybrid.{m}" for m in modules(PACKAGE) - {"_internal"}}
+        | {f"dmf_hybrid._internal.{m}" for m in modules(INTERNAL) - {"store"}})
     assert set(DRIVERS) <= set(contract["forbidden_modules"])
 
 

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from wcwidth import wcwidth
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.cli import app
-from dmf_hybrid.cli_support import MAX_CELL, cell, display_width
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.cli import app
+from dmf_hybrid._internal.cli_support import MAX_CELL, cell, display_width
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from evaluation.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,7 +158,7 @@ def test_a_locked_directory_names_the_url_option(data: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys\nfrom dmf_hybrid import Memory, HashEmbedder\n"
-         "from dmf_hybrid.vector.exact import ExactIndex\n"
+         "from dmf_hybrid._internal.vector.exact import ExactIndex\n"
          f"m = Memory.open({str(data)!r}, embedder=HashEmbedder(), vector_index=ExactIndex())\n"
          "print('ready', flush=True)\nsys.stdin.read()\nm.close()\n"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -179,7 +179,7 @@ def test_a_locked_directory_names_the_url_option(data: Path) -> None:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    from dmf_hybrid.api.server import create_server
+    from dmf_hybrid._internal.api.server import create_server
 
     mem = Memory.open(tmp_path / "served", embedder=HashEmbedder(), vector_index=ExactIndex())
     settings = Settings(port=free_port(), load_examples=False)
@@ -306,7 +306,7 @@ def test_ingest_continues_past_bad_lines_and_takes_example_rows(data: Path,
 
 
 def test_ingest_shows_the_model_load(capsys: pytest.CaptureFixture[str]) -> None:
-    from dmf_hybrid.cli_support import load_model_with_bar
+    from dmf_hybrid._internal.cli_support import load_model_with_bar
     from tests.conftest import LoadsOnFirstUse, host_of
 
     embedder = LoadsOnFirstUse()
@@ -325,7 +325,7 @@ SERVE_WAIT = 60.0
 def test_serve_says_where_it_is_and_when_it_is_ready(tmp_path: Path) -> None:
     port = free_port()
     env = {**ENV, "DMF_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", "from dmf_hybrid.cli import main; main()", "serve",
+    command = [sys.executable, "-c", "from dmf_hybrid._internal.cli import main; main()", "serve",
                "--port", str(port), "--host", "127.0.0.1", "--demo"]
     lines: list[str] = []
     with subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""Date grounding (dmf_hybrid.dates): conventions, and accuracy on the labelled sample."""
+"""Date grounding (dmf_hybrid._internal.dates): conventions, and accuracy on the labelled sample."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from dmf_hybrid.dates import asks_when, ground
+from dmf_hybrid._internal.dates import asks_when, ground
 from evaluation.grounding import LANGUAGES, load_sample, product, score
 
 MON = dt.datetime(2023, 5, 8, 13, 56)  # a Monday

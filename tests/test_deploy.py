@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import chromadb
 import yaml
 
-from dmf_hybrid.config import Settings
+from dmf_hybrid._internal.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dmf_hybrid.cli import app
-from dmf_hybrid.config import Settings
+from dmf_hybrid._internal.cli import app
+from dmf_hybrid._internal.config import Settings
 from evaluation.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +44,19 @@ def test_python_blocks_run(name: str, code: str, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+def test_examples_import_only_public_names() -> None:
+    """The README's, the docs' and examples/'s code imports the public package and its
+    framework adapters, never the implementation (``dmf_hybrid._internal``)."""
+    sources = [(f"{name} block", code) for name, code in python_blocks()]
+    sources += [(p.name, p.read_text(encoding="utf-8"))
+                for p in sorted((ROOT / "examples").glob("*.py"))]
+    found = [f"{where}: {line.strip()}" for where, code in sources
+             for line in code.splitlines()
+             if re.search(r"^\s*(from|import)\s+dmf_hybrid\._", line)]
+    assert not found, found
+    assert len(sources) >= 10
+
+
 def test_docs_document_every_setting() -> None:
     for name in Settings.model_fields:
         assert f"`DMF_{name.upper()}`" in DOCS, f"the docs lack DMF_{name.upper()}"
@@ -69,7 +82,7 @@ def test_readme_curl_examples_answer(tmp_path: Path) -> None:
 
     import httpx
 
-    from dmf_hybrid.api.server import create_server
+    from dmf_hybrid._internal.api.server import create_server
 
     port = free_port()
     settings = Settings(data_dir=tmp_path / "data", port=port, embedder="hash")
@@ -110,7 +123,7 @@ def test_readme_names_every_route() -> None:
     """Every path of the OpenAPI document has each of its literal segments in the README's
     route list (which writes ``/entities/{id}/append|restore|erase`` for three routes)."""
     from dmf_hybrid import HashEmbedder, Memory
-    from dmf_hybrid.api import create_app
+    from dmf_hybrid._internal.api import create_app
 
     routes = DOCS[DOCS.index("Routes (one router per resource"):]
     routes = routes[:routes.index("\n\n")]

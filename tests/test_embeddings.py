@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dmf_hybrid.embeddings import (
+from dmf_hybrid._internal.embeddings import (
     DEFAULT_DIM,
     DEFAULT_MODEL_ID,
     Embedder,
@@ -23,7 +23,7 @@ from dmf_hybrid.embeddings import (
     model_id_for_path,
     read_model_dim,
 )
-from dmf_hybrid.errors import ServiceUnavailable, ValidationError
+from dmf_hybrid._internal.errors import ServiceUnavailable, ValidationError
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = ["a cat sits on the mat", "quarterly tax report", "", "Ünïcode wörds ✓", "x " * 500]
@@ -72,7 +72,7 @@ def test_hash_embedder_is_deterministic_within_a_process() -> None:
 def test_hash_embedder_is_deterministic_across_processes() -> None:
     code = f"""
         import hashlib
-        from dmf_hybrid.embeddings import HashEmbedder
+        from dmf_hybrid._internal.embeddings import HashEmbedder
         print(hashlib.sha256(HashEmbedder(48).embed({TEXTS!r}).tobytes()).hexdigest())
     """
     digests = {run_python(code, PYTHONHASHSEED=seed) for seed in ("0", "12345")}
@@ -139,7 +139,7 @@ def test_construction_and_token_counting_do_not_import_torch() -> None:
     out = run_python(
         """
         import sys
-        from dmf_hybrid.embeddings import SentenceTransformerEmbedder
+        from dmf_hybrid._internal.embeddings import SentenceTransformerEmbedder
         e = SentenceTransformerEmbedder()
         print(e.dim, e.count_tokens("hello world"), e.loaded, "torch" in sys.modules)
         """

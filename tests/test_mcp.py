@@ -11,8 +11,8 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.mcp_server import build_server
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.mcp_server import build_server
+from dmf_hybrid._internal.vector.exact import ExactIndex
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -56,7 +56,7 @@ def test_mcp_over_stdio_with_the_official_client(tmp_path: Path) -> None:
     data = tmp_path / "mem"
     _define(data)
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "dmf_hybrid.cli", "mcp", "--data", str(data)],
+        command=sys.executable, args=["-m", "dmf_hybrid._internal.cli", "mcp", "--data", str(data)],
         env={"DMF_EMBEDDER": "hash"}, cwd=str(ROOT))
 
     async def main() -> dict[str, Any]:
@@ -97,7 +97,7 @@ def test_mcp_from_an_empty_directory_over_stdio(tmp_path: Path) -> None:
     """Define a type, create, search across types: nothing prepared beforehand."""
     data = tmp_path / "empty"
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "dmf_hybrid.cli", "mcp", "--data", str(data)],
+        command=sys.executable, args=["-m", "dmf_hybrid._internal.cli", "mcp", "--data", str(data)],
         env={"DMF_EMBEDDER": "hash", "DMF_LOAD_EXAMPLES": "false"}, cwd=str(ROOT))
     note = {"name": "Note", "identity": ["title"], "embed": "{title}: {body}",
             "fields": {"title": {"type": "str", "required": True, "nullable": False},
@@ -131,7 +131,7 @@ def test_mcp_from_an_empty_directory_over_stdio(tmp_path: Path) -> None:
 
 
 def test_the_model_loads_when_the_server_starts() -> None:
-    from dmf_hybrid.mcp_server import start_model_load
+    from dmf_hybrid._internal.mcp_server import start_model_load
     from tests.conftest import LoadsOnFirstUse, host_of
 
     embedder = LoadsOnFirstUse()

@@ -19,8 +19,12 @@ import pytest
 from pydantic import ValidationError as PydanticValidationError
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.embeddings import SentenceTransformerEmbedder, default_model_path, onnx_int8
-from dmf_hybrid.embeddings.onnx_int8 import (
+from dmf_hybrid._internal.embeddings import (
+    SentenceTransformerEmbedder,
+    default_model_path,
+    onnx_int8,
+)
+from dmf_hybrid._internal.embeddings.onnx_int8 import (
     MODEL_ID_SUFFIX,
     ONNX_EMBEDDER,
     OnnxEmbedder,
@@ -28,8 +32,8 @@ from dmf_hybrid.embeddings.onnx_int8 import (
     export_onnx,
     source_key,
 )
-from dmf_hybrid.errors import ServiceUnavailable, ValidationError
-from dmf_hybrid.factories import make_embedder
+from dmf_hybrid._internal.errors import ServiceUnavailable, ValidationError
+from dmf_hybrid._internal.factories import make_embedder
 from tests.conftest import define_travel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +68,7 @@ def run_python(code: str, timeout: float = 120) -> str:
 def test_construction_imports_no_runtime_and_names_its_own_model_id() -> None:
     out = run_python("""
         import sys
-        from dmf_hybrid.embeddings.onnx_int8 import OnnxEmbedder
+        from dmf_hybrid._internal.embeddings.onnx_int8 import OnnxEmbedder
         e = OnnxEmbedder()
         print(e.model_id, e.dim, e.max_seq_length, e.loaded, e.count_tokens("hello world"),
               "onnxruntime" in sys.modules, "torch" in sys.modules)
@@ -168,8 +172,8 @@ def test_without_onnxruntime_loading_says_what_to_install() -> None:
     out = run_python("""
         import sys
         sys.modules["onnxruntime"] = None  # as if it were not installed
-        from dmf_hybrid.errors import ServiceUnavailable
-        from dmf_hybrid.embeddings.onnx_int8 import OnnxEmbedder
+        from dmf_hybrid._internal.errors import ServiceUnavailable
+        from dmf_hybrid._internal.embeddings.onnx_int8 import OnnxEmbedder
         try:
             OnnxEmbedder().embed(["hello"])
         except ServiceUnavailable as exc:
@@ -187,7 +191,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     cache = tmp_path_factory.mktemp("onnx-cache")
     out = run_python(f"""
         import sys
-        from dmf_hybrid.embeddings.onnx_int8 import OnnxEmbedder
+        from dmf_hybrid._internal.embeddings.onnx_int8 import OnnxEmbedder
         e = OnnxEmbedder(cache_dir={str(cache)!r})
         e.embed(["hello"])
         print(e.loaded, "torch" in sys.modules, "transformers" in sys.modules)
@@ -332,7 +336,7 @@ def test_search_with_it_and_a_switch_is_an_audited_re_embed(onnx_model: OnnxEmbe
 @pytest.mark.slow
 def test_concurrent_searches_answer_as_one_at_a_time(onnx_model: OnnxEmbedder, tmp_path: Path
                                                      ) -> None:
-    from dmf_hybrid.embeddings.batching import make_query_batcher
+    from dmf_hybrid._internal.embeddings.batching import make_query_batcher
     from tests.search.test_query_batcher import concurrent_equals_alone
 
     assert make_query_batcher(onnx_model, Settings()) is None  # runs texts alone: no gain

@@ -7,11 +7,11 @@ import inspect
 import pytest
 
 from dmf_hybrid import MemoryAPI
-from dmf_hybrid.api.auth import Role
-from dmf_hybrid.api.routes.plans import plan_role
-from dmf_hybrid.api.routes.tools import tool_role
-from dmf_hybrid.plans import MUTATING_OPS, OPERATIONS, READ_OPS
-from dmf_hybrid.tools import tool_operation
+from dmf_hybrid._internal.api.auth import Role
+from dmf_hybrid._internal.api.routes.plans import plan_role
+from dmf_hybrid._internal.api.routes.tools import tool_role
+from dmf_hybrid._internal.plans import MUTATING_OPS, OPERATIONS, READ_OPS
+from dmf_hybrid._internal.tools import tool_operation
 
 
 @pytest.mark.parametrize("name", sorted(OPERATIONS))

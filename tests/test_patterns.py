@@ -28,13 +28,13 @@ from typer.testing import CliRunner
 
 import dmf_hybrid
 from dmf_hybrid import DMFError, HashEmbedder, Memory, MemoryAPI, Settings, ValidationError
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.server import serve_in_thread
-from dmf_hybrid.checks import ID_PATTERN, NAME_PATTERNS, full_match
-from dmf_hybrid.cli import app as cli_app
-from dmf_hybrid.mcp_server import build_server
-from dmf_hybrid.plans.ops import OPERATIONS
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.server import serve_in_thread
+from dmf_hybrid._internal.checks import ID_PATTERN, NAME_PATTERNS, full_match
+from dmf_hybrid._internal.cli import app as cli_app
+from dmf_hybrid._internal.mcp_server import build_server
+from dmf_hybrid._internal.plans.ops import OPERATIONS
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.store import assert_unchanged, both_doors, dump
 
 PACKAGE = Path(dmf_hybrid.__file__).parent

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dmf_hybrid import LimitExceeded, Memory, PlanError
-from dmf_hybrid.plans import lookup, parse_ref, resolve, validate_plan
+from dmf_hybrid._internal.plans import lookup, parse_ref, resolve, validate_plan
 from tests.conftest import tenant_like
 from tests.store import dump_rows
 

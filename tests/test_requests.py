@@ -1,5 +1,5 @@
 """One request model per operation: the protocol's arguments, each door's check and the
-route's body are the same model (``dmf_hybrid.operations.REQUESTS``)."""
+route's body are the same model (``dmf_hybrid._internal.operations.REQUESTS``)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ import httpx
 import pytest
 
 from dmf_hybrid import DMFError, MemoryAPI, MemoryClient, PlanError, Settings
-from dmf_hybrid import requests as requests_module
-from dmf_hybrid.api import create_app
-from dmf_hybrid.checks import MAX_ORDER_FIELDS
-from dmf_hybrid.operations import PROFILES, REQUESTS
-from dmf_hybrid.plans import OPERATIONS
-from dmf_hybrid.plans.ops import MODEL
-from dmf_hybrid.requests import Request
-from dmf_hybrid.tool_schemas import model_args
-from dmf_hybrid.tools import tool_operation
+from dmf_hybrid._internal import requests as requests_module
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.checks import MAX_ORDER_FIELDS
+from dmf_hybrid._internal.operations import PROFILES, REQUESTS
+from dmf_hybrid._internal.plans import OPERATIONS
+from dmf_hybrid._internal.plans.ops import MODEL
+from dmf_hybrid._internal.requests import Request
+from dmf_hybrid._internal.tool_schemas import model_args
+from dmf_hybrid._internal.tools import tool_operation
 from tests.store import behind, open_door
 
 #: A MemoryAPI parameter by the name of the model field it fills (where the names differ).

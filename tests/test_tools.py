@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dmf_hybrid import HashEmbedder, Memory, PlanError, Settings, ValidationError
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 
 INDEXES = Path(__file__).resolve().parent.parent / "indexes"
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -166,7 +166,7 @@ def test_bad_calls_say_what_to_fix(mem: Memory) -> None:
 
 @pytest.fixture
 def client(mem: Memory) -> Iterator[TestClient]:
-    from dmf_hybrid.api.app import create_app
+    from dmf_hybrid._internal.api.app import create_app
 
     with TestClient(create_app(Settings(load_examples=False), mem)) as c:
         yield c
@@ -205,7 +205,7 @@ def test_http_tools_and_plans(client: TestClient, mem: Memory) -> None:
 
 
 def test_tool_names_match_the_definitions(domains: Memory) -> None:
-    from dmf_hybrid.tools import tool_names
+    from dmf_hybrid._internal.tools import tool_names
 
     for profile in ("compact", "per_type"):
         listed = [t["name"] for t in domains.tools("json_schema", profile=profile)]

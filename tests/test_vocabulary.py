@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 import dmf_hybrid
-from dmf_hybrid.checks import DIRECTIONS, ID_PATTERN, SEARCH_MODES
+from dmf_hybrid._internal.checks import DIRECTIONS, ID_PATTERN, SEARCH_MODES
 
 PACKAGE = Path(dmf_hybrid.__file__).parent
 VOCABULARIES = {"search modes": set(SEARCH_MODES), "directions": set(DIRECTIONS)}
@@ -39,7 +39,7 @@ def test_modes_and_directions_are_declared_once() -> None:
                 if values == vocabulary:
                     places[name].append(f"{path.relative_to(PACKAGE)}:{line}")
     assert {name: [p.split(":")[0] for p in found] for name, found in places.items()} == {
-        "search modes": ["checks.py"], "directions": ["checks.py"]}
+        "search modes": ["_internal/checks.py"], "directions": ["_internal/checks.py"]}
 
 
 def test_the_id_pattern_and_the_filter_descriptions_are_written_once() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..errors import DMFError, NotFound
-from ..protocol import MemoryAPI
-from ..schema import TypeDef
+from .._internal.errors import DMFError, NotFound
+from .._internal.protocol import MemoryAPI
+from .._internal.schema import TypeDef
 from .embedder import CallerEmbedder
 
 #: Most rows one query page reads while an adapter scans.
@@ -25,7 +25,7 @@ def missing_extra(what: str, extra: str) -> ImportError:
 def embedder_for(embed: Any, dims: int | None = None) -> Any:
     """The Embedder of a framework's ``embed``: a model name this project loads
     (``embedder_named``), else the caller's function or ``Embeddings`` as a CallerEmbedder."""
-    from ..embeddings import EMBEDDERS, embedder_named  # the embedded memory's extra
+    from .._internal.embeddings import EMBEDDERS, embedder_named  # the embedded memory's extra
 
     if isinstance(embed, str) and embed in EMBEDDERS:
         return embedder_named(embed)
@@ -35,9 +35,9 @@ def embedder_for(embed: Any, dims: int | None = None) -> Any:
 def private_memory(embedder: Any) -> MemoryAPI:
     """An in-memory embedded Memory (exact vectors) that embeds with ``embedder``."""
     # the embedded memory is the "server" extra; a MemoryClient user never imports it
-    from ..embeddings import HashEmbedder
-    from ..memory import Memory
-    from ..vector.exact import ExactIndex
+    from .._internal.embeddings import HashEmbedder
+    from .._internal.memory import Memory
+    from .._internal.vector.exact import ExactIndex
 
     return Memory.open(None, embedder=embedder or HashEmbedder(), vector_index=ExactIndex())
 

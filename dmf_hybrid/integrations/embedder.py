@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..embeddings.base import FloatMatrix, check_texts
-from ..errors import ValidationError
+from .._internal.embeddings.base import FloatMatrix, check_texts
+from .._internal.errors import ValidationError
 
 EmbedFunction = Callable[[Sequence[str]], Sequence[Sequence[float]]]
 

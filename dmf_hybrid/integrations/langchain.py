@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Conflict, NotFound, ValidationError
-from ..protocol import MemoryAPI
-from ..schema import FieldSpec, TypeDef
+from .._internal.errors import Conflict, NotFound, ValidationError
+from .._internal.protocol import MemoryAPI
+from .._internal.schema import FieldSpec, TypeDef
 from .common import MAX_K, check_model, ensure_type, missing_extra, private_memory, scan
 from .embedder import CallerEmbedder
 

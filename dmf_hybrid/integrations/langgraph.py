@@ -36,10 +36,10 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..clock import utcnow
-from ..errors import Conflict, DMFError, ValidationError
-from ..protocol import MemoryAPI
-from ..schema import FieldSpec, TypeDef
+from .._internal.clock import utcnow
+from .._internal.errors import Conflict, DMFError, ValidationError
+from .._internal.protocol import MemoryAPI
+from .._internal.schema import FieldSpec, TypeDef
 from .common import (
     MAX_K,
     PAGE,
@@ -156,7 +156,7 @@ def _is_json(value: Mapping[str, Any]) -> bool:
 
 
 def _embedder(embed: Any, dims: int | None) -> Any:
-    from ..embeddings import EMBEDDERS  # the embedded memory's extra
+    from .._internal.embeddings import EMBEDDERS  # the embedded memory's extra
 
     if isinstance(embed, str) and embed not in EMBEDDERS:
         embed = ensure_embeddings(embed)  # a provider string, as LangGraph resolves it

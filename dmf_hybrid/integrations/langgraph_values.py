@@ -26,9 +26,9 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..checks import full_match
-from ..errors import FilterError
-from ..jsonpaths import MAX_PATH_KEYS, PATH_KEY_RE
+from .._internal.checks import full_match
+from .._internal.errors import FilterError
+from .._internal.jsonpaths import MAX_PATH_KEYS, PATH_KEY_RE
 from .common import missing_extra
 
 try:

@@ -1,4 +1,4 @@
-"""The bundled types (``dmf_hybrid/bundled.toml``) on a memory with nothing defined: the
+"""The bundled types (``dmf_hybrid/_internal/bundled.toml``) on a memory with nothing defined: the
 conversation log works at once through every door (Python, HTTP, the tool, MCP), in any
 tenant; a log type of one's own is kept and ``context`` works with it; an unknown type's error
 says how to define one."""
@@ -16,12 +16,12 @@ import pytest
 from mcp import Client
 
 from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, MemoryClient, NotFound, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.server import serve_in_thread
-from dmf_hybrid.bundled import BUNDLED_ACTOR, bundled_types
-from dmf_hybrid.mcp_server import build_server
-from dmf_hybrid.schema import load_toml
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.server import serve_in_thread
+from dmf_hybrid._internal.bundled import BUNDLED_ACTOR, bundled_types
+from dmf_hybrid._internal.mcp_server import build_server
+from dmf_hybrid._internal.schema import load_toml
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import INDEXES
 
 KEYS = "key-a:default:admin,key-b:other:admin"

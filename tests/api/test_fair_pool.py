@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dmf_hybrid.api.fair import FairPool
+from dmf_hybrid._internal.api.fair import FairPool
 
 WAIT = 30.0
 

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from dmf_hybrid import Memory
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.fast_search import SearchFastPath
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.fast_search import SearchFastPath
 from tests.conftest import tenant_like
 from tests.doors import START_TIMEOUT, open_memory, serve, service_settings
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dmf_hybrid.filters import FILTER_OPS
+from dmf_hybrid._internal.filters import FILTER_OPS
 from tests.doors import Front
 
 POI = {"name": "Yu Garden", "city": "Shanghai", "cost": 40}
@@ -65,7 +65,7 @@ def test_openapi_has_examples_enums_and_the_filter_language(http_api: Front) -> 
 
 def test_the_plan_example_is_a_valid_plan_for_the_travel_domain() -> None:
     from dmf_hybrid import HashEmbedder, Memory
-    from dmf_hybrid.operations import PLAN_EXAMPLES
+    from dmf_hybrid._internal.operations import PLAN_EXAMPLES
     from tests.conftest import INDEXES
 
     with Memory.open(None, embedder=HashEmbedder()) as mem:

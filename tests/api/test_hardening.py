@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from dmf_hybrid import FilterError, HashEmbedder, Memory, SchemaError, Settings, ValidationError
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.auth import hash_key
-from dmf_hybrid.api.server import serve_in_thread
-from dmf_hybrid.client import MemoryClient
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.auth import hash_key
+from dmf_hybrid._internal.api.server import serve_in_thread
+from dmf_hybrid._internal.client import MemoryClient
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel
 from tests.store import assert_unchanged
 

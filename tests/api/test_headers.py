@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 
 from dmf_hybrid import ValidationError
-from dmf_hybrid.api.headers import decode_header_text
+from dmf_hybrid._internal.api.headers import decode_header_text
 from tests.doors import Front
 
 REASON, ACTOR, TRACE = "改成公司", "客服小王", "工单-42 ✓"

@@ -20,10 +20,10 @@ from dmf_hybrid import (
     Unauthorized,
     ValidationError,
 )
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.server import serve_in_thread
-from dmf_hybrid.client import MemoryClient
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.server import serve_in_thread
+from dmf_hybrid._internal.client import MemoryClient
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel
 from tests.doors import Front, SyncASGITransport, open_memory
 
@@ -326,8 +326,8 @@ def test_unreachable_server_is_service_unavailable() -> None:
 def test_search_answers_the_bytes_fastapis_own_serialisation_gives(tmp_path: Path) -> None:
     """/search skips FastAPI's dump-validate-serialise of its result (model_response): the
     same result through FastAPI's own path, on a route added here, gives the same bytes."""
-    from dmf_hybrid.api.deps import model_response
-    from dmf_hybrid.models import SearchResult
+    from dmf_hybrid._internal.api.deps import model_response
+    from dmf_hybrid._internal.models import SearchResult
 
     mem = open_memory(tmp_path / "mem")
     try:

@@ -23,11 +23,11 @@ from dmf_hybrid import (
     SchemaError,
     ValidationError,
 )
-from dmf_hybrid.api import create_app
-from dmf_hybrid.lifecycle import ArchiveResult, MemoryContext, RuleDef, SummaryResult
-from dmf_hybrid.schema import load_toml
-from dmf_hybrid.store.archive import archive_files
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.lifecycle import ArchiveResult, MemoryContext, RuleDef, SummaryResult
+from dmf_hybrid._internal.schema import load_toml
+from dmf_hybrid._internal.store.archive import archive_files
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.api import wrong_error
 from tests.doors import Front, http_front
 from tests.lifecycle import TRAVEL, open_travel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dmf_hybrid.errors import SchemaError
+from dmf_hybrid._internal.errors import SchemaError
 from tests.doors import Front
 
 PLACES = [

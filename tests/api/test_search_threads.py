@@ -17,10 +17,10 @@ import httpx
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.config import usable_cpus
-from dmf_hybrid.errors import ValidationError
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.config import usable_cpus
+from dmf_hybrid._internal.errors import ValidationError
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel
 from tests.doors import open_memory, serve, service_settings
 

@@ -1,8 +1,8 @@
-"""The audit seq on the wire (``dmf_hybrid.api.seqs``): every answer says the seq its process
-had reached (``X-DMF-Seq``), a request may ask for at least a seq (``X-DMF-Min-Seq``), and
+"""The audit seq on the wire (``dmf_hybrid._internal.api.seqs``): every answer says the seq its
+process had reached (``X-DMF-Seq``), a request may ask for at least a seq (``X-DMF-Min-Seq``), and
 ``MemoryClient`` asks for the newest one it was told, so it reads its writes whichever process
-answers. Two services on one PostgreSQL store stand for two processes (each its own store
-object, its own idea of the log's head)."""
+answers. Two services on one PostgreSQL store stand for two processes (each its own store object,
+its own idea of the log's head)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from dmf_hybrid import MemoryClient, ServiceUnavailable, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.wire import MIN_SEQ_HEADER, SEQ_HEADER
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.wire import MIN_SEQ_HEADER, SEQ_HEADER
 from tests.conftest import PgServer
 from tests.doors import Front, open_memory, serve
 

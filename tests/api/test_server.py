@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dmf_hybrid import Memory, Settings, Unauthorized, ValidationError
-from dmf_hybrid.api.auth import KeyRing, Role, check_bind, hash_key, is_loopback
-from dmf_hybrid.api.server import create_server, service_urls
-from dmf_hybrid.client import MemoryClient
+from dmf_hybrid._internal.api.auth import KeyRing, Role, check_bind, hash_key, is_loopback
+from dmf_hybrid._internal.api.server import create_server, service_urls
+from dmf_hybrid._internal.client import MemoryClient
 from evaluation.ports import free_port
 from tests.doors import open_memory
 
@@ -183,7 +183,7 @@ def test_the_log_handler_writes_to_the_stderr_of_the_moment(
     error ---" on a closed stream."""
     import io
 
-    from dmf_hybrid.api.server import log_to_stderr
+    from dmf_hybrid._internal.api.server import log_to_stderr
 
     logging.getLogger("dmf_hybrid").handlers = []  # (tests/conftest.py puts it back after)
     first, second = io.StringIO(), io.StringIO()

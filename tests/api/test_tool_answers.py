@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 
 from dmf_hybrid import Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.server import serve_in_thread
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.server import serve_in_thread
 from tests.doors import START_TIMEOUT, open_memory
 
 NOTE = {"name": "Note", "fields": {"title": {"type": "str"}}, "embed": "{title}"}

@@ -18,8 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dmf_hybrid import MemoryClient, VersionConflict
-from dmf_hybrid.cli import app
-from dmf_hybrid.vector.chroma import ChromaIndex
+from dmf_hybrid._internal.cli import app
+from dmf_hybrid._internal.vector.chroma import ChromaIndex
 from evaluation.bench_all import stop_group
 from evaluation.chromaserver import ChromaServer
 from evaluation.pgserver import PgServer
@@ -70,7 +70,7 @@ def service(pg_server: PgServer, tmp_path: Path, chroma_url: str | None
     if chroma_url is not None:
         env["DMF_CHROMA_URL"] = chroma_url
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dmf_hybrid.cli", "serve", "--store", pg_server.fresh(),
+        [sys.executable, "-m", "dmf_hybrid._internal.cli", "serve", "--store", pg_server.fresh(),
          "--workers", "2", "--port", str(port)], cwd=ROOT, env=env, text=True,
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "w"),  # noqa: SIM115
         start_new_session=True)

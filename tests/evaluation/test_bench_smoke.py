@@ -204,7 +204,7 @@ def _servers_over(directory: Path) -> list[int]:
             environ = (proc / "environ").read_bytes()
         except OSError:  # gone, or not ours
             continue
-        if b"dmf_hybrid.api.server" in cmdline and f"={directory}".encode() in environ:
+        if b"dmf_hybrid._internal.api.server" in cmdline and f"={directory}".encode() in environ:
             pids.append(int(proc.name))
     return pids
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dmf_hybrid.errors import ValidationError
+from dmf_hybrid._internal.errors import ValidationError
 from evaluation.datasets import (
     CATEGORY_NAMES,
     LOCOMO_FAULT_KINDS,

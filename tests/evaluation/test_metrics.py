@@ -9,7 +9,7 @@ from statistics import fmean
 import numpy as np
 import pytest
 
-from dmf_hybrid.errors import ValidationError
+from dmf_hybrid._internal.errors import ValidationError
 from evaluation.metrics import (
     Qrels,
     Run,

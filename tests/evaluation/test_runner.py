@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from dmf_hybrid import HashEmbedder
-from dmf_hybrid.errors import ValidationError
-from dmf_hybrid.ids import entity_id
+from dmf_hybrid._internal.errors import ValidationError
+from dmf_hybrid._internal.ids import entity_id
 from evaluation.__main__ import main
 from evaluation.report import write_report
 from evaluation.runner import (

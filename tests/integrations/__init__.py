@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from dmf_hybrid import Memory, MemoryAPI, MemoryClient, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.server import serve_in_thread
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.server import serve_in_thread
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.store import _BEHIND
 
 START_TIMEOUT = 10.0

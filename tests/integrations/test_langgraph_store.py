@@ -20,7 +20,7 @@ from langgraph.store.base import (
 )
 
 from dmf_hybrid import FilterError, HashEmbedder, MemoryAPI, ValidationError
-from dmf_hybrid.clock import set_clock
+from dmf_hybrid._internal.clock import set_clock
 from dmf_hybrid.integrations.langgraph import DMFStore
 from tests.integrations import door, import_error
 from tests.store import dump

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dmf_hybrid import Entity, HashEmbedder, Memory
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 
 TRAVEL = Path(__file__).resolve().parents[2] / "indexes" / "travel.toml"
 #: An entity ID as the travel domain derives them: <Type>_<20 hex>

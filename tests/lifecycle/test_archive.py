@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from dmf_hybrid import DMFError, HashEmbedder, Memory, NotFound, ValidationError
-from dmf_hybrid.store.archive import archive_files
+from dmf_hybrid._internal.store.archive import archive_files
 from tests.lifecycle import open_travel, poi, trip
 
 

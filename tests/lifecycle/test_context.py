@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, NotFound, ValidationError
-from dmf_hybrid.lifecycle.context import APPROX, MemoryContext
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.lifecycle.context import APPROX, MemoryContext
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.lifecycle import DERIVED_ID, TRAVEL, known_ids, open_travel, poi, trip
 
 

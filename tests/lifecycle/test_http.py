@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dmf_hybrid import Memory, Settings
-from dmf_hybrid.api import create_app
+from dmf_hybrid._internal.api import create_app
 from tests.lifecycle import open_travel, poi, trip
 
 KEYS = "key-writer:default:writer,key-reader:default:reader,key-other:other:admin"

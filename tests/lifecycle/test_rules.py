@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import DMFError, HashEmbedder, Memory, SchemaError, ValidationError
-from dmf_hybrid.ids import entity_id
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.ids import entity_id
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.lifecycle import TRAVEL, constraints, open_travel, poi, rule_events, trip
 
 BUDGET = "trip_over_budget"

@@ -10,11 +10,11 @@ import pytest
 from pydantic import BaseModel
 
 from dmf_hybrid import HashEmbedder, Memory, NotFound, ValidationError
-from dmf_hybrid.bundled import bundled_type
-from dmf_hybrid.ids import content_hash
-from dmf_hybrid.lifecycle.summaries import check_summary
-from dmf_hybrid.schema import load_toml
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.bundled import bundled_type
+from dmf_hybrid._internal.ids import content_hash
+from dmf_hybrid._internal.lifecycle.summaries import check_summary
+from dmf_hybrid._internal.schema import load_toml
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.lifecycle import TRAVEL, open_travel, poi, trip
 
 

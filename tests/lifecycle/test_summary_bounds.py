@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 
 from dmf_hybrid import LimitExceeded, MemoryAPI
-from dmf_hybrid.lifecycle.summaries import MAX_SUMMARY_EVENTS
+from dmf_hybrid._internal.lifecycle.summaries import MAX_SUMMARY_EVENTS
 from tests.store import assert_unchanged, both_doors
 
 mem = both_doors()

@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from evaluation import reliability
 from evaluation.reliability_service import COUNTER_TYPE, run_concurrency
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from evaluation import reliability
 from evaluation.crash_check import check_state
 from evaluation.crash_wal import check_reachable, run_large_wal_crashes

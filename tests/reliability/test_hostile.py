@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dmf_hybrid.api.errors import has_lone_surrogate
+from dmf_hybrid._internal.api.errors import has_lone_surrogate
 from evaluation.reliability_hostile import run_hostile
 from evaluation.reliability_service import POI_TYPE, dump_state, open_memory, quick_state
 

@@ -23,10 +23,10 @@ import duckdb
 import pytest
 
 from dmf_hybrid import AuditReport, HashEmbedder, Memory, MemoryAPI, NotFound, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.store.db import Database
-from dmf_hybrid.store.integrity import rebuild_table, unreachable_by_id
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.store.db import Database
+from dmf_hybrid._internal.store.integrity import rebuild_table, unreachable_by_id
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel
 from tests.doors import http_front
 from tests.reliability.duckdb_144 import ROOT, last_json, run_python
@@ -45,7 +45,7 @@ DAMAGE = """
     path, step = Path(sys.argv[1]), sys.argv[2]
     if step == "write":
         from dmf_hybrid import HashEmbedder, Memory
-        from dmf_hybrid.vector.exact import ExactIndex
+        from dmf_hybrid._internal.vector.exact import ExactIndex
         mem = Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex())
         other = mem.for_tenant("other")
         for m in (mem, other):
@@ -127,7 +127,7 @@ def test_an_unclean_shutdown_rebuilds_the_indexes_at_open(
         damaged: tuple[Path, list[str]], tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
     path, ids = damaged
-    with caplog.at_level(logging.WARNING, logger="dmf_hybrid.store.integrity"):
+    with caplog.at_level(logging.WARNING, logger="dmf_hybrid._internal.store.integrity"):
         mem = open_notes(copy_of(path, tmp_path / "mem"))
     try:
         assert "unclean shutdown" in caplog.text and "all complete" in caplog.text
@@ -222,7 +222,7 @@ def test_only_an_unclean_shutdown_triggers_the_repair(tmp_path: Path,
     script = textwrap.dedent(f"""
         import os
         from dmf_hybrid import HashEmbedder, Memory
-        from dmf_hybrid.vector.exact import ExactIndex
+        from dmf_hybrid._internal.vector.exact import ExactIndex
         from tests.conftest import define_travel
         mem = Memory.open({str(path)!r}, embedder=HashEmbedder(), vector_index=ExactIndex())
         define_travel(mem)
@@ -231,12 +231,12 @@ def test_only_an_unclean_shutdown_triggers_the_repair(tmp_path: Path,
     """)
     subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, timeout=300)
     assert (path / f"{DB_FILE}.wal").is_file()
-    with caplog.at_level(logging.WARNING, logger="dmf_hybrid.store.integrity"):
+    with caplog.at_level(logging.WARNING, logger="dmf_hybrid._internal.store.integrity"):
         mem = Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex())
         mem.close()
     assert "unclean shutdown" in caplog.text and "all complete" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="dmf_hybrid.store.integrity"):
+    with caplog.at_level(logging.WARNING, logger="dmf_hybrid._internal.store.integrity"):
         mem = Memory.open(path, embedder=HashEmbedder(), vector_index=ExactIndex())
         assert mem.query("Poi", {"name": "killed"}).items
         mem.close()

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.errors import Conflict, NotFound, ValidationError, VersionConflict
-from dmf_hybrid.ids import entity_id
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.errors import Conflict, NotFound, ValidationError, VersionConflict
+from dmf_hybrid._internal.ids import entity_id
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from evaluation.reliability_isolation import run_isolation
 from evaluation.reliability_service import POI_TYPE, TRIP_TYPE
 from tests.conftest import tenant_like

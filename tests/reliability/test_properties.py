@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dmf_hybrid.ids
+import dmf_hybrid._internal.ids
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.errors import DMFError, FilterError, ValidationError
-from dmf_hybrid.ids import entity_id
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.errors import DMFError, FilterError, ValidationError
+from dmf_hybrid._internal.ids import entity_id
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from evaluation.reliability_service import dump_state
 
 ITEM_TYPE: dict[str, Any] = {
@@ -365,7 +365,7 @@ def test_ids_are_the_same_in_other_processes_and_hash_seeds(
     payload = base64.b64encode(pickle.dumps(batch)).decode()
     for seed in ("0", "4242", "random"):
         out = subprocess.run(
-            [sys.executable, "-c", _OTHER_PROCESS, dmf_hybrid.ids.__file__], input=payload,
-            capture_output=True, text=True, timeout=60, check=True,
+            [sys.executable, "-c", _OTHER_PROCESS, dmf_hybrid._internal.ids.__file__],
+            input=payload, capture_output=True, text=True, timeout=60, check=True,
             env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"})
         assert json.loads(out.stdout) == expected

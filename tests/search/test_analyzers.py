@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.errors import SchemaError, ValidationError
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.errors import SchemaError, ValidationError
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import tenant_like
 
 

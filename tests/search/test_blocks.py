@@ -16,9 +16,9 @@ import pytest
 from pydantic import BaseModel
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.mirrors.vectors import BLOCK_MIN_ROWS, LocalVectors
-from dmf_hybrid.search.ranking import ranked
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.mirrors.vectors import BLOCK_MIN_ROWS, LocalVectors
+from dmf_hybrid._internal.search.ranking import ranked
+from dmf_hybrid._internal.vector.exact import ExactIndex
 
 DIM = 16
 ROWS = 3 * BLOCK_MIN_ROWS + 300

@@ -13,12 +13,12 @@ import pytest
 from pydantic import BaseModel
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.search import filter_cache, row_cache
-from dmf_hybrid.search.filter_cache import FilterCache
-from dmf_hybrid.search.row_cache import RowCache
-from dmf_hybrid.store import changes
-from dmf_hybrid.store.changes import ChangeFeed
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.search import filter_cache, row_cache
+from dmf_hybrid._internal.search.filter_cache import FilterCache
+from dmf_hybrid._internal.search.row_cache import RowCache
+from dmf_hybrid._internal.store import changes
+from dmf_hybrid._internal.store.changes import ChangeFeed
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel, tenant_like
 from tests.search.test_row_cache import MODES, PLANS, a_door, statements
 from tests.store import DOORS

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel, tenant_like
 
 #: Generous bound for a thread that must finish: only a deadlock or a lock held by the gated

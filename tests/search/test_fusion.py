@@ -6,9 +6,9 @@ import pytest
 from pydantic import BaseModel
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.errors import ValidationError
-from dmf_hybrid.search.fusion import DEFAULT_FUSION, FUSIONS, check_fusion, fuse, rrf
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.errors import ValidationError
+from dmf_hybrid._internal.search.fusion import DEFAULT_FUSION, FUSIONS, check_fusion, fuse, rrf
+from dmf_hybrid._internal.vector.exact import ExactIndex
 
 # the keyword leg finds "named" far ahead of the rest; the dense leg does not see it at all,
 # and ranks "both" (a weak keyword match) first: the case of a query that names an entity

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.config import Settings
-from dmf_hybrid.mirrors.vectors import LocalVectors
-from dmf_hybrid.models import ReconcileCounts
-from dmf_hybrid.search.ranking import ranked
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.config import Settings
+from dmf_hybrid._internal.mirrors.vectors import LocalVectors
+from dmf_hybrid._internal.models import ReconcileCounts
+from dmf_hybrid._internal.search.ranking import ranked
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -374,7 +374,7 @@ def test_rows_found_before_a_move_are_found_again_before_scoring() -> None:
 def test_mirrors_loaded_in_batches_answer_as_loaded_at_once(mem: Memory,
                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
-    from dmf_hybrid import mirror_load
+    from dmf_hybrid._internal import mirror_load
 
     cities = ["Shanghai", "Hangzhou", "Beijing", "上海"]
     mem.create_many("Poi", [{"name": f"place {i} by the river", "city": cities[i % 4]}
@@ -447,7 +447,7 @@ def test_a_mirror_load_racing_commits_never_deadlocks(tmp_path: Path) -> None:
 
 def test_few_and_many_hash_lookups_and_cache_writes_agree(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from dmf_hybrid.store import embedding_cache, mirror_reads
+    from dmf_hybrid._internal.store import embedding_cache, mirror_reads
 
     mem = Memory.open(tmp_path / "mem", embedder=HashEmbedder(), vector_index=ExactIndex())
     define_travel(mem)

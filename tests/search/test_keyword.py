@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from dmf_hybrid.errors import ValidationError
-from dmf_hybrid.mirrors import terms
-from dmf_hybrid.mirrors.keyword import MERGE_AT, KeywordIndex
-from dmf_hybrid.mirrors.terms import MAX_DOC_TERMS, MAX_TERM_CHARS, term_keys
-from dmf_hybrid.mirrors.text import Analyzer
+from dmf_hybrid._internal.errors import ValidationError
+from dmf_hybrid._internal.mirrors import terms
+from dmf_hybrid._internal.mirrors.keyword import MERGE_AT, KeywordIndex
+from dmf_hybrid._internal.mirrors.terms import MAX_DOC_TERMS, MAX_TERM_CHARS, term_keys
+from dmf_hybrid._internal.mirrors.text import Analyzer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -225,9 +225,9 @@ def test_bad_input_is_rejected_and_changes_nothing() -> None:
 
 _SCRIPT = """
 import json, random, sys
-from dmf_hybrid.mirrors import terms
-from dmf_hybrid.mirrors.keyword import MERGE_AT, KeywordIndex
-from dmf_hybrid.mirrors.terms import MAX_DOC_TERMS, MAX_TERM_CHARS, term_keys
+from dmf_hybrid._internal.mirrors import terms
+from dmf_hybrid._internal.mirrors.keyword import MERGE_AT, KeywordIndex
+from dmf_hybrid._internal.mirrors.terms import MAX_DOC_TERMS, MAX_TERM_CHARS, term_keys
 rng = random.Random(5)
 words = "memory agent running runs fact graph vector apple banana cherry the of".split()
 index = KeywordIndex()

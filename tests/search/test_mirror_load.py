@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.indexer import Indexer
-from dmf_hybrid.store.tables import table_name
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.indexer import Indexer
+from dmf_hybrid._internal.store.tables import table_name
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel
 
 WAIT = 20.0

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, SchemaError, ValidationError
-from dmf_hybrid.search.profiles import strip_query
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.search.profiles import strip_query
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.store import both_doors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -226,7 +226,7 @@ def test_neighbour_support_is_deterministic_across_processes(tmp_path: Path) -> 
 
 
 def test_the_bundled_conversation_type_loads() -> None:
-    from dmf_hybrid.bundled import bundled_type
+    from dmf_hybrid._internal.bundled import bundled_type
 
     message = bundled_type("Message")
     assert message is not None and message.name == "Message" and message.search is not None

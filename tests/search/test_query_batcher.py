@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.embeddings.batching import QueryBatcher, make_query_batcher
-from dmf_hybrid.errors import ServiceUnavailable, ValidationError
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.embeddings.batching import QueryBatcher, make_query_batcher
+from dmf_hybrid._internal.errors import ServiceUnavailable, ValidationError
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel
 
 JOIN_TIMEOUT = 60.0  # a liveness bound (a hang fails the test), not a speed assertion
@@ -315,9 +315,9 @@ def test_the_torch_model_is_not_batched_and_answers_the_same_concurrently(tmp_pa
 
 
 def test_concurrent_http_searches_answer_as_one_at_a_time(tmp_path: Path) -> None:
-    from dmf_hybrid.api import create_app
-    from dmf_hybrid.api.server import serve_in_thread
-    from dmf_hybrid.client import MemoryClient
+    from dmf_hybrid._internal.api import create_app
+    from dmf_hybrid._internal.api.server import serve_in_thread
+    from dmf_hybrid._internal.client import MemoryClient
 
     cases = search_cases(48)
     mem = filled_memory(None, HashEmbedder())

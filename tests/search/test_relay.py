@@ -17,9 +17,9 @@ import psycopg
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid import indexer as indexer_module
-from dmf_hybrid.store.postgres import _RELAY_LOCK
-from dmf_hybrid.vector.chroma import ChromaIndex
+from dmf_hybrid._internal import indexer as indexer_module
+from dmf_hybrid._internal.store.postgres import _RELAY_LOCK
+from dmf_hybrid._internal.vector.chroma import ChromaIndex
 from evaluation.chromaserver import ChromaServer
 from evaluation.pgserver import PgServer
 from tests.conftest import define_travel

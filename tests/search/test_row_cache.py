@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, MemoryAPI, MemoryClient, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.server import serve_in_thread
-from dmf_hybrid.search import row_cache
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.server import serve_in_thread
+from dmf_hybrid._internal.search import row_cache
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel, tenant_like
 from tests.doors import START_TIMEOUT
 from tests.store import DOORS

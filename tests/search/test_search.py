@@ -29,9 +29,9 @@ from dmf_hybrid import (
     SchemaError,
     ValidationError,
 )
-from dmf_hybrid.config import Settings
-from dmf_hybrid.models import SearchResult
-from dmf_hybrid.vector.exact import ExactIndex, normalise_rows
+from dmf_hybrid._internal.config import Settings
+from dmf_hybrid._internal.models import SearchResult
+from dmf_hybrid._internal.vector.exact import ExactIndex, normalise_rows
 from tests.conftest import define_travel, tenant_like
 from tests.store import assert_unchanged, evaluate
 
@@ -214,9 +214,9 @@ def test_keyword_and_hybrid_are_exact_under_filters_on_every_plan(
         items: tuple[Memory, list[dict[str, Any]], list[str]], selectivity: str) -> None:
     """Candidates listed by hash (or by ID) restrict both legs exactly, on the exact plan and
     on the ANN plan (where the list confirms ANN proposals instead of per-ID lookups)."""
-    from dmf_hybrid.mirrors.keyword import KeywordIndex
-    from dmf_hybrid.mirrors.text import FieldedDocument, TypeAnalyzer
-    from dmf_hybrid.search.fusion import fuse
+    from dmf_hybrid._internal.mirrors.keyword import KeywordIndex
+    from dmf_hybrid._internal.mirrors.text import FieldedDocument, TypeAnalyzer
+    from dmf_hybrid._internal.search.fusion import fuse
 
     mem, rows, ids = items
     where = SELECTIVITY[selectivity]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.config import Settings
-from dmf_hybrid.vector.chroma import ChromaIndex
+from dmf_hybrid._internal.config import Settings
+from dmf_hybrid._internal.vector.chroma import ChromaIndex
 from evaluation.chromaserver import ChromaServer, chroma_executable
 from tests.conftest import define_travel
 from tests.search.test_search import (

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmf_hybrid.analyzers import SNOWBALL_NAMES, analyzer_names, check_analyzer
-from dmf_hybrid.errors import SchemaError
-from dmf_hybrid.mirrors.keyword import KeywordIndex
-from dmf_hybrid.mirrors.text import (
+from dmf_hybrid._internal.analyzers import SNOWBALL_NAMES, analyzer_names, check_analyzer
+from dmf_hybrid._internal.errors import SchemaError
+from dmf_hybrid._internal.mirrors.keyword import KeywordIndex
+from dmf_hybrid._internal.mirrors.text import (
     LUCENE_STOPWORDS_EN,
     Analyzer,
     TypeAnalyzer,

@@ -1,5 +1,5 @@
-"""The profile's steps after fusion (dmf_hybrid.search.rerank): a query's time phrases read
-against ``reference_time`` (validated through both doors, named in the receipt), the time and
+"""The profile's steps after fusion (dmf_hybrid._internal.search.rerank): a query's time phrases
+read against ``reference_time`` (validated through both doors, named in the receipt), the time and
 named boosts, session scoring and the session diversity step (deterministic)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import DMFError, MemoryAPI, SchemaError, ValidationError
-from dmf_hybrid.search.rerank import _spread
+from dmf_hybrid._internal.search.rerank import _spread
 from tests.store import assert_unchanged, both_doors
 
 mem = both_doors()

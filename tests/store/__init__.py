@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import DMFError, HashEmbedder, Memory, MemoryAPI, Settings
-from dmf_hybrid.clock import set_clock
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.clock import set_clock
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import define_travel
 from tests.doors import front
 

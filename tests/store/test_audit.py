@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from dmf_hybrid import AuditEvent, AuditReport, Memory, NotFound
-from dmf_hybrid.ids import canonical_json, content_hash
-from dmf_hybrid.store.audit import GENESIS_HASH, event_hash, payload_hash_of
+from dmf_hybrid._internal.ids import canonical_json, content_hash
+from dmf_hybrid._internal.store.audit import GENESIS_HASH, event_hash, payload_hash_of
 from tests.conftest import define_travel, tenant_like
 from tests.store import audit_seqs, dump_rows, open_memory
 

@@ -20,7 +20,7 @@ from dmf_hybrid import (
     SchemaError,
     ValidationError,
 )
-from dmf_hybrid.checks import MAX_VALUE_BYTES
+from dmf_hybrid._internal.checks import MAX_VALUE_BYTES
 from tests.store import DOORS, assert_unchanged, both_doors, open_door
 
 mem = both_doors()

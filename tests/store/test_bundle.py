@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import Conflict, Memory, ValidationError
-from dmf_hybrid.store.bundle import check_bundle
+from dmf_hybrid._internal.store.bundle import check_bundle
 from tests.conftest import tenant_like
 from tests.store import dump_rows, open_memory
 from tests.store.test_persistence import _fill, _open_kwargs, _readable_state

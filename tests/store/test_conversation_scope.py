@@ -12,7 +12,7 @@ import httpx
 from mcp import Client
 
 from dmf_hybrid import Memory, MemoryAPI, MemoryClient, PlanError, SchemaError, ValidationError
-from dmf_hybrid.mcp_server import build_server
+from dmf_hybrid._internal.mcp_server import build_server
 from tests.conftest import define_travel
 from tests.store import assert_unchanged, both_doors
 

@@ -8,7 +8,7 @@ from functools import partial
 import pytest
 
 from dmf_hybrid import Conflict, MemoryAPI, NotFound, SchemaError, ValidationError
-from dmf_hybrid.conversations import MAX_TURN
+from dmf_hybrid._internal.conversations import MAX_TURN
 from tests.store import assert_unchanged, behind, both_doors
 
 mem = both_doors()

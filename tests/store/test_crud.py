@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from dmf_hybrid import Conflict, Entity, Memory, NotFound, ValidationError
-from dmf_hybrid.ids import ID_HASH_HEX, canonical_json, entity_id
+from dmf_hybrid._internal.ids import ID_HASH_HEX, canonical_json, entity_id
 from tests.conftest import Poi, Trip
 from tests.store import assert_unchanged, audit_seqs, both_doors, dump
 
@@ -98,7 +98,7 @@ def test_ids_are_stable_across_processes_and_hash_seeds(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import datetime as dt, json, sys
         from dmf_hybrid import HashEmbedder, Memory
-        from dmf_hybrid.vector.exact import ExactIndex
+        from dmf_hybrid._internal.vector.exact import ExactIndex
         from tests.conftest import define_travel
         mem = Memory.open({str(tmp_path / "m")!r}, embedder=HashEmbedder(),
                           vector_index=ExactIndex())

@@ -14,10 +14,10 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from dmf_hybrid import Memory, MemoryAPI, NotFound, ValidationError
-from dmf_hybrid.cli import app
-from dmf_hybrid.clock import set_clock
-from dmf_hybrid.errors import Conflict, SchemaError
-from dmf_hybrid.expiry import EXPIRY_ACTOR
+from dmf_hybrid._internal.cli import app
+from dmf_hybrid._internal.clock import set_clock
+from dmf_hybrid._internal.errors import Conflict, SchemaError
+from dmf_hybrid._internal.expiry import EXPIRY_ACTOR
 from tests.conftest import tenant_like
 from tests.store import assert_unchanged, behind, both_doors, open_memory
 
@@ -254,8 +254,8 @@ def test_a_store_without_expiry_is_migrated_when_opened(tmp_path: Path, clock: C
 
 def test_service_sweeps_on_its_own(tmp_path: Path, clock: Clock) -> None:
     from dmf_hybrid import MemoryClient, Settings
-    from dmf_hybrid.api import create_app
-    from dmf_hybrid.api.server import serve_in_thread
+    from dmf_hybrid._internal.api import create_app
+    from dmf_hybrid._internal.api.server import serve_in_thread
 
     memory = open_memory(tmp_path / "m")
     settings = Settings(data_dir=tmp_path / "s", embedder="hash", load_examples=False,

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from dmf_hybrid import FilterError, Memory, MemoryAPI, ValidationError
-from dmf_hybrid.jsonpaths import MISSING, value_at
+from dmf_hybrid._internal.jsonpaths import MISSING, value_at
 from tests.store import assert_unchanged, both_doors, open_memory
 
 mem = both_doors()

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import HashEmbedder, LimitExceeded, Memory, MemoryAPI, Settings
-from dmf_hybrid.checks import MAX_DEFAULT_BYTES, MAX_TYPE_FIELDS, MAX_VALUE_BYTES
-from dmf_hybrid.config import default_duckdb_memory_limit
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.checks import MAX_DEFAULT_BYTES, MAX_TYPE_FIELDS, MAX_VALUE_BYTES
+from dmf_hybrid._internal.config import default_duckdb_memory_limit
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.conftest import tenant_like
 from tests.store import assert_unchanged, both_doors
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import FilterError, Memory, MemoryAPI, ValidationError
-from dmf_hybrid.filters import parse_order
-from dmf_hybrid.store.sql import encode_cursor, query_fingerprint
+from dmf_hybrid._internal.filters import parse_order
+from dmf_hybrid._internal.store.sql import encode_cursor, query_fingerprint
 from tests.store import DOORS, all_pages, assert_unchanged, behind, both_doors, open_door
 
 mem = both_doors()

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from dmf_hybrid import Conflict, DMFError, HashEmbedder, Memory, StoreLocked, ValidationError
-from dmf_hybrid.ids import type_key
-from dmf_hybrid.store.tables import STORE_FORMAT, table_name
-from dmf_hybrid.vector.base import collection_name
+from dmf_hybrid._internal.ids import type_key
+from dmf_hybrid._internal.store.tables import STORE_FORMAT, table_name
+from dmf_hybrid._internal.vector.base import collection_name
 from tests.conftest import define_travel, tenant_like
 from tests.store import audit_seqs, dump_rows, open_memory
 from tests.store.test_schema import PoiV2
@@ -129,7 +129,7 @@ def test_a_tampered_snapshot_is_refused(tmp_path: Path) -> None:
 
 def _open_kwargs() -> dict[str, object]:
     from dmf_hybrid import HashEmbedder
-    from dmf_hybrid.vector.exact import ExactIndex
+    from dmf_hybrid._internal.vector.exact import ExactIndex
 
     return {"embedder": HashEmbedder(), "vector_index": ExactIndex()}
 
@@ -140,7 +140,7 @@ def test_opening_a_directory_held_by_another_process_names_url(tmp_path: Path) -
         define_travel(mem)
         script = textwrap.dedent(f"""
             from dmf_hybrid import HashEmbedder, Memory, StoreLocked
-            from dmf_hybrid.vector.exact import ExactIndex
+            from dmf_hybrid._internal.vector.exact import ExactIndex
             try:
                 Memory.open({str(tmp_path / "m")!r}, embedder=HashEmbedder(),
                             vector_index=ExactIndex())
@@ -245,8 +245,8 @@ def _to_format_1(path: Path) -> None:
         con.execute("COMMIT")
     finally:
         con.close()
-    from dmf_hybrid.ids import split_vector_id
-    from dmf_hybrid.vector.chroma import ChromaIndex
+    from dmf_hybrid._internal.ids import split_vector_id
+    from dmf_hybrid._internal.vector.chroma import ChromaIndex
 
     chroma = ChromaIndex.persistent(str(path / "chroma"))
     try:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from dmf_hybrid import Conflict, HashEmbedder, Memory, Settings, ValidationError
-from dmf_hybrid.errors import ServiceUnavailable
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.errors import ServiceUnavailable
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from evaluation.pgserver import PgServer, binaries
 from evaluation.ports import free_port
 from tests.conftest import define_travel, tenant_like
@@ -84,7 +84,7 @@ def test_another_process_opens_the_same_store(pg_server: PgServer) -> None:
         poi = mem.create("Poi", {"name": "Yu Garden", "city": "上海"})
         script = textwrap.dedent(f"""
             from dmf_hybrid import HashEmbedder, Memory
-            from dmf_hybrid.vector.exact import ExactIndex
+            from dmf_hybrid._internal.vector.exact import ExactIndex
             with Memory.open({url!r}, embedder=HashEmbedder(), vector_index=ExactIndex()) as m:
                 print("read:", m.get({poi.id!r}).data.name)
                 print("wrote:", m.create("Poi", {{"name": "Bund", "city": "上海"}}).id)
@@ -144,7 +144,7 @@ def test_a_bundle_moves_a_store_from_postgresql_to_duckdb(pg_server: PgServer,
 _WRITER = textwrap.dedent("""
     import sys
     from dmf_hybrid import HashEmbedder, Memory
-    from dmf_hybrid.vector.exact import ExactIndex
+    from dmf_hybrid._internal.vector.exact import ExactIndex
     from tests.conftest import define_travel
     mem = Memory.open(sys.argv[1], embedder=HashEmbedder(), vector_index=ExactIndex())
     if not mem.types():
@@ -240,7 +240,7 @@ def test_dmf_migrate_moves_a_store_to_postgresql_and_back(pg_server: PgServer,
                                                           tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from dmf_hybrid.cli import app
+    from dmf_hybrid._internal.cli import app
 
     source = Memory.open(tmp_path / "duck", embedder=HashEmbedder(), vector_index=ExactIndex())
     try:

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from dmf_hybrid import Memory, SchemaError, TypeDef
-from dmf_hybrid.schema import load_toml
+from dmf_hybrid._internal.schema import load_toml
 from tests.conftest import INDEXES, define_travel
 from tests.store import assert_unchanged, open_memory
 

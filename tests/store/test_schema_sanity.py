@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dmf_hybrid import MemoryAPI, SchemaError
-from dmf_hybrid.checks import MAX_ENUM_VALUES
+from dmf_hybrid._internal.checks import MAX_ENUM_VALUES
 from tests.store import assert_unchanged, both_doors
 
 mem = both_doors()

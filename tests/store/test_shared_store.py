@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, NotFound, VersionConflict
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from evaluation.pgserver import PgServer
 from tests.conftest import define_travel
 
@@ -100,7 +100,7 @@ def test_a_type_and_a_rule_one_process_defines_apply_in_the_other(
 _WRITER = r"""
 import json, sys
 from dmf_hybrid import HashEmbedder, Memory, VersionConflict
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 
 url, me, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 mem = Memory.open(url, embedder=HashEmbedder(), vector_index=ExactIndex())

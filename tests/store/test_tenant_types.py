@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, NotFound, SchemaError
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 
 SHOP_ORDER = {"name": "Order", "identity": ["number"], "embed": "order {number} {item}",
               "fields": {"number": {"type": "int"}, "item": {}, "price": {"type": "float"}}}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import Conflict, Memory, NotFound, ValidationError
-from dmf_hybrid.ids import entity_id
+from dmf_hybrid._internal.ids import entity_id
 from tests.store import assert_unchanged, evaluate, ticking_clock
 
 DESTINATIONS = ["Paris", "Rome", "Oslo", "Lima", "Kyoto", "Quito"]

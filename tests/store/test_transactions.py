@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from dmf_hybrid import DMFError, Memory, MemoryAPI, NotFound, PlanError, VersionConflict
-from dmf_hybrid.store.db import Database
+from dmf_hybrid._internal.store.db import Database
 from tests.store import assert_unchanged, audit_seqs, both_doors, dump
 
 door = both_doors("door")

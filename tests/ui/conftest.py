@@ -4,7 +4,7 @@ The browser is Debian's ``chromium`` driven by Debian's ``chromedriver`` through
 driver path is given, so Selenium never looks for a driver to download). Host names resolve
 to nothing (``--host-resolver-rules``): the pages must work with the network unplugged.
 
-The server holds the bundled example domains and dataset (``dmf_hybrid.examples``) and a
+The server holds the bundled example domains and dataset (``dmf_hybrid._internal.examples``) and a
 small story written on top: Chinese places, edits with actors, reasons and trace ids, a trip
 whose budget cut raises a rule constraint, and a suggestion for it. The story is written under
 a ticking clock, so its times are the same on every run (the screenshots in docs/http.md show them).
@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
-from dmf_hybrid.api import create_app
-from dmf_hybrid.api.auth import hash_key
-from dmf_hybrid.api.server import serve_in_thread
-from dmf_hybrid.examples import EXAMPLES_DIR, load_example_data, load_example_types
+from dmf_hybrid._internal.api import create_app
+from dmf_hybrid._internal.api.auth import hash_key
+from dmf_hybrid._internal.api.server import serve_in_thread
+from dmf_hybrid._internal.examples import EXAMPLES_DIR, load_example_data, load_example_types
 from tests.store import ticking_clock
 
 CHROMIUM = Path("/usr/bin/chromium")

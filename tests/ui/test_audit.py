@@ -9,9 +9,9 @@ import duckdb
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.examples import load_example_types
-from dmf_hybrid.memory import DB_FILE
-from dmf_hybrid.models import AuditEvent
+from dmf_hybrid._internal.examples import load_example_types
+from dmf_hybrid._internal.memory import DB_FILE
+from dmf_hybrid._internal.models import AuditEvent
 from tests.ui.conftest import Browser, Server, serving
 
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.ui.conftest import WAIT, Browser, Request, serving
 
 CSS_URL = re.compile(r"url\(\s*['\"]?([^'\")]+)['\"]?\s*\)")

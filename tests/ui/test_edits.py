@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dmf_hybrid.errors import NotFound
+from dmf_hybrid._internal.errors import NotFound
 from tests.ui.conftest import Browser, Server, key_label
 
 

@@ -20,14 +20,14 @@ import pytest
 from fastapi.routing import APIRoute
 
 from dmf_hybrid import HashEmbedder, Memory
-from dmf_hybrid.api.app import ROUTERS
-from dmf_hybrid.api.deps import get_principal
-from dmf_hybrid.api.routes import docs, ui
-from dmf_hybrid.examples import seed_examples
-from dmf_hybrid.vector.exact import ExactIndex
+from dmf_hybrid._internal.api.app import ROUTERS
+from dmf_hybrid._internal.api.deps import get_principal
+from dmf_hybrid._internal.api.routes import docs, ui
+from dmf_hybrid._internal.examples import seed_examples
+from dmf_hybrid._internal.vector.exact import ExactIndex
 from tests.ui.conftest import WAIT, Browser, Server, serving
 
-UI_DIR = Path(str(files("dmf_hybrid.api").joinpath("ui")))
+UI_DIR = Path(str(files("dmf_hybrid._internal.api").joinpath("ui")))
 #: The routes anyone may call: health checks, the OpenAPI document and static pages.
 PUBLIC = {"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
           "/docs/assets/{name}", "/ui", "/ui/", "/ui/{name:path}"}

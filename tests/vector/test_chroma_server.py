@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from dmf_hybrid.errors import ServiceUnavailable
-from dmf_hybrid.vector import ChromaIndex, VectorIndex
+from dmf_hybrid._internal.errors import ServiceUnavailable
+from dmf_hybrid._internal.vector import ChromaIndex, VectorIndex
 from evaluation.chromaserver import ChromaServer
 from evaluation.ports import free_port
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dmf_hybrid.errors import NotFound, SchemaError, ValidationError
-from dmf_hybrid.vector import (
+from dmf_hybrid._internal.errors import NotFound, SchemaError, ValidationError
+from dmf_hybrid._internal.vector import (
     ChromaIndex,
     ExactIndex,
     VectorIndex,

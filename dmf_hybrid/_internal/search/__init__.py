@@ -1,0 +1,2 @@
+"""Search: planner, keyword leg, fusion, resolution (results: :mod:`dmf_hybrid._internal.models`).
+"""

@@ -1,1 +1,0 @@
-"""Search: planner, keyword leg, fusion, resolution (results: :mod:`dmf_hybrid.models`)."""
