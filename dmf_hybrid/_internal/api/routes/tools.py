@@ -40,8 +40,8 @@ def definitions(
     profile: Annotated[str, _query("profile", PROFILES)] = "compact",
     internal: Annotated[bool, _query("internal")] = False,
 ) -> Response:
-    """Function-calling definitions for the memory operations of the defined types (the
-    memory checks the query with :class:`~dmf_hybrid._internal.operations.ToolsQuery`)."""
+    """Function-calling definitions for the memory operations of the defined types."""
+    # (the memory checks the query with its model, ToolsQuery)
     memory = tenant_memory(state, caller, Role.READER)
     types = memory.types()
     key = (memory.tenant, format, profile, internal, tuple(id(t) for t in types))
