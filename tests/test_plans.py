@@ -158,7 +158,8 @@ def test_ids_must_exist_in_this_tenant_or_be_created_earlier(
         other.execute_plan([{"op": "get", "id": seeded["museum"]}])
     assert problems_of(exc)[0]["problem"].startswith("no entity")
     # an ID the plan creates (content-derived) may be used literally by later steps
-    trip = mem._store.prepare_create(mem.get_type("Trip"), {"destination": "Rome"})[0]
+    trip = mem.execute_plan([{"op": "create", "type": "Trip", "data": {"destination": "Rome"}}],
+                            dry_run=True).results[0]["id"]
     out = mem.execute_plan([
         {"op": "create", "type": "Trip", "data": {"destination": "Rome"}},
         {"op": "update", "id": trip, "data": {"budget": 10}, "expected_version": 1},

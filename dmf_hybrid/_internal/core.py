@@ -122,6 +122,8 @@ class MemoryCore:
         """
         settings = settings or Settings()
         path, url = store_target(path, settings.store_url)
+        if url is not None and settings.store_url != url:  # the settings say where it is
+            settings = settings.model_copy(update={"store_url": url})
         directory = None if path is None else Path(path)
         if directory is not None:
             if directory.exists() and not directory.is_dir():

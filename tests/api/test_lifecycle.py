@@ -145,7 +145,7 @@ def test_archive_events_matches_the_embedded_memory(api: Front, tmp_path: Path) 
     cut = api.mem.last_seq()
     data_dir = tmp_path / "data"  # the data directory of the test server (tests/api/conftest)
     dest: str | Path = "cold" if api.http else data_dir / "archives" / "cold"
-    if ref._store.db.dialect.name != "duckdb":  # archive files are DuckDB's: a clear refusal
+    if ref.settings.store_url is not None:  # archive files are DuckDB's: a clear refusal
         with pytest.raises(Conflict, match="store is on PostgreSQL"):
             api.mem.archive_events(cut, dest, actor="ops", reason="retention")
         assert api.mem.last_seq() == cut and ref.events(limit=10_000) == events
