@@ -117,6 +117,31 @@ def _linked(mem: MemoryAPI) -> tuple[str, str, str]:
     return trip, "includes", poi
 
 
+#: What every write takes besides its arguments (its audit headers; the version If-Match
+#: carries) and what names the entity: checked by the shared checks, not a model.
+NOT_ARGUMENTS = {"entity_id", "expected_version", "actor", "reason", "trace_id"}
+#: The operations whose arguments are not a request model's, and why.
+OWN_ARGUMENTS = {
+    # a definition that is a model of its own (TypeDef, RuleDef), a pydantic class, a file
+    "define": "a pydantic class", "define_type": "TypeDef", "define_rule": "RuleDef",
+    "load_definitions": "a TOML file",
+    "get_type": "a type name in the route's path",
+    # a path in process, a directory name under the server's over HTTP
+    "snapshot": "a destination", "export": "a destination",
+}
+
+
+def test_every_operation_with_arguments_has_a_model() -> None:
+    """Walking the protocol: an operation that takes more than an entity ID and its audit
+    headers has a request model (or is one of the few whose argument is a model or a path)."""
+    for name, member in inspect.getmembers(MemoryAPI, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        params = set(inspect.signature(member).parameters) - {"self"} - NOT_ARGUMENTS
+        assert not params or name in REQUESTS or name in OWN_ARGUMENTS, (name, params)
+        assert not (name in REQUESTS and name in OWN_ARGUMENTS), name
+
+
 def test_every_operation_with_a_model_is_walked_here() -> None:
     assert set(REQUESTS) == set(ROUTES) == set(GOOD) == set(BAD)
 
