@@ -77,8 +77,8 @@ def rule_engine(store: Store) -> RuleEngine:
         engine = _RULE_ENGINES.get(store)
         if engine is None:
             engine = RuleEngine(store)
-            store.write_hooks.append(redaction_hook(store))
-            store.write_hooks.append(engine.on_write)
+            store.hooks.add(redaction_hook(store))
+            store.hooks.add(engine.on_write)
             _RULE_ENGINES[store] = engine
         return engine
 
@@ -251,10 +251,10 @@ class MemoryCore:
                expires_at: ExpiresAt = None) -> Entity:
         req = requests.EntityCreate.of(data=data, id=id, on_conflict=on_conflict, ttl=ttl,
                                        expires_at=expires_at)
-        return self._store.create(self.tenant, type_name, req.data, id=req.id,
-                                  on_conflict=req.on_conflict, actor=actor, reason=reason,
-                                  trace_id=trace_id, principal=self.principal, ttl=req.ttl,
-                                  expires_at=req.expires_at)
+        return self._store.bulk.create(self.tenant, type_name, req.data, id=req.id,
+                                       on_conflict=req.on_conflict, actor=actor, reason=reason,
+                                       trace_id=trace_id, principal=self.principal, ttl=req.ttl,
+                                       expires_at=req.expires_at)
 
     def add_messages(self, conversation: str, messages: Sequence[Mapping[str, Any]], *,
                      type_name: str = MESSAGE_TYPE, actor: str | None = None,
@@ -296,11 +296,11 @@ class MemoryCore:
             bar = tqdm(total=len(req.rows), desc=f"create {type_name}", unit="row")
             callback = bar.update
         try:
-            entities = self._store.create_many(
-                self.tenant, type_name, req.rows,
-                on_conflict=req.on_conflict, actor=actor, reason=reason, trace_id=trace_id,
-                principal=self.principal, progress=callback, ttl=req.ttl,
-                expires_at=req.expires_at)
+            entities = self._store.bulk.create_many(self.tenant, type_name, req.rows,
+                                                    on_conflict=req.on_conflict, actor=actor,
+                                                    reason=reason, trace_id=trace_id,
+                                                    principal=self.principal, progress=callback,
+                                                    ttl=req.ttl, expires_at=req.expires_at)
         finally:
             if bar is not None:
                 bar.close()
@@ -309,52 +309,53 @@ class MemoryCore:
 
     def get(self, entity_id: str, *, as_of: AsOf = None) -> Entity:
         req = requests.EntityGet.of(as_of=as_of)
-        return self._store.get(self.tenant, entity_id, req.as_of)
+        return self._store.timetravel.get(self.tenant, entity_id, req.as_of)
 
     def query(self, type_name: str, where: Mapping[str, Any] | None = None,
               order_by: str | Sequence[str] | None = None, limit: int = 50,
               cursor: str | None = None, as_of: AsOf = None) -> Page:
         req = requests.EntityQuery.of(where=where, order_by=order_by, limit=limit, cursor=cursor,
                                       as_of=as_of)
-        return self._store.query(self.tenant, type_name, req.where, req.order_by, req.limit,
-                                 req.cursor, req.as_of, max_limit=self.settings.max_page_size)
+        return self._store.queries.query(self.tenant, type_name, req.where, req.order_by, req.limit,
+                                         req.cursor, req.as_of,
+                                         max_limit=self.settings.max_page_size)
 
     def count(self, type_name: str, where: Mapping[str, Any] | None = None,
               as_of: AsOf = None) -> int:
         req = requests.EntityCount.of(where=where, as_of=as_of)
-        return self._store.count(self.tenant, type_name, req.where, req.as_of)
+        return self._store.queries.count(self.tenant, type_name, req.where, req.as_of)
 
     def update(self, entity_id: str, changes: Mapping[str, Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None, ttl: TTL = None,
                expires_at: ExpiresAt = None) -> Entity:
         req = requests.EntityUpdate.of(data=changes, ttl=ttl, expires_at=expires_at)
-        return self._store.update(self.tenant, entity_id, req.data,
-                                  expected_version=expected_version, actor=actor, reason=reason,
-                                  trace_id=trace_id, principal=self.principal, ttl=req.ttl,
-                                  expires_at=req.expires_at)
+        return self._store.writes.update(self.tenant, entity_id, req.data,
+                                         expected_version=expected_version, actor=actor,
+                                         reason=reason, trace_id=trace_id, principal=self.principal,
+                                         ttl=req.ttl, expires_at=req.expires_at)
 
     def append(self, entity_id: str, field: str, values: list[Any], *,
                expected_version: int | None = None, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> Entity:
         req = requests.EntityAppend.of(field=field, values=values)
-        return self._store.append(self.tenant, entity_id, req.field, req.values,
-                                  expected_version=expected_version, actor=actor, reason=reason,
-                                  trace_id=trace_id, principal=self.principal)
+        return self._store.writes.append(self.tenant, entity_id, req.field, req.values,
+                                         expected_version=expected_version, actor=actor,
+                                         reason=reason, trace_id=trace_id, principal=self.principal)
 
     def delete(self, entity_id: str, *, expected_version: int | None = None,
                actor: str | None = None, reason: str | None = None,
                trace_id: str | None = None) -> Entity:
-        return self._store.delete(self.tenant, entity_id, expected_version=expected_version,
-                                  actor=actor, reason=reason, trace_id=trace_id,
-                                  principal=self.principal)
+        return self._store.writes.delete(self.tenant, entity_id, expected_version=expected_version,
+                                         actor=actor, reason=reason, trace_id=trace_id,
+                                         principal=self.principal)
 
     def restore(self, entity_id: str, *, expected_version: int | None = None,
                 actor: str | None = None, reason: str | None = None,
                 trace_id: str | None = None) -> Entity:
-        return self._store.restore(self.tenant, entity_id, expected_version=expected_version,
-                                   actor=actor, reason=reason, trace_id=trace_id,
-                                   principal=self.principal)
+        return self._store.writes.restore(self.tenant, entity_id, expected_version=expected_version,
+                                          actor=actor, reason=reason, trace_id=trace_id,
+                                          principal=self.principal)
 
     def sweep_expired(self) -> int:
         swept = self._store.sweep_expired(self.tenant, principal=self.principal)
@@ -371,30 +372,31 @@ class MemoryCore:
 
     def erase(self, entity_id: str, *, actor: str | None = None, reason: str | None = None,
               trace_id: str | None = None) -> int:
-        return self._store.erase(self.tenant, entity_id, actor=actor, reason=reason,
-                                 trace_id=trace_id, principal=self.principal)
+        return self._store.writes.erase(self.tenant, entity_id, actor=actor, reason=reason,
+                                        trace_id=trace_id, principal=self.principal)
 
     # ---------------------------------------------------------------- relations
 
     def link(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
              reason: str | None = None, trace_id: str | None = None) -> bool:
         req = requests.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id)
-        return self._store.link(self.tenant, req.from_id, req.relation, req.to_id, actor=actor,
-                                reason=reason, trace_id=trace_id, principal=self.principal)
+        return self._store.relations.link(self.tenant, req.from_id, req.relation, req.to_id,
+                                          actor=actor, reason=reason, trace_id=trace_id,
+                                          principal=self.principal)
 
     def unlink(self, from_id: str, relation: str, to_id: str, *, actor: str | None = None,
                reason: str | None = None, trace_id: str | None = None) -> int:
         req = requests.LinkRequest.of(from_id=from_id, relation=relation, to_id=to_id)
-        return self._store.unlink(self.tenant, req.from_id, req.relation, req.to_id,
-                                  actor=actor, reason=reason, trace_id=trace_id,
-                                  principal=self.principal)
+        return self._store.relations.unlink(self.tenant, req.from_id, req.relation, req.to_id,
+                                            actor=actor, reason=reason, trace_id=trace_id,
+                                            principal=self.principal)
 
     def related(self, entity_id: str, relation: str | None = None, direction: str = "out",
                 depth: int = 1, as_of: AsOf = None) -> list[Related]:
         req = requests.RelatedQuery.of(relation=relation, direction=direction, depth=depth,
                                        as_of=as_of)
-        return self._store.related(self.tenant, entity_id, req.relation, req.direction,
-                                   req.depth, req.as_of)
+        return self._store.relations.related(self.tenant, entity_id, req.relation, req.direction,
+                                             req.depth, req.as_of)
 
     # ---------------------------------------------------------------- audit
 

@@ -246,7 +246,7 @@ def test_create_many_in_chunks_is_gap_free(memory: Memory) -> None:
     rows = [{"name": f"p{i}", "city": "c"} for i in range(130)]
     seen: list[int] = []
     # Memory.create_many writes 2000 rows per transaction; a small chunk exercises the same path
-    entities = mem._store.create_many(mem.tenant, "Poi", rows, chunk=50, progress=seen.append)
+    entities = mem._store.bulk.create_many(mem.tenant, "Poi", rows, chunk=50, progress=seen.append)
     assert seen == [50, 50, 30]  # three write transactions
     assert len({e.id for e in entities}) == 130
     assert audit_seqs(mem) == list(range(1, mem.last_seq() + 1))

@@ -140,7 +140,7 @@ class SearchEngine:
         """
         engine = cls(store, settings, embedder, vectors)
         store.listeners.append(engine.indexer.on_commit)
-        store.write_hooks.append(engine._on_write)
+        store.hooks.add(engine._on_write)
         store.foreign_hooks.append(engine._on_foreign)
         engine._previous_model = engine._record_model(settings.tenant)
         if vectors.shared and store.db.shared:  # other processes write both
@@ -282,7 +282,7 @@ class SearchEngine:
         if opts.query_terms == "drop_stopwords":
             text = strip_query(text)
         node = scope_to_conversation(etype, parse_filter(etype, where), conversation)
-        seq = self.store.resolve_as_of(as_of)
+        seq = self.store.timetravel.resolve_as_of(as_of)
         related = None if rel is None else related_ids(self.store, tenant, etype, rel, seq)
         if seq is None:
             self.indexer.ensure_local(etype, keyword=mode != "vector")

@@ -28,7 +28,7 @@ def related_ids(store: Store, tenant: str, etype: EntityType, rel: dict[str, str
                 seq: int | None) -> list[str]:
     """The IDs linked to ``rel["from"]`` (NotFound / FilterError when it makes no sense)."""
     try:
-        source = store.get(tenant, rel["from"], as_of=seq)
+        source = store.timetravel.get(tenant, rel["from"], as_of=seq)
     except NotFound as exc:
         raise NotFound(f"related_to.from: {exc.message}", field="related_to.from",
                        entity_id=rel["from"]) from None
@@ -38,5 +38,4 @@ def related_ids(store: Store, tenant: str, etype: EntityType, rel: dict[str, str
         known = ", ".join(sorted(declaring.typedef.relations)) or "none"
         raise FilterError(f"{declaring.name} has no relation {rel['relation']!r} "
                           f"(known: {known})", field="related_to.relation")
-    return store.related_ids(tenant, rel["from"], rel["relation"], rel["direction"],
-                                  seq)
+    return store.relations.related_ids(tenant, rel["from"], rel["relation"], rel["direction"], seq)

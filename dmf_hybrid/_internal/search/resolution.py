@@ -45,7 +45,7 @@ def resolve_hits(scope: Scope, store: Store, local: LocalVectors | None, fused: 
             legs = {leg: LegScore(rank=pos[eid][0],
                                   score=round(float(pos[eid][1]), SCORE_DIGITS))
                     for leg, pos in positions.items() if eid in pos}
-            hits.append(Hit(entity=store.row_to_entity(scope.etype, row),
+            hits.append(Hit(entity=store.rows.row_to_entity(scope.etype, row),
                             score=round(float(score), SCORE_DIGITS), legs=legs))
             if len(hits) == k:
                 break

@@ -19,25 +19,37 @@ from ..errors import (
 from ..expiry import expiry_of
 from ..models import Entity
 from ..schema import EntityType
-from .chain import OutboxEntry
+from .chain import AuditLog, OutboxEntry
 from .expiry import expired
 from .group_context import fill_group_context
+from .registry import TypeRegistry
+from .rows import RowReader
 from .sql import (
     bind_field,
     q,
     sql_type,
 )
+from .state import WriteHooks
 from .tables import (
     SYSTEM_COLUMNS,
     SYSTEM_TYPES,
     table_name,
 )
-from .txn import Connection
+from .txn import Connection, Transactions
 from .writes import Prepared, Writes
 
 
-class BulkLoad(Writes):
-    """Creating entities."""
+class BulkLoad:
+    """Creating entities: validated whole, written in chunks, each row one audited event."""
+
+    def __init__(self, db: Transactions, log: AuditLog, registry: TypeRegistry,
+                 rows: RowReader, writes: Writes, hooks: WriteHooks) -> None:
+        self.db = db
+        self.log = log
+        self.registry = registry
+        self.rows = rows
+        self.writes = writes
+        self.hooks = hooks
 
     def create(self, tenant: str, type_name: str, data: Any, *, id: Any = None,
                on_conflict: Any = DEFAULT_ON_CONFLICT, actor: str | None = None,
@@ -60,7 +72,7 @@ class BulkLoad(Writes):
         """Create many entities of one type: all validated first, then written in chunks.
         ``ttl`` / ``expires_at``: the expiry of every row (none given: the type's ``ttl``);
         ``principal``: who authenticated the write (recorded in its events)."""
-        etype = self.type_of(type_name, tenant, principal=principal)
+        etype = self.registry.type_of(type_name, tenant, principal=principal)
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         check_on_conflict(on_conflict)
         expiry_of(ttl, expires_at, utcnow())  # a bad one changes nothing
@@ -70,7 +82,7 @@ class BulkLoad(Writes):
         prepared = []
         for i, data in enumerate(rows):
             try:
-                prepared.append(self.prepare_create(etype, data, ids[i] if ids else None,
+                prepared.append(self.writes.prepare_create(etype, data, ids[i] if ids else None,
                                                     tenant))
             except ValidationError as exc:
                 if len(rows) > 1:
@@ -102,7 +114,7 @@ class BulkLoad(Writes):
         if entity.created or not (entity.differs or renew):
             return entity
         values = prepared[2]
-        updated = self.update(tenant, entity.id, {f: values[f] for f in entity.differs},
+        updated = self.writes.update(tenant, entity.id, {f: values[f] for f in entity.differs},
                               actor=actor, reason=reason, trace_id=trace_id,
                               principal=principal, ttl=ttl, expires_at=expires_at)
         return updated.model_copy(update={"differs": entity.differs})
@@ -144,7 +156,7 @@ class BulkLoad(Writes):
                 if erased is not None:
                     raise Conflict(f"entity {eid} was erased at seq {erased}; its ID cannot be "
                                    "reused", entity_id=eid)
-                _, current = self._current(con, eid, tenant, allow_deleted=True)
+                _, current = self.rows.current(con, eid, tenant, allow_deleted=True)
                 if current.deleted_at is not None:
                     raise Conflict(f"entity {eid} exists but is deleted; restore it instead",
                                    entity_id=eid)
@@ -156,7 +168,7 @@ class BulkLoad(Writes):
                 results.append(self._existing(etype, current, instance, values, on_conflict))
                 continue
             seq = self.log.next_seq + len(events)  # the seq append_many gives its event
-            snap = self._snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash,
+            snap = self.writes.snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash,
                                   plain, expires)
             events.append({
                 "tenant": tenant, "op": "create", "type_name": etype.name, "entity_id": eid,
@@ -180,7 +192,7 @@ class BulkLoad(Writes):
         self.log.append_many(con, events, now)
         self.log.enqueue_many(con, outbox)
         for new_row in new_rows:
-            self._after_write(con, tenant, "create", etype.name, new_row[0], principal)
+            self.hooks.after_write(con, tenant, "create", etype.name, new_row[0], principal)
         return results
 
     @staticmethod

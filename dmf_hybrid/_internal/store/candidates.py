@@ -43,7 +43,7 @@ class Candidates:
                  seq: int | None, node: FilterNode | None, related: list[str] | None) -> None:
         self.reader, self.etype, self.tenant, self.seq = reader, etype, tenant, seq
         self._source_params: list[Any] = []
-        self._source = store.source_sql(etype, tenant, seq, self._source_params)
+        self._source = store.queries.source_sql(etype, tenant, seq, self._source_params)
         self.filter_params: list[Any] = []
         self.dialect = store.db.dialect
         self.filter_sql = compile_filter(node, self.filter_params, dialect=self.dialect)

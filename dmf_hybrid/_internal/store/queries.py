@@ -15,6 +15,8 @@ from ..filters import parse_filter, parse_order
 from ..models import Page
 from ..schema import EntityType
 from .expiry import live_sql
+from .registry import TypeRegistry
+from .rows import RowReader
 from .sql import (
     bind_value,
     compile_filter,
@@ -28,20 +30,30 @@ from .tables import (
     table_name,
 )
 from .timetravel import TimeTravel, as_of_table_sql
+from .txn import Transactions
 
 
-class Queries(TimeTravel):
-    """Structured queries."""
+class Queries:
+    """Structured queries: pages in a deterministic order (cursors sealed by the store's
+    ``cursor_key``) and counts, now or as of a seq."""
+
+    def __init__(self, db: Transactions, registry: TypeRegistry, rows: RowReader,
+                 timetravel: TimeTravel, cursor_key: bytes) -> None:
+        self.db = db
+        self.registry = registry
+        self.rows = rows
+        self.timetravel = timetravel
+        self.cursor_key = cursor_key
 
     def query(self, tenant: str, type_name: str, where: Any = None, order_by: Any = None,
               limit: Any = 50, cursor: Any = None, as_of: AsOf = None,
               max_limit: int = 1000) -> Page:
         """One page of a type's entities matching ``where``, in a deterministic order."""
-        etype = self.type_of(type_name, tenant)
+        etype = self.registry.type_of(type_name, tenant)
         node = parse_filter(etype, where)
         order = parse_order(etype, order_by)
         check_page(limit, cursor, max_limit)
-        seq = self.resolve_as_of(as_of)
+        seq = self.timetravel.resolve_as_of(as_of)
         fingerprint = query_fingerprint(etype.name, where, order, seq)
         params: list[Any] = []
         source = self.source_sql(etype, tenant, seq, params)
@@ -50,10 +62,10 @@ class Queries(TimeTravel):
             values, last_id = decode_cursor(self.cursor_key, cursor, fingerprint)
             clauses.append(keyset_sql(etype, order, values, last_id, params,
                                       dialect=self.db.dialect))
-        sql = (f"SELECT {self._select_cols(etype)} FROM {source} WHERE "
+        sql = (f"SELECT {self.rows.select_cols(etype)} FROM {source} WHERE "
                + " AND ".join(clauses) + f" {order_sql(order)} LIMIT {limit + 1}")
         rows = self.db.fetchall(sql, params)
-        items = [self.row_to_entity(etype, r) for r in rows[:limit]]
+        items = [self.rows.row_to_entity(etype, r) for r in rows[:limit]]
         next_cursor = None
         if len(rows) > limit:
             last = items[-1]
@@ -78,10 +90,10 @@ class Queries(TimeTravel):
     def count(self, tenant: str, type_name: str, where: Any = None,
               as_of: AsOf = None) -> int:
         """How many live entities of a type match ``where``."""
-        etype = self.type_of(type_name, tenant)
+        etype = self.registry.type_of(type_name, tenant)
         node = parse_filter(etype, where)
         params: list[Any] = []
-        source = self.source_sql(etype, tenant, self.resolve_as_of(as_of), params)
+        source = self.source_sql(etype, tenant, self.timetravel.resolve_as_of(as_of), params)
         where = compile_filter(node, params, dialect=self.db.dialect)
         sql = f"SELECT count(*) FROM {source} WHERE {where}"
         row = self.db.fetchone(sql, params)

@@ -122,16 +122,16 @@ class Reads:
 
     def resolve_as_of(self, as_of: Any) -> int | None:
         """The audit seq an ``as_of`` (seq or datetime) stands for; None means now."""
-        return self._store.resolve_as_of(as_of)
+        return self._store.timetravel.resolve_as_of(as_of)
 
     def links(self, ids: Iterable[str], relation: str | None, direction: str,
               seq: int | None) -> list[tuple[str, str, str, str]]:
         """Active links touching ``ids``: (from_id, relation, to_id, 'out'|'in'), sorted."""
-        return self._store.links(self.tenant, ids, relation, direction, seq)
+        return self._store.relations.links(self.tenant, ids, relation, direction, seq)
 
     def get_many(self, type_name: str, ids: Sequence[str]) -> dict[str, Entity]:
         """The live (not deleted) entities of one type among ``ids``, by ID."""
-        return self._store.get_many(self.tenant, type_name, ids)
+        return self._store.rows.get_many(self.tenant, type_name, ids)
 
     def type_of_id(self, entity_id: str) -> str | None:
         """The type of an entity ID of this tenant (deleted or erased too), or None."""
@@ -191,4 +191,4 @@ class Reads:
 
     def derived_id(self, etype: EntityType, data: Any, given_id: Any = None) -> str:
         """The ID a create of ``data`` would get (validating it like the create); no writes."""
-        return self._store.prepare_create(etype, data, given_id, self.tenant)[0]
+        return self._store.writes.prepare_create(etype, data, given_id, self.tenant)[0]

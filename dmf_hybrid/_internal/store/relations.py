@@ -18,12 +18,24 @@ from ..errors import (
 )
 from ..models import Related
 from ..schema import EntityType
-from .bulk import BulkLoad
-from .txn import Connection
+from .chain import AuditLog
+from .rows import RowReader
+from .state import WriteHooks
+from .timetravel import TimeTravel
+from .txn import Connection, Transactions
 
 
-class Relations(BulkLoad):
-    """Relations."""
+class Relations:
+    """Links between entities of one tenant: link and unlink (audited writes that run the
+    write hooks) and walks, now or as of a seq."""
+
+    def __init__(self, db: Transactions, log: AuditLog, rows: RowReader,
+                 timetravel: TimeTravel, hooks: WriteHooks) -> None:
+        self.db = db
+        self.log = log
+        self.rows = rows
+        self.timetravel = timetravel
+        self.hooks = hooks
 
     def link(self, tenant: str, from_id: Any, relation: Any, to_id: Any, *,
              actor: str | None = None, reason: str | None = None,
@@ -33,7 +45,7 @@ class Relations(BulkLoad):
         with self.db.write() as con:
             from_type, spec = self._relation_spec(con, tenant, from_id, relation)
             try:
-                to_type, _ = self._current(con, to_id, tenant)
+                to_type, _ = self.rows.current(con, to_id, tenant)
             except NotFound as exc:
                 raise RelationError(f"cannot link to {to_id}: {exc.message}",
                                     field="to_id") from None
@@ -61,13 +73,13 @@ class Relations(BulkLoad):
             )
             con.execute("INSERT INTO relations VALUES (?, ?, ?, ?, ?, NULL)",
                         [tenant, from_id, relation, to_id, seq])
-            self._after_write(con, tenant, "link", from_type.name, from_id, principal)
+            self.hooks.after_write(con, tenant, "link", from_type.name, from_id, principal)
             return True
 
     def _relation_spec(self, con: Connection, tenant: str, from_id: Any,
                        relation: Any, verb: str = "link") -> tuple[EntityType, Any]:
         try:
-            from_type, _ = self._current(con, from_id, tenant)
+            from_type, _ = self.rows.current(con, from_id, tenant)
         except NotFound as exc:
             raise RelationError(f"cannot {verb} from {from_id}: {exc.message}",
                                 field="from_id") from None
@@ -101,7 +113,7 @@ class Relations(BulkLoad):
             con.execute("UPDATE relations SET deleted_seq = ? WHERE tenant = ? AND from_id = ? "
                         "AND relation = ? AND to_id = ? AND deleted_seq IS NULL",
                         [seq, tenant, from_id, relation, to_id])
-            self._after_write(con, tenant, "unlink", from_type.name, from_id, principal)
+            self.hooks.after_write(con, tenant, "unlink", from_type.name, from_id, principal)
             return seq
 
     def links(self, tenant: str, ids: Iterable[str], relation: str | None, direction: str,
@@ -134,8 +146,8 @@ class Relations(BulkLoad):
                 depth: Any = 1, as_of: AsOf = None) -> list[Related]:
         """Entities reachable from ``eid`` by up to ``depth`` links, nearest first."""
         check_related(relation, direction, depth)
-        seq = self.resolve_as_of(as_of)
-        self.get(tenant, eid, as_of=seq)
+        seq = self.timetravel.resolve_as_of(as_of)
+        self.timetravel.get(tenant, eid, as_of=seq)
         seen = {eid}
         frontier = [eid]
         result: list[Related] = []
@@ -146,7 +158,7 @@ class Relations(BulkLoad):
                 if other in seen:
                     continue
                 try:
-                    entity = self.get(tenant, other, as_of=seq)
+                    entity = self.timetravel.get(tenant, other, as_of=seq)
                 except NotFound:
                     continue
                 seen.add(other)

@@ -19,16 +19,16 @@ from ..ids import canonical_json
 from ..models import Entity
 from ..schema import EntityType
 from .expiry import expired, live_sql
+from .registry import TypeRegistry
 from .sql import (
     field_values,
     q,
 )
-from .state import StoreState
 from .tables import (
     SYSTEM_COLUMNS,
     table_name,
 )
-from .txn import Connection
+from .txn import Connection, Transactions
 
 #: Where a row of :data:`SYSTEM_COLUMNS` then the fields keeps each system column.
 _ID_AT, _TENANT_AT, _VERSION_AT, _CREATED_AT, _UPDATED_AT, _DELETED_AT, _EXPIRES_AT = (
@@ -59,10 +59,14 @@ def aware_datetimes(etype: EntityType, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-class RowReader(StoreState):
-    """Reading entity rows."""
+class RowReader:
+    """Reading entity rows: point lookups by (tenant, ID), rows as Entities."""
 
-    def _select_cols(self, etype: EntityType) -> str:
+    def __init__(self, db: Transactions, registry: TypeRegistry) -> None:
+        self.db = db
+        self.registry = registry
+
+    def select_cols(self, etype: EntityType) -> str:
         return ", ".join(list(SYSTEM_COLUMNS) + [q(n) for n in etype.fields])
 
     def row_to_entity(self, etype: EntityType, row: Sequence[Any], created: bool = False
@@ -78,7 +82,7 @@ class RowReader(StoreState):
         )
 
     @staticmethod
-    def _point_row(con: Connection, table: str, cols: str, eid: str,
+    def point_row(con: Connection, table: str, cols: str, eid: str,
                    tenant: str) -> tuple[Any, ...] | None:
         """The columns ``cols`` of this tenant's row of ``eid`` in a table, or None.
 
@@ -92,7 +96,7 @@ class RowReader(StoreState):
         return None
 
     @staticmethod
-    def _row_match(con: Connection, table: str, eid: str, tenant: str
+    def row_match(con: Connection, table: str, eid: str, tenant: str
                    ) -> tuple[str, list[Any]]:
         """A WHERE condition (and its parameters) for this tenant's row of ``eid`` in a table.
 
@@ -104,17 +108,17 @@ class RowReader(StoreState):
             return "id = ?", [eid]
         return "id = ? AND tenant = ?", [eid, tenant]
 
-    def _read_live(self, con: Connection, etype: EntityType, eid: str,
+    def read_live(self, con: Connection, etype: EntityType, eid: str,
                    tenant: str) -> Entity | None:
-        row = self._point_row(con, table_name(etype.key), self._select_cols(etype), eid,
+        row = self.point_row(con, table_name(etype.key), self.select_cols(etype), eid,
                               tenant)
         return None if row is None else self.row_to_entity(etype, row)
 
-    def _lookup(self, con: Connection, eid: Any, tenant: str) -> tuple[
+    def lookup(self, con: Connection, eid: Any, tenant: str) -> tuple[
             EntityType, int | None]:
         """The type and erasure seq of an ID in this tenant, or NotFound."""
         eid = check_id(eid, "entity_id")
-        row = self._point_row(con, "entity_index", "type, erased_seq", eid, tenant)
+        row = self.point_row(con, "entity_index", "type, erased_seq", eid, tenant)
         if row is not None:  # a shared engine: another process may have defined or migrated
             self.db.sync()  # its type since this one last followed the log
         etype = None if row is None else self.registry.get(row[0], tenant)
@@ -122,20 +126,20 @@ class RowReader(StoreState):
             raise NotFound(f"no entity {eid}", entity_id=eid)
         return etype, row[1]
 
-    def _current(self, con: Connection, eid: Any, tenant: str,
+    def current(self, con: Connection, eid: Any, tenant: str,
                  allow_deleted: bool = False, allow_expired: bool = False
                  ) -> tuple[EntityType, Entity]:
         """The type and current row of an ID; NotFound if it is missing, erased, or (unless
         ``allow_deleted``) deleted, or (unless either flag) expired."""
-        etype, erased_seq = self._lookup(con, eid, tenant)
+        etype, erased_seq = self.lookup(con, eid, tenant)
         if erased_seq is not None:
             raise NotFound(f"entity {eid} was erased at seq {erased_seq}", entity_id=eid,
                            erased_seq=erased_seq)
-        entity = self._read_live(con, etype, eid, tenant)
+        entity = self.read_live(con, etype, eid, tenant)
         if entity is None:
             raise NotFound(f"no entity {eid}", entity_id=eid)
         if entity.deleted_at is not None and not allow_deleted:
-            dseq = self._point_row(con, table_name(etype.key), "deleted_seq", eid, tenant)
+            dseq = self.point_row(con, table_name(etype.key), "deleted_seq", eid, tenant)
             raise NotFound(f"entity {eid} was deleted at seq {dseq[0] if dseq else '?'}",
                            entity_id=eid, deleted_seq=dseq[0] if dseq else None)
         if not (allow_deleted or allow_expired) and expired(entity.expires_at, utcnow()):
@@ -144,7 +148,7 @@ class RowReader(StoreState):
 
     def get_many(self, tenant: str, type_name: str, ids: Sequence[str]) -> dict[str, Entity]:
         """The live (not deleted, not expired) entities of one type among ``ids``, by ID."""
-        etype = self.type_of(type_name, tenant, define_bundled=False)
+        etype = self.registry.type_of(type_name, tenant, define_bundled=False)
         found: dict[str, Entity] = {}
         con = self.db.reader()
         now = utcnow()
@@ -156,7 +160,7 @@ class RowReader(StoreState):
             params: list[Any] = [tenant]
             live = live_sql(params, now)
             for row in con.execute(
-                f"SELECT {self._select_cols(etype)} FROM {table_name(etype.key)} "
+                f"SELECT {self.select_cols(etype)} FROM {table_name(etype.key)} "
                 f"WHERE tenant = ? AND {live} AND id IN ({marks})",
                 [*params, *part],
             ).fetchall():

@@ -285,7 +285,7 @@ class RuleEngine:
         subjects = con.execute(f"SELECT tenant, id FROM {table_name(rule.trigger.key)} "
                                "WHERE deleted_at IS NULL AND tenant = ? ORDER BY id",
                                [rule.tenant]).fetchall()
-        with self.store.hooks_paused():  # as when a write hook evaluates it
+        with self.store.hooks.paused():  # as when a write hook evaluates it
             for tenant, eid in subjects:
                 self.evaluate(con, rule, tenant, eid, principal)
 
@@ -331,7 +331,7 @@ class RuleEngine:
         action = rule.definition.action
         ctype = self.store.type_of(CONSTRAINT_TYPE, tenant)
         data: dict[str, Any] = {"subject": entity_id, "kind": action.kind, "rule": rule.name}
-        cid = self.store.prepare_create(ctype, data, None, tenant)[0]
+        cid = self.store.writes.prepare_create(ctype, data, None, tenant)[0]
         found = con.execute(
             f"SELECT i.erased_seq, c.status, c.message, c.deleted_at IS NOT NULL "
             f"FROM entity_index AS i LEFT JOIN {table_name(ctype.key)} AS c ON c.id = i.id "
@@ -368,17 +368,17 @@ class RuleEngine:
         audit = {"actor": f"rule:{rule.name}", "reason": f"rule {rule.name} v{rule.version}",
                  "principal": principal}
         if outcome == "raised":
-            self.store.create(tenant, ctype.name, {**data, "message": message, "status": "open",
-                                                   **extra}, **audit)
+            self.store.bulk.create(tenant, ctype.name,
+                                   {**data, "message": message, "status": "open", **extra}, **audit)
         elif outcome == "resolved":
-            self.store.update(tenant, cid, {"status": "resolved", **extra}, **audit)
+            self.store.writes.update(tenant, cid, {"status": "resolved", **extra}, **audit)
         else:
             if current is not None and current[2]:
-                self.store.restore(tenant, cid, **audit)
-            self.store.update(tenant, cid, {"status": "open", "message": message, **extra},
-                              **audit)
+                self.store.writes.restore(tenant, cid, **audit)
+            self.store.writes.update(tenant, cid, {"status": "open", "message": message, **extra},
+                                     **audit)
         if holds and action.link is not None:
-            self.store.link(tenant, entity_id, action.link, cid, **audit)
+            self.store.relations.link(tenant, entity_id, action.link, cid, **audit)
         return outcome
 
 

@@ -16,14 +16,17 @@ from ..clock import to_naive_utc, utcnow
 from ..errors import NotFound
 from ..models import AuditEvent, AuditReport
 from ..schema import EntityType, TypeDef
+from .bulk import BulkLoad
 from .chain import AuditLog
 from .db import Database
 from .embedding_cache import EmbeddingCache
 from .journal import Journal
 from .outbox import Outbox
+from .queries import Queries
 from .registry import TypeRegistry
 from .relations import Relations
-from .state import Followed, ForeignHook, Listener, WriteHook
+from .rows import RowReader
+from .state import Followed, ForeignHook, Listener, WriteHook, WriteHooks
 from .tables import (
     ENTITY_OPS,
     EXPIRES_COLUMN,
@@ -32,19 +35,24 @@ from .tables import (
     cursor_secret,
     table_name,
 )
+from .timetravel import TimeTravel
 from .txn import Connection, Transactions
+from .writes import Writes
 
 __all__ = ["Listener", "Store", "WriteHook"]
 
 
-class Store(Relations):
+class Store:
     """Entities, relations and the audit log in DuckDB (this process the one writer) or in
     PostgreSQL (processes taking turns, each following the others' commits: ``_follow_foreign``).
 
-    Its layers, bottom up: :mod:`.state`, :mod:`.rows`, :mod:`.timetravel`, :mod:`.queries`,
-    :mod:`.writes`, :mod:`.bulk`, :mod:`.relations`; the parts it holds: the database
-    (``db``), the audit log (``log``, :mod:`.chain`), the type registry (``registry``), the
-    outbox reader and the embedding cache.
+    A façade over parts, each made here with its collaborators: the database (``db``), the
+    audit log (``log``, :mod:`.chain`), the type registry (``registry``), the write hooks
+    (``hooks``), entity rows (``rows``), reads now and as of a seq (``timetravel``),
+    ``queries``, ``writes`` (update, append, delete, restore, erase), ``bulk`` (create),
+    ``relations``, the outbox reader and the embedding cache. Callers name the part they use;
+    the store itself does what spans them (types, the audit log's face, the expiry sweep,
+    following other processes' commits).
     """
 
     def __init__(self, path: Path | None, limits: Limits | None = None,
@@ -60,13 +68,12 @@ class Store(Relations):
         else:
             self.db = Database(path, memory_limit)
         self.limits = limits or Limits()
-        self.write_hooks: list[WriteHook] = []
+        self.hooks = WriteHooks()
         #: told about other processes' commits at once (they only read: a write transaction
         #: may be beginning), and, outside one, later (they may write)
         self.follow_hooks: list[ForeignHook] = []
         self.foreign_hooks: list[ForeignHook] = []
         self._untold: Followed | None = None
-        self._in_hooks = False
         self.journal = Journal()
         #: the parts the derived indexes read and write (composed, not inherited)
         self.outbox = Outbox(self.db)
@@ -76,7 +83,17 @@ class Store(Relations):
             self.cursor_key = cursor_secret(con)
         self.log = AuditLog(self.db, self.journal)
         self.registry = TypeRegistry(
-            self.db, self.log, self.limits, on_embed_change=self._requeue_type)
+            self.db, self.log, self.limits,
+            on_embed_change=lambda con, etype: self.writes.requeue_type(con, etype))
+        self.rows = RowReader(self.db, self.registry)
+        self.timetravel = TimeTravel(self.db, self.log, self.registry, self.rows)
+        self.queries = Queries(self.db, self.registry, self.rows, self.timetravel,
+                               self.cursor_key)
+        self.writes = Writes(self.db, self.log, self.registry, self.rows, self.hooks,
+                             self.limits)
+        self.bulk = BulkLoad(self.db, self.log, self.registry, self.rows, self.writes,
+                             self.hooks)
+        self.relations = Relations(self.db, self.log, self.rows, self.timetravel, self.hooks)
         if follows is not None:
             follows.on_foreign = self._follow_foreign
 
@@ -103,6 +120,16 @@ class Store(Relations):
             told, self._untold = self._untold, None
             for hook in list(self.foreign_hooks):
                 hook(told)
+
+    def types(self, tenant: str | None = None) -> list[EntityType]:
+        """The types of ``tenant`` by name, or of every tenant (None)."""
+        return self.registry.types(tenant)
+
+    def type_of(self, name: Any, tenant: str, *, principal: str | None = None,
+                define_bundled: bool = True) -> EntityType:
+        """The tenant's type of that name, or NotFound (see :meth:`TypeRegistry.type_of`)."""
+        return self.registry.type_of(name, tenant, principal=principal,
+                                     define_bundled=define_bundled)
 
     def define(self, typedef: TypeDef, model: type[BaseModel] | None = None, *,
                tenant: str, actor: str | None = None, reason: str | None = None,
@@ -166,7 +193,7 @@ class Store(Relations):
                 f"ORDER BY {EXPIRES_COLUMN}, tenant, id", params)
             for owner, eid, at in due:
                 try:
-                    entity = self.sweep_one(owner, eid, f"expired at {at.isoformat()}Z",
+                    entity = self.writes.sweep_one(owner, eid, f"expired at {at.isoformat()}Z",
                                             principal)
                 except NotFound:
                     continue  # deleted or erased since it was listed

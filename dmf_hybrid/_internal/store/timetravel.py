@@ -22,8 +22,10 @@ from ..errors import (
 )
 from ..models import Entity
 from ..schema import EntityType
+from .chain import AuditLog
 from .dialect import DUCKDB, Dialect
 from .expiry import expired, live_sql
+from .registry import TypeRegistry
 from .rows import RowReader, aware_datetimes, expired_error
 from .sql import (
     bind_field,
@@ -35,6 +37,7 @@ from .tables import (
     EVENTS_ALL,
     EXPIRES_COLUMN,
 )
+from .txn import Transactions
 
 ENTITY_OPS_SQL = "('create', 'update', 'append', 'delete', 'restore', 'erase')"
 
@@ -83,8 +86,15 @@ def as_of_table_sql(etype: EntityType, tenant: str, seq: int, params: list[Any],
     return f"(SELECT * FROM {rows} WHERE {live_sql(params, seq)}) AS t"
 
 
-class TimeTravel(RowReader):
-    """Reading the state as of an audit seq or a time."""
+class TimeTravel:
+    """Reading the state as of an audit seq or a time (and now: ``get``)."""
+
+    def __init__(self, db: Transactions, log: AuditLog, registry: TypeRegistry,
+                 rows: RowReader) -> None:
+        self.db = db
+        self.log = log
+        self.registry = registry
+        self.rows = rows
 
     def resolve_as_of(self, as_of: AsOf) -> int | None:
         """The audit seq an ``as_of`` (seq or datetime) stands for; None means now.
@@ -150,7 +160,7 @@ class TimeTravel(RowReader):
         if snap.get("deleted_at") is not None:
             raise NotFound(f"entity {eid} was deleted at seq {at} (as of {seq})",
                            entity_id=eid, deleted_seq=at)
-        entity = self._snapshot_entity(self.type_of(type_name, tenant), snap)
+        entity = self._snapshot_entity(self.registry.type_of(type_name, tenant), snap)
         if entity.expires_at is not None:
             when = self.db.fetchone(f"SELECT ts FROM {EVENTS_ALL} WHERE seq = ?", [seq])
             if when is None or expired(entity.expires_at, when[0]):
@@ -162,4 +172,4 @@ class TimeTravel(RowReader):
         seq = self.resolve_as_of(as_of)
         if seq is not None:
             return self._get_as_of(eid, tenant, seq)
-        return self._current(self.db.reader(), eid, tenant)[1]
+        return self.rows.current(self.db.reader(), eid, tenant)[1]

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..checks import (
+    Limits,
     check_audit,
     check_changes,
     check_expected_version,
@@ -30,20 +31,22 @@ from ..expiry import EXPIRY_ACTOR, check_expiry_args, expiry_of
 from ..ids import DEFAULT_TENANT, ID_HASH_HEX, entity_id, sha256_hex
 from ..models import Entity
 from ..schema import EntityType
+from .chain import AuditLog
 from .expiry import expired
 from .grounding import with_grounded_dates
-from .queries import Queries
-from .rows import jsonable
+from .registry import TypeRegistry
+from .rows import RowReader, jsonable
 from .sql import (
     bind_field,
     q,
 )
+from .state import WriteHooks
 from .tables import (
     ENTITY_OPS,
     EXPIRES_COLUMN,
     table_name,
 )
-from .txn import Connection
+from .txn import Connection, Transactions
 
 #: The shape of the IDs derived from identity fields (``ids.entity_id``).
 DERIVED_ID_RE = re.compile(rf"^[A-Za-z][A-Za-z0-9]*_[0-9a-f]{{{ID_HASH_HEX}}}$")
@@ -71,10 +74,19 @@ def check_identity_kept(etype: EntityType, eid: str, tenant: str, old: Mapping[s
         "delete this one", field=f"{where}.{name}")
 
 
-class Writes(Queries):
-    """Changing entities."""
+class Writes:
+    """Changing entities, each change one audited write that runs the write hooks."""
 
-    def _snapshot(self, etype: EntityType, eid: str, tenant: str, version: int,
+    def __init__(self, db: Transactions, log: AuditLog, registry: TypeRegistry,
+                 rows: RowReader, hooks: WriteHooks, limits: Limits) -> None:
+        self.db = db
+        self.log = log
+        self.registry = registry
+        self.rows = rows
+        self.hooks = hooks
+        self.limits = limits
+
+    def snapshot(self, etype: EntityType, eid: str, tenant: str, version: int,
                   data: Mapping[str, Any], created_at: dt.datetime, updated_at: dt.datetime,
                   deleted_at: dt.datetime | None, text_hash: str | None,
                   plain: dict[str, Any] | None = None,
@@ -112,7 +124,7 @@ class Writes(Queries):
         eid = entity_id(etype.name, {f: plain[f] for f in fields}, tenant)
         if given_id is not None:
             given = check_id(given_id)
-            if full_match(DERIVED_ID_RE, given) and given != eid and self._point_row(
+            if full_match(DERIVED_ID_RE, given) and given != eid and self.rows.point_row(
                     self.db.reader(), "entity_index", "id", given, tenant) is None:
                 # anyone can compute another tenant's derived ID from a fact; taking it would
                 # answer 409 "not available" and reveal that the other tenant holds the fact
@@ -134,7 +146,7 @@ class Writes(Queries):
         check_expected_version(expected_version)
         check_expiry_args(ttl, expires_at)
         with self.db.write() as con:
-            etype, current = self._current(con, eid, tenant, allow_deleted=op == "restore",
+            etype, current = self.rows.current(con, eid, tenant, allow_deleted=op == "restore",
                                            allow_expired=sweep)
             now = utcnow()
             if sweep and not expired(current.expires_at, now):
@@ -164,11 +176,11 @@ class Writes(Queries):
             text = etype.embed_text(new_values)
             text_hash = None if text is None else sha256_hex(text)
             version = current.version + 1
-            before = self._snapshot(etype, eid, tenant, current.version, old_values,
+            before = self.snapshot(etype, eid, tenant, current.version, old_values,
                                     current.created_at, current.updated_at, current.deleted_at,
                                     self._text_hash(con, etype, eid, tenant),
                                     expires_at=current.expires_at)
-            after = self._snapshot(etype, eid, tenant, version, new_values, current.created_at,
+            after = self.snapshot(etype, eid, tenant, version, new_values, current.created_at,
                                    now, deleted_at, text_hash, expires_at=expires)
             seq = self.log.append(
                 con, tenant=tenant, op=op, type_name=etype.name, entity_id=eid,
@@ -177,7 +189,7 @@ class Writes(Queries):
             )
             self.registry.mark_modified(etype)
             sets = ", ".join(f"{q(n)} = ?" for n in etype.fields)
-            match, match_params = self._row_match(con, table_name(etype.key), eid, tenant)
+            match, match_params = self.rows.row_match(con, table_name(etype.key), eid, tenant)
             con.execute(
                 f"UPDATE {table_name(etype.key)} SET version = ?, updated_at = ?, "
                 f"deleted_at = ?, deleted_seq = ?, text_hash = ?, {EXPIRES_COLUMN} = ?, "
@@ -191,7 +203,7 @@ class Writes(Queries):
             if text_hash is not None or before["text_hash"] is not None:
                 self.log.enqueue(con, seq, tenant, eid, etype.name,
                              "delete" if op == "delete" or text_hash is None else "upsert")
-            self._after_write(con, tenant, op, etype.name, eid, principal)
+            self.hooks.after_write(con, tenant, op, etype.name, eid, principal)
             return Entity(
                 id=eid, type=etype.name, tenant=tenant, version=version,
                 data=etype.model.model_validate(new_values), created_at=current.created_at,
@@ -200,7 +212,7 @@ class Writes(Queries):
 
     def _text_hash(self, con: Connection, etype: EntityType, eid: str,
                    tenant: str) -> str | None:
-        row = self._point_row(con, table_name(etype.key), "text_hash", eid, tenant)
+        row = self.rows.point_row(con, table_name(etype.key), "text_hash", eid, tenant)
         return None if row is None else row[0]
 
     def update(self, tenant: str, eid: Any, changes: Any, *, expected_version: Any = None,
@@ -267,10 +279,10 @@ class Writes(Queries):
         """Remove an entity's content everywhere (row, snapshots, links); returns the event seq."""
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         with self.db.write() as con:
-            etype, erased_seq = self._lookup(con, eid, tenant)
+            etype, erased_seq = self.rows.lookup(con, eid, tenant)
             if erased_seq is not None:
                 raise NotFound(f"entity {eid} was erased at seq {erased_seq}", entity_id=eid)
-            version = self._point_row(con, table_name(etype.key), "version", eid, tenant)
+            version = self.rows.point_row(con, table_name(etype.key), "version", eid, tenant)
             hashes = [r[0] for r in con.execute(
                 f"SELECT DISTINCT {self.db.dialect.json_text('after', 'text_hash')} "
                 "FROM events_all "
@@ -286,9 +298,9 @@ class Writes(Queries):
                         "WHERE entity_id = ? AND tenant = ? AND seq < ? AND op IN "
                         f"{ENTITY_OPS!r}", [eid, tenant, seq])
             self.registry.mark_modified(etype)
-            match, params = self._row_match(con, table_name(etype.key), eid, tenant)
+            match, params = self.rows.row_match(con, table_name(etype.key), eid, tenant)
             con.execute(f"DELETE FROM {table_name(etype.key)} WHERE {match}", params)
-            match, params = self._row_match(con, "entity_index", eid, tenant)
+            match, params = self.rows.row_match(con, "entity_index", eid, tenant)
             con.execute(f"UPDATE entity_index SET erased_seq = ? WHERE {match}", [seq, *params])
             con.execute("UPDATE relations SET deleted_seq = ? WHERE tenant = ? AND "
                         "deleted_seq IS NULL AND (from_id = ? OR to_id = ?)",
@@ -297,26 +309,26 @@ class Writes(Queries):
                 if not self._hash_in_use(con, text_hash):
                     con.execute("DELETE FROM embeddings WHERE text_hash = ?", [text_hash])
             self.log.enqueue(con, seq, tenant, eid, etype.name, "delete")
-            self._after_write(con, tenant, "erase", etype.name, eid, principal)
+            self.hooks.after_write(con, tenant, "erase", etype.name, eid, principal)
             return seq
 
     def _hash_in_use(self, con: Connection, text_hash: str) -> bool:
-        for etype in self.types():
+        for etype in self.registry.types():
             if con.execute(f"SELECT 1 FROM {table_name(etype.key)} WHERE text_hash = ? LIMIT 1",
                            [text_hash]).fetchone():
                 return True
         return False
 
-    def _requeue_type(self, con: Connection, etype: EntityType) -> None:
+    def requeue_type(self, con: Connection, etype: EntityType) -> None:
         """Recompute text hashes and queue every live entity of a type for reindexing (its
         embedded text changed)."""
         self.registry.mark_modified(etype)
         rows = con.execute(f"SELECT id, tenant FROM {table_name(etype.key)} "
                            "WHERE deleted_at IS NULL ORDER BY id").fetchall()
         for eid, etenant in rows:
-            entity = self._read_live(con, etype, eid, etenant)
+            entity = self.rows.read_live(con, etype, eid, etenant)
             text = etype.embed_text(entity.fields()) if entity else None
-            match, params = self._row_match(con, table_name(etype.key), eid, etenant)
+            match, params = self.rows.row_match(con, table_name(etype.key), eid, etenant)
             con.execute(
                 f"UPDATE {table_name(etype.key)} SET text_hash = ? WHERE {match}",
                 [None if text is None else sha256_hex(text), *params],
