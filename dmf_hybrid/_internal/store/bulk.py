@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..checks import (
@@ -39,17 +40,16 @@ from .txn import Connection, Transactions
 from .writes import Prepared, Writes
 
 
+@dataclass(eq=False)
 class BulkLoad:
     """Creating entities: validated whole, written in chunks, each row one audited event."""
 
-    def __init__(self, db: Transactions, log: AuditLog, registry: TypeRegistry,
-                 rows: RowReader, writes: Writes, hooks: WriteHooks) -> None:
-        self.db = db
-        self.log = log
-        self.registry = registry
-        self.rows = rows
-        self.writes = writes
-        self.hooks = hooks
+    db: Transactions
+    log: AuditLog
+    registry: TypeRegistry
+    rows: RowReader
+    writes: Writes
+    hooks: WriteHooks
 
     def create(self, tenant: str, type_name: str, data: Any, *, id: Any = None,
                on_conflict: Any = DEFAULT_ON_CONFLICT, actor: str | None = None,
@@ -83,7 +83,7 @@ class BulkLoad:
         for i, data in enumerate(rows):
             try:
                 prepared.append(self.writes.prepare_create(etype, data, ids[i] if ids else None,
-                                                    tenant))
+                                                           tenant))
             except ValidationError as exc:
                 if len(rows) > 1:
                     exc.details["row"] = i
@@ -115,8 +115,8 @@ class BulkLoad:
             return entity
         values = prepared[2]
         updated = self.writes.update(tenant, entity.id, {f: values[f] for f in entity.differs},
-                              actor=actor, reason=reason, trace_id=trace_id,
-                              principal=principal, ttl=ttl, expires_at=expires_at)
+                                     actor=actor, reason=reason, trace_id=trace_id,
+                                     principal=principal, ttl=ttl, expires_at=expires_at)
         return updated.model_copy(update={"differs": entity.differs})
 
     def _insert_batch(self, con: Connection, etype: EntityType, tenant: str,
@@ -169,7 +169,7 @@ class BulkLoad:
                 continue
             seq = self.log.next_seq + len(events)  # the seq append_many gives its event
             snap = self.writes.snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash,
-                                  plain, expires)
+                                        plain, expires)
             events.append({
                 "tenant": tenant, "op": "create", "type_name": etype.name, "entity_id": eid,
                 "version_before": None, "version_after": 1, "before": None, "after": snap,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from ..checks import (
@@ -33,17 +34,16 @@ from .timetravel import TimeTravel, as_of_table_sql
 from .txn import Transactions
 
 
+@dataclass(eq=False)
 class Queries:
     """Structured queries: pages in a deterministic order (cursors sealed by the store's
     ``cursor_key``) and counts, now or as of a seq."""
 
-    def __init__(self, db: Transactions, registry: TypeRegistry, rows: RowReader,
-                 timetravel: TimeTravel, cursor_key: bytes) -> None:
-        self.db = db
-        self.registry = registry
-        self.rows = rows
-        self.timetravel = timetravel
-        self.cursor_key = cursor_key
+    db: Transactions
+    registry: TypeRegistry
+    rows: RowReader
+    timetravel: TimeTravel
+    cursor_key: bytes
 
     def query(self, tenant: str, type_name: str, where: Any = None, order_by: Any = None,
               limit: Any = 50, cursor: Any = None, as_of: AsOf = None,

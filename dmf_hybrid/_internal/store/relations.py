@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..checks import (
@@ -25,17 +26,16 @@ from .timetravel import TimeTravel
 from .txn import Connection, Transactions
 
 
+@dataclass(eq=False)
 class Relations:
     """Links between entities of one tenant: link and unlink (audited writes that run the
     write hooks) and walks, now or as of a seq."""
 
-    def __init__(self, db: Transactions, log: AuditLog, rows: RowReader,
-                 timetravel: TimeTravel, hooks: WriteHooks) -> None:
-        self.db = db
-        self.log = log
-        self.rows = rows
-        self.timetravel = timetravel
-        self.hooks = hooks
+    db: Transactions
+    log: AuditLog
+    rows: RowReader
+    timetravel: TimeTravel
+    hooks: WriteHooks
 
     def link(self, tenant: str, from_id: Any, relation: Any, to_id: Any, *,
              actor: str | None = None, reason: str | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..checks import (
@@ -59,12 +60,12 @@ def aware_datetimes(etype: EntityType, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+@dataclass(eq=False)
 class RowReader:
     """Reading entity rows: point lookups by (tenant, ID), rows as Entities."""
 
-    def __init__(self, db: Transactions, registry: TypeRegistry) -> None:
-        self.db = db
-        self.registry = registry
+    db: Transactions
+    registry: TypeRegistry
 
     def select_cols(self, etype: EntityType) -> str:
         return ", ".join(list(SYSTEM_COLUMNS) + [q(n) for n in etype.fields])
@@ -83,7 +84,7 @@ class RowReader:
 
     @staticmethod
     def point_row(con: Connection, table: str, cols: str, eid: str,
-                   tenant: str) -> tuple[Any, ...] | None:
+                  tenant: str) -> tuple[Any, ...] | None:
         """The columns ``cols`` of this tenant's row of ``eid`` in a table, or None.
 
         Two tenants may hold the same ID. `id = ?` alone lets DuckDB use the id index (adding
@@ -97,7 +98,7 @@ class RowReader:
 
     @staticmethod
     def row_match(con: Connection, table: str, eid: str, tenant: str
-                   ) -> tuple[str, list[Any]]:
+                  ) -> tuple[str, list[Any]]:
         """A WHERE condition (and its parameters) for this tenant's row of ``eid`` in a table.
 
         `id = ?` alone when no other tenant has a row with that ID (DuckDB answers it from the
@@ -109,9 +110,8 @@ class RowReader:
         return "id = ? AND tenant = ?", [eid, tenant]
 
     def read_live(self, con: Connection, etype: EntityType, eid: str,
-                   tenant: str) -> Entity | None:
-        row = self.point_row(con, table_name(etype.key), self.select_cols(etype), eid,
-                              tenant)
+                  tenant: str) -> Entity | None:
+        row = self.point_row(con, table_name(etype.key), self.select_cols(etype), eid, tenant)
         return None if row is None else self.row_to_entity(etype, row)
 
     def lookup(self, con: Connection, eid: Any, tenant: str) -> tuple[
@@ -127,8 +127,8 @@ class RowReader:
         return etype, row[1]
 
     def current(self, con: Connection, eid: Any, tenant: str,
-                 allow_deleted: bool = False, allow_expired: bool = False
-                 ) -> tuple[EntityType, Entity]:
+                allow_deleted: bool = False, allow_expired: bool = False
+                ) -> tuple[EntityType, Entity]:
         """The type and current row of an ID; NotFound if it is missing, erased, or (unless
         ``allow_deleted``) deleted, or (unless either flag) expired."""
         etype, erased_seq = self.lookup(con, eid, tenant)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from ..checks import (
@@ -86,15 +87,14 @@ def as_of_table_sql(etype: EntityType, tenant: str, seq: int, params: list[Any],
     return f"(SELECT * FROM {rows} WHERE {live_sql(params, seq)}) AS t"
 
 
+@dataclass(eq=False)
 class TimeTravel:
     """Reading the state as of an audit seq or a time (and now: ``get``)."""
 
-    def __init__(self, db: Transactions, log: AuditLog, registry: TypeRegistry,
-                 rows: RowReader) -> None:
-        self.db = db
-        self.log = log
-        self.registry = registry
-        self.rows = rows
+    db: Transactions
+    log: AuditLog
+    registry: TypeRegistry
+    rows: RowReader
 
     def resolve_as_of(self, as_of: AsOf) -> int | None:
         """The audit seq an ``as_of`` (seq or datetime) stands for; None means now.

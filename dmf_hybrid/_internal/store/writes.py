@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -74,23 +75,22 @@ def check_identity_kept(etype: EntityType, eid: str, tenant: str, old: Mapping[s
         "delete this one", field=f"{where}.{name}")
 
 
+@dataclass(eq=False)
 class Writes:
     """Changing entities, each change one audited write that runs the write hooks."""
 
-    def __init__(self, db: Transactions, log: AuditLog, registry: TypeRegistry,
-                 rows: RowReader, hooks: WriteHooks, limits: Limits) -> None:
-        self.db = db
-        self.log = log
-        self.registry = registry
-        self.rows = rows
-        self.hooks = hooks
-        self.limits = limits
+    db: Transactions
+    log: AuditLog
+    registry: TypeRegistry
+    rows: RowReader
+    hooks: WriteHooks
+    limits: Limits
 
     def snapshot(self, etype: EntityType, eid: str, tenant: str, version: int,
-                  data: Mapping[str, Any], created_at: dt.datetime, updated_at: dt.datetime,
-                  deleted_at: dt.datetime | None, text_hash: str | None,
-                  plain: dict[str, Any] | None = None,
-                  expires_at: dt.datetime | None = None) -> dict[str, Any]:
+                 data: Mapping[str, Any], created_at: dt.datetime, updated_at: dt.datetime,
+                 deleted_at: dt.datetime | None, text_hash: str | None,
+                 plain: dict[str, Any] | None = None,
+                 expires_at: dt.datetime | None = None) -> dict[str, Any]:
         """An entity's audit snapshot (``plain``: ``jsonable(data)`` when already at hand);
         ``expires_at`` is there only when the entity has an expiry."""
         snap = {
@@ -147,7 +147,7 @@ class Writes:
         check_expiry_args(ttl, expires_at)
         with self.db.write() as con:
             etype, current = self.rows.current(con, eid, tenant, allow_deleted=op == "restore",
-                                           allow_expired=sweep)
+                                               allow_expired=sweep)
             now = utcnow()
             if sweep and not expired(current.expires_at, now):
                 return current  # renewed since the sweep listed it
@@ -177,11 +177,11 @@ class Writes:
             text_hash = None if text is None else sha256_hex(text)
             version = current.version + 1
             before = self.snapshot(etype, eid, tenant, current.version, old_values,
-                                    current.created_at, current.updated_at, current.deleted_at,
-                                    self._text_hash(con, etype, eid, tenant),
-                                    expires_at=current.expires_at)
-            after = self.snapshot(etype, eid, tenant, version, new_values, current.created_at,
-                                   now, deleted_at, text_hash, expires_at=expires)
+                                   current.created_at, current.updated_at, current.deleted_at,
+                                   self._text_hash(con, etype, eid, tenant),
+                                   expires_at=current.expires_at)
+            after = self.snapshot(etype, eid, tenant, version, new_values, current.created_at, now,
+                                  deleted_at, text_hash, expires_at=expires)
             seq = self.log.append(
                 con, tenant=tenant, op=op, type_name=etype.name, entity_id=eid,
                 version_before=current.version, version_after=version, before=before,
