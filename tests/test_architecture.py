@@ -106,6 +106,23 @@ def test_events_are_numbered_and_chained_in_one_place() -> None:
     assert callers == ["dmf_hybrid/_internal/store/chain.py"]
 
 
+def test_the_store_is_composed_not_inherited() -> None:
+    """The store's parts get their collaborators as arguments: none inherits another (the
+    mixin tower they replaced shared every attribute implicitly)."""
+    from dmf_hybrid._internal.store.store import Store
+
+    store = Store(None)
+    try:
+        parts = [store.rows, store.timetravel, store.queries, store.writes, store.bulk,
+                 store.relations, store.hooks, store.log, store.registry]
+        for part in [store, *parts]:
+            assert type(part).__bases__ == (object,), type(part)
+        assert store.writes.rows is store.rows and store.bulk.writes is store.writes
+        assert store.relations.timetravel is store.timetravel
+    finally:
+        store.close()
+
+
 def test_the_driver_contract_covers_every_module_but_the_store() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contract = next(c for c in config["tool"]["importlinter"]["contracts"]
