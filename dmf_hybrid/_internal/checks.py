@@ -91,12 +91,16 @@ def check_id(value: Any, field: str = "id") -> str:
     return value
 
 
+def check_choice(value: Any, field: str, options: Sequence[str]) -> str:
+    """``value`` if it is one of ``options``, else a ValidationError naming them."""
+    if value not in options:
+        raise ValidationError(f"{field} must be one of {', '.join(options)}", field=field)
+    return str(value)
+
+
 def check_on_conflict(value: Any) -> str:
     """A create's ``on_conflict`` policy, one of ``ON_CONFLICT``."""
-    if value not in ON_CONFLICT:
-        raise ValidationError(f"on_conflict must be one of {', '.join(ON_CONFLICT)}",
-                              field="on_conflict")
-    return str(value)
+    return check_choice(value, "on_conflict", ON_CONFLICT)
 
 
 def check_type_name(value: Any, field: str = "type") -> str:
@@ -393,9 +397,7 @@ def check_order(order_by: Any) -> list[str] | None:
 
 def check_mode(mode: Any) -> str:
     """A search mode, one of :data:`SEARCH_MODES`."""
-    if mode not in SEARCH_MODES:
-        raise ValidationError(f"mode must be one of {', '.join(SEARCH_MODES)}", field="mode")
-    return str(mode)
+    return check_choice(mode, "mode", SEARCH_MODES)
 
 
 def check_k(k: Any, max_k: int | None = None) -> int:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
-from .checks import MAX_SEQ, check_before_seq
+from .checks import MAX_SEQ, check_before_seq, check_choice
 from .errors import PlanError, ValidationError
 from .requests import (
     ConstraintQuery,
@@ -109,11 +109,7 @@ def check_flag(name: str) -> BeforeValidator:
 
 
 def _choice(name: str, options: tuple[str, ...]) -> BeforeValidator:
-    def check(value: Any) -> str:
-        if value not in options:
-            raise ValidationError(f"{name} must be one of {', '.join(options)}", field=name)
-        return str(value)
-    return BeforeValidator(check)
+    return BeforeValidator(lambda value: check_choice(value, name, options))
 
 
 def check_tool_name(name: Any) -> str:
