@@ -190,6 +190,73 @@ def test_neighbours_lend_their_score_within_the_group(embedded: Memory) -> None:
     assert [h.entity.data.n for h in hybrid.hits][0] == 3
 
 
+@pytest.fixture
+def crowded(tmp_path: Path, store_url: str | None) -> Iterator[Memory]:
+    """On each engine: turns with what the neighbour lookup must get right: two rows at one
+    place, rows without a session (no place), gaps in the order, two chats, a deleted row."""
+    m = Memory.open(store_url or tmp_path / "m", embedder=HashEmbedder(),
+                    vector_index=ExactIndex())
+    m.define_type({**turn_type(NEAR), "identity": ["chat", "n", "who"],
+                   "fields": {**turn_type()["fields"], "session": {"type": "int"}}})
+    rows = [{"chat": c, "session": s, "n": n, "who": w, "text": f"{c} {n} {w} talk"}
+            for c in ("c1", "c2") for s, n, w in (
+                (0, 0, "ann"), (0, 1, "bob"), (0, 1, "cy"), (0, 2, "ann"), (0, 4, "bob"),
+                (1, 5, "ann"), (1, 6, "bob"), (None, 7, "ann"), (None, 8, "bob"))]
+    created = m.create_many("Turn", rows)
+    m.delete(created[3].id)  # c1, turn 2: not a candidate any more
+    yield m
+    m.close()
+
+
+def test_the_kept_places_answer_as_the_database_join(crowded: Memory) -> None:
+    from dmf_hybrid._internal.filters import parse_filter
+    from dmf_hybrid._internal.search.profiles import PlaceIndex
+    from dmf_hybrid._internal.store.candidates import Candidates
+
+    embedded = crowded
+    store, etype = embedded._store, embedded.get_type("Turn")
+    for where in ({"chat": "c1"}, None):
+        query = Candidates(store.db.reader(), store, etype, embedded.tenant, None,
+                           None if where is None else parse_filter(etype, where), None)
+        ids = [e.id for e in embedded.query("Turn", where, limit=100).items]
+        kept = PlaceIndex(query.places(["chat", "session"], "n"))
+        assert len(kept.place) == (6 if where else 13)  # no session: no place
+        for some in ([], ids[:1], ids[1:3], ids[::3], ids, [*ids, "Turn_gone"]):
+            joined = query.neighbours(some, ["chat", "session"], "n")
+            assert list(kept.neighbours(some).items()) == list(joined.items()), some
+
+
+def test_searches_of_one_filter_look_their_neighbours_up(
+        crowded: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dmf_hybrid._internal.store.candidates import Candidates
+
+    embedded = crowded
+    first = embedded.search("Turn", "c1 bob talk", k=8, where={"chat": "c1"})
+    read = Candidates.places
+    reads: list[int] = []
+
+    def counted(self: Candidates, *args: Any) -> Any:
+        reads.append(1)
+        return read(self, *args)
+
+    def joined(*_: Any) -> Any:
+        raise AssertionError("the places are kept: no join")
+
+    monkeypatch.setattr(Candidates, "places", counted)
+    monkeypatch.setattr(Candidates, "neighbours", joined)
+    again = embedded.search("Turn", "c1 bob talk", k=8, where={"chat": "c1"})
+    assert [(h.entity.id, h.score) for h in again.hits] == [
+        (h.entity.id, h.score) for h in first.hits]
+    assert reads == []  # read once at this seq, by the first search
+    embedded.create("Turn", {"chat": "c1", "session": 1, "n": 9, "who": "bob", "text": "c1"})
+    after = embedded.search("Turn", "c1 bob talk", k=9, where={"chat": "c1"})
+    assert reads == [1] and len(after.hits) == 9  # a new seq: the places are read again
+    monkeypatch.undo()
+    plain = embedded.search("Turn", "c1 bob talk", k=9, where={"chat": "c1"})
+    assert [(h.entity.id, h.score) for h in plain.hits] == [
+        (h.entity.id, h.score) for h in after.hits]
+
+
 def run_neighbour_queries(m: Memory) -> dict[str, Any]:
     out = {}
     for mode in ("hybrid", "keyword", "vector"):

@@ -123,6 +123,15 @@ class Candidates:
             f"WHERE {lookup}) SELECT * FROM hit WHERE tenant = ? AND deleted_at IS NULL "
             f"AND {self.filter_sql}", params).fetchall()
 
+    def places(self, group: Sequence[str], order: str) -> list[tuple[Any, ...]]:
+        """(ID, group values..., order) of every candidate whose group and order fields are
+        all set, by ID (what :meth:`neighbours` reads, for all of them at once)."""
+        cols_list = [*(q(f) for f in group), q(order)]
+        set_ = " AND ".join(f"{c} IS NOT NULL" for c in cols_list)
+        return [tuple(r) for r in self.reader.execute(
+            f"SELECT id, {', '.join(cols_list)} FROM {self._source} "
+            f"WHERE {self.filter_sql} AND {set_} ORDER BY id", self._params).fetchall()]
+
     def neighbours(self, ids: Sequence[str], group: Sequence[str], order: str
                    ) -> dict[str, tuple[Any, ...]]:
         """(group values..., order) of the candidates among ``ids`` and of every candidate
