@@ -257,6 +257,23 @@ def test_searches_of_one_filter_look_their_neighbours_up(
         (h.entity.id, h.score) for h in after.hits]
 
 
+def test_rows_at_one_place_lend_the_best_of_their_scores(crowded: Memory) -> None:
+    """Two turns share a place (bob and cy at turn 1): their neighbour gets the better of
+    their scores, not whichever of them the engine happened to list last."""
+    def turn(chat: str, n: int, who: str) -> str:
+        found = crowded.query("Turn", {"chat": chat, "n": n, "who": who}).items
+        return found[0].id
+
+    # a chat where the row that does not match sorts after the one that does (by ID), so
+    # that "the last one listed" would lend nothing
+    chats = [c for c in ("c1", "c2") if turn(c, 1, "bob") > turn(c, 1, "cy")]
+    assert chats, "the fixture's IDs no longer exercise the order"
+    chat = chats[0]
+    result = crowded.search("Turn", "cy", k=5, where={"chat": chat}, mode="keyword")
+    scores = {h.entity.data.n: h.score for h in result.hits if h.entity.data.who != "bob"}
+    assert scores[0] == pytest.approx(scores[1] * 0.5, abs=1e-5)  # ann, at turn 0
+
+
 def run_neighbour_queries(m: Memory) -> dict[str, Any]:
     out = {}
     for mode in ("hybrid", "keyword", "vector"):

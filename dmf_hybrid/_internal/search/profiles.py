@@ -115,20 +115,22 @@ def neighbour_support(scope: Scope, fused: Ranking, near: Neighbours,
 
     Candidates are the fused proposals and their neighbours (rows at order +-1 of the same
     group that pass the search's filter); a neighbour that was not proposed has score
-    ``floor`` of its own. A row's new score: its own plus ``near.weight`` times the better
-    own score of its two neighbours.
+    ``floor`` of its own. A row's new score: its own plus ``near.weight`` times the best own
+    score of the rows at its two neighbouring places (several rows may share a place: the
+    best of them counts, whatever order the engine lists them in).
     """
     if not fused:
         return []
     own = {eid: float(s) for eid, s in fused}
     places = _places(scope, list(own), near)
-    at: dict[tuple[Any, ...], str] = {place: eid for eid, place in places.items()}
+    at: dict[tuple[Any, ...], list[str]] = {}
+    for eid, place in places.items():
+        at.setdefault(place, []).append(eid)
     scores: dict[str, float] = {}
     for eid, (*group, position) in places.items():
         best = None
         for step in (-1, 1):
-            other = at.get((*group, position + step))
-            if other is not None:
+            for other in at.get((*group, position + step), ()):
                 value = own.get(other, floor)
                 best = value if best is None else max(best, value)
         base = own.get(eid, floor)
