@@ -4,10 +4,12 @@ processes)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -210,20 +212,33 @@ def crowded(tmp_path: Path, store_url: str | None) -> Iterator[Memory]:
 
 def test_the_kept_places_answer_as_the_database_join(crowded: Memory) -> None:
     from dmf_hybrid._internal.filters import parse_filter
-    from dmf_hybrid._internal.search.profiles import PlaceIndex
+    from dmf_hybrid._internal.search.places import PlaceIndex
     from dmf_hybrid._internal.store.candidates import Candidates
 
     embedded = crowded
     store, etype = embedded._store, embedded.get_type("Turn")
-    for where in ({"chat": "c1"}, None):
-        query = Candidates(store.db.reader(), store, etype, embedded.tenant, None,
-                           None if where is None else parse_filter(etype, where), None)
-        ids = [e.id for e in embedded.query("Turn", where, limit=100).items]
-        kept = PlaceIndex(query.places(["chat", "session"], "n"))
-        assert len(kept.place) == (6 if where else 13)  # no session: no place
-        for some in ([], ids[:1], ids[1:3], ids[::3], ids, [*ids, "Turn_gone"]):
-            joined = query.neighbours(some, ["chat", "session"], "n")
-            assert list(kept.neighbours(some).items()) == list(joined.items()), some
+    # a turn that expires (with no event) between the places' read and their use
+    brief = embedded.create("Turn", {"chat": "c1", "session": 1, "n": 7, "who": "dee",
+                                     "text": "brief"}, ttl=1.5)
+
+    def candidates(where: dict[str, Any] | None) -> Candidates:
+        return Candidates(store.db.reader(), store, etype, embedded.tenant, None,
+                          None if where is None else parse_filter(etype, where), None)
+
+    wheres = ({"chat": "c1"}, None)
+    kept = {str(w): PlaceIndex(candidates(w).places(["chat", "session"], "n")) for w in wheres}
+    assert [len(k.place) for k in kept.values()] == [7, 14]  # no session: no place
+    for expired in (False, True):
+        if expired:
+            time.sleep(max(0.0, (brief.expires_at - dt.datetime.now(dt.UTC)).total_seconds())
+                       + 0.1)
+        for where in wheres:
+            query = candidates(where)
+            ids = [e.id for e in embedded.query("Turn", where, limit=100).items] + [brief.id]
+            for some in ([], ids[:1], ids[1:3], ids[::3], ids, [*ids, "Turn_gone"]):
+                joined = query.neighbours(some, ["chat", "session"], "n")
+                assert kept[str(where)].neighbours(some) == joined, (expired, some)
+                assert (brief.id in joined) is (not expired and brief.id in some)
 
 
 def test_searches_of_one_filter_look_their_neighbours_up(
@@ -252,9 +267,42 @@ def test_searches_of_one_filter_look_their_neighbours_up(
     after = embedded.search("Turn", "c1 bob talk", k=9, where={"chat": "c1"})
     assert reads == [1] and len(after.hits) == 9  # a new seq: the places are read again
     monkeypatch.undo()
-    plain = embedded.search("Turn", "c1 bob talk", k=9, where={"chat": "c1"})
+    with embedded.transaction():  # no cache inside a transaction: the join
+        plain = embedded.search("Turn", "c1 bob talk", k=9, where={"chat": "c1"})
     assert [(h.entity.id, h.score) for h in plain.hits] == [
         (h.entity.id, h.score) for h in after.hits]
+
+
+def test_searches_with_no_filter_keep_the_whole_types_places(
+        crowded: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dmf_hybrid._internal.store.candidates import Candidates
+
+    def hits(result: Any) -> list[tuple[str, float]]:
+        return [(h.entity.id, h.score) for h in result.hits]
+
+    crowded.define_type({"name": "Note", "fields": {"text": {"type": "str"}}})
+    first = crowded.search("Turn", "bob talk", k=12)
+    read = Candidates.places
+    reads: list[int] = []
+
+    def counted(self: Candidates, *args: Any) -> Any:
+        reads.append(1)
+        return read(self, *args)
+
+    def joined(*_: Any) -> Any:
+        raise AssertionError("the places are kept: no join")
+
+    monkeypatch.setattr(Candidates, "places", counted)
+    monkeypatch.setattr(Candidates, "neighbours", joined)
+    assert hits(crowded.search("Turn", "bob talk", k=12)) == hits(first)
+    crowded.create("Note", {"text": "another type"})  # the events say: no Turn changed
+    assert hits(crowded.search("Turn", "bob talk", k=12)) == hits(first) and reads == []
+    crowded.create("Turn", {"chat": "c2", "session": 1, "n": 7, "who": "bob", "text": "bob"})
+    after = crowded.search("Turn", "bob talk", k=12)
+    assert reads == [1]  # a Turn changed: read again
+    monkeypatch.undo()
+    with crowded.transaction():
+        assert hits(crowded.search("Turn", "bob talk", k=12)) == hits(after)
 
 
 def test_rows_at_one_place_lend_the_best_of_their_scores(crowded: Memory) -> None:

@@ -59,6 +59,7 @@ from ..vector.base import VectorIndex, collection_name
 from .filter_cache import FilterCache
 from .fusion import fuse
 from .keyword_leg import keyword_leg
+from .places import WholePlaces
 from .profiles import effective, neighbour_support, strip_query
 from .ranking import Ranking
 from .relay import Relay
@@ -104,6 +105,7 @@ class SearchEngine:
                                block_bytes=settings.block_cache_mb * 2**20, changes=self.changes,
                                budget_bytes=mirror_budget(settings))
         self.filters = FilterCache(settings.exact_threshold, self.changes)
+        self.places = WholePlaces(self.changes)
         self.rows = RowCache(settings.row_cache_size, self.changes)
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.query_batcher = make_query_batcher(embedder, settings)
@@ -328,7 +330,9 @@ class SearchEngine:
                         if opts.neighbours is not None:
                             fused = neighbour_support(
                                 scope, fused, opts.neighbours,
-                                floor=_floor(fused, mode, opts.fusion))
+                                floor=_floor(fused, mode, opts.fusion),
+                                whole=self.places if seq is None and not db.in_transaction
+                                else None)
                         lap("fuse_ms")
                         fused = rerank(scope, fused, time=opts.time, sessions=opts.sessions,
                                        named=opts.named, dates=etype.typedef.dates,
@@ -402,6 +406,7 @@ class SearchEngine:
         """Drop the cached candidate counts, lists and rows (they are rebuilt on demand)."""
         self.filters.forget()
         self.rows.forget()
+        self.places.forget()
 
 
 def _floor(fused: Ranking, mode: str, fusion: str) -> float:

@@ -6,16 +6,16 @@ profile (``dmf_hybrid._internal.profiles.SearchProfile``), else the memory's set
 is ordered-neighbour support: after fusion, each proposed row gains ``weight`` times the better
 fused score of the rows right before and after it in its group. The neighbours are read from
 the structured fields at the search's audit seq and under its filter (one query over the fused
-proposals, each group joined to its rows at order +-1; or, for a candidate list the filter
-cache keeps, every candidate's place read once per seq and looked up), so no row outside the
-proposals and their neighbours is scored, and the result is a function of the data alone.
+proposals, each group joined to its rows at order +-1, or places read once and looked up:
+:mod:`.places`), so no row outside the proposals and their neighbours is scored, and the
+result is a function of the data alone.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from ..config import Settings
 from ..errors import ValidationError
 from ..profiles import LEGS, Named, Neighbours, SearchProfile, Sessions, TimeBoost
 from .fusion import check_fusion
+from .places import WholePlaces, places_of
 from .ranking import Ranking
 from .scope import Scope
 
@@ -109,20 +110,21 @@ def strip_query(text: str) -> str:
     return " ".join(kept) if kept else text
 
 
-def neighbour_support(scope: Scope, fused: Ranking, near: Neighbours,
-                      floor: float) -> list[tuple[str, float]]:
+def neighbour_support(scope: Scope, fused: Ranking, near: Neighbours, floor: float,
+                      whole: WholePlaces | None = None) -> list[tuple[str, float]]:
     """``fused`` re-scored with ordered-neighbour support (score desc, entity ID asc).
 
     Candidates are the fused proposals and their neighbours (rows at order +-1 of the same
     group that pass the search's filter); a neighbour that was not proposed has score
     ``floor`` of its own. A row's new score: its own plus ``near.weight`` times the best own
     score of the rows at its two neighbouring places (several rows may share a place: the
-    best of them counts, whatever order the engine lists them in).
+    best of them counts, whatever order the engine lists them in). ``whole``: the kept
+    places of whole types, for a search with no filter (:mod:`.places`).
     """
     if not fused:
         return []
     own = {eid: float(s) for eid, s in fused}
-    places = _places(scope, list(own), near)
+    places = places_of(scope, list(own), near, whole)
     at: dict[tuple[Any, ...], list[str]] = {}
     for eid, place in places.items():
         at.setdefault(place, []).append(eid)
@@ -138,52 +140,3 @@ def neighbour_support(scope: Scope, fused: Ranking, near: Neighbours,
     for eid, score in own.items():  # proposals the filter or group fields do not place
         scores.setdefault(eid, score)
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-
-
-def _places(scope: Scope, ids: Sequence[str], near: Neighbours
-            ) -> dict[str, tuple[Any, ...]]:
-    """(group values..., order) of the proposed rows and of their neighbours at order +-1.
-
-    A candidate list the filter cache keeps (``scope.row_memo``) of at most
-    :data:`PLACES_KEPT` rows keeps every candidate's place beside it, read once per audit
-    seq: the searches of one filter at one state (an agent's conversation, asked again and
-    again) then look their neighbours up instead of joining in the database."""
-    memo = scope.row_memo
-    if memo is None or scope.count > PLACES_KEPT:
-        return scope.query.neighbours(ids, near.group, near.order)
-    key = f"places:{','.join(near.group)}:{near.order}"
-    held = memo.get(key)
-    if held is None or held[0] != scope.seen_seq:
-        held = (scope.seen_seq, PlaceIndex(scope.query.places(near.group, near.order)))
-        scope.on_valid.append(lambda: memo.__setitem__(key, held))  # read at that state
-    return held[1].neighbours(ids)
-
-
-#: Candidate lists up to this size keep their rows' places (at most ~2 MB each).
-PLACES_KEPT = 20_000
-
-
-class PlaceIndex:
-    """The places (group values..., order) of a candidate set, both ways."""
-
-    def __init__(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        #: ID -> place, in the database's order of IDs (as :meth:`Candidates.neighbours`)
-        self.place: dict[str, tuple[Any, ...]] = {str(r[0]): tuple(r[1:]) for r in rows}
-        self.rank = {eid: i for i, eid in enumerate(self.place)}
-        #: place -> the IDs there
-        self.at: dict[tuple[Any, ...], list[str]] = {}
-        for eid, place in self.place.items():
-            self.at.setdefault(place, []).append(eid)
-
-    def neighbours(self, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-        """The places of ``ids`` and of every row at their place or one step before or after
-        it, in the same order: what :meth:`Candidates.neighbours` answers."""
-        found: set[str] = set()
-        for eid in ids:
-            place = self.place.get(eid)
-            if place is None:
-                continue
-            *group, position = place
-            for step in (-1, 0, 1):
-                found.update(self.at.get((*group, position + step), ()))
-        return {eid: self.place[eid] for eid in sorted(found, key=self.rank.__getitem__)}

@@ -20,7 +20,7 @@ from ..schema import EntityType
 from .db import Reader, first_row
 from .sql import compile_filter, key_sql, q
 from .store import Store
-from .tables import SYSTEM_COLUMNS, table_name
+from .tables import EXPIRES_COLUMN, SYSTEM_COLUMNS, table_name
 
 #: Up to this many IDs are looked up through the primary-key index, more by a hash join
 #: (measured on 100k rows: 0.1-0.25 ms per ID by index, 35-50 ms for a scan).
@@ -124,13 +124,14 @@ class Candidates:
             f"AND {self.filter_sql}", params).fetchall()
 
     def places(self, group: Sequence[str], order: str) -> list[tuple[Any, ...]]:
-        """(ID, group values..., order) of every candidate whose group and order fields are
-        all set, by ID (what :meth:`neighbours` reads, for all of them at once)."""
+        """(ID, expiry, group values..., order) of every candidate whose group and order
+        fields are all set (what :meth:`neighbours` reads, for all of them at once; the expiry,
+        naive UTC or None, says until when a row is one)."""
         cols_list = [*(q(f) for f in group), q(order)]
         set_ = " AND ".join(f"{c} IS NOT NULL" for c in cols_list)
         return [tuple(r) for r in self.reader.execute(
-            f"SELECT id, {', '.join(cols_list)} FROM {self._source} "
-            f"WHERE {self.filter_sql} AND {set_} ORDER BY id", self._params).fetchall()]
+            f"SELECT id, {EXPIRES_COLUMN}, {', '.join(cols_list)} FROM {self._source} "
+            f"WHERE {self.filter_sql} AND {set_}", self._params).fetchall()]
 
     def neighbours(self, ids: Sequence[str], group: Sequence[str], order: str
                    ) -> dict[str, tuple[Any, ...]]:
