@@ -241,68 +241,74 @@ def test_the_kept_places_answer_as_the_database_join(crowded: Memory) -> None:
                 assert (brief.id in joined) is (not expired and brief.id in some)
 
 
-def test_searches_of_one_filter_look_their_neighbours_up(
-        crowded: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many times searches join for neighbours and read every place."""
     from dmf_hybrid._internal.store.candidates import Candidates
 
-    embedded = crowded
-    first = embedded.search("Turn", "c1 bob talk", k=8, where={"chat": "c1"})
-    read = Candidates.places
-    reads: list[int] = []
+    calls = {"neighbours": 0, "places": 0}
+    for name in calls:
+        def counted(self: Candidates, *args: Any, _name: str = name,
+                    _real: Any = getattr(Candidates, name)) -> Any:
+            calls[_name] += 1
+            return _real(self, *args)
+        monkeypatch.setattr(Candidates, name, counted)
+    return calls
 
-    def counted(self: Candidates, *args: Any) -> Any:
-        reads.append(1)
-        return read(self, *args)
 
-    def joined(*_: Any) -> Any:
-        raise AssertionError("the places are kept: no join")
+def _hits(result: Any) -> list[tuple[str, float]]:
+    return [(h.entity.id, h.score) for h in result.hits]
 
-    monkeypatch.setattr(Candidates, "places", counted)
-    monkeypatch.setattr(Candidates, "neighbours", joined)
-    again = embedded.search("Turn", "c1 bob talk", k=8, where={"chat": "c1"})
-    assert [(h.entity.id, h.score) for h in again.hits] == [
-        (h.entity.id, h.score) for h in first.hits]
-    assert reads == []  # read once at this seq, by the first search
-    embedded.create("Turn", {"chat": "c1", "session": 1, "n": 9, "who": "bob", "text": "c1"})
-    after = embedded.search("Turn", "c1 bob talk", k=9, where={"chat": "c1"})
-    assert reads == [1] and len(after.hits) == 9  # a new seq: the places are read again
-    monkeypatch.undo()
-    with embedded.transaction():  # no cache inside a transaction: the join
-        plain = embedded.search("Turn", "c1 bob talk", k=9, where={"chat": "c1"})
-    assert [(h.entity.id, h.score) for h in plain.hits] == [
-        (h.entity.id, h.score) for h in after.hits]
+
+def test_searches_of_one_filter_look_their_neighbours_up(
+        crowded: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first search of a state joins, the second reads every place of the filter's
+    candidates, the next ones look up; a write starts over. Every answer is the join's."""
+    def search() -> list[tuple[str, float]]:
+        return _hits(crowded.search("Turn", "c1 bob talk", k=9, where={"chat": "c1"}))
+
+    def joined() -> list[tuple[str, float]]:
+        with crowded.transaction():  # no cache inside a transaction: the join
+            return search()
+
+    calls = _count_reads(monkeypatch)
+    want = joined()
+    seen = []
+    for _ in range(3):
+        assert search() == want
+        seen.append(dict(calls))
+    assert [(c["neighbours"], c["places"]) for c in seen] == [(2, 0), (2, 1), (2, 1)]
+    crowded.create("Turn", {"chat": "c1", "session": 1, "n": 9, "who": "bob", "text": "c1"})
+    want = joined()
+    for _ in range(3):
+        assert search() == want
+    assert (calls["neighbours"], calls["places"]) == (4, 2) and len(want) == 9
 
 
 def test_searches_with_no_filter_keep_the_whole_types_places(
         crowded: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dmf_hybrid._internal.store.candidates import Candidates
-
-    def hits(result: Any) -> list[tuple[str, float]]:
-        return [(h.entity.id, h.score) for h in result.hits]
-
+    """The same for a search of the whole type, whose kept places stay while the events say
+    that no Turn changed (a write to another type keeps them)."""
     crowded.define_type({"name": "Note", "fields": {"text": {"type": "str"}}})
-    first = crowded.search("Turn", "bob talk", k=12)
-    read = Candidates.places
-    reads: list[int] = []
 
-    def counted(self: Candidates, *args: Any) -> Any:
-        reads.append(1)
-        return read(self, *args)
+    def search() -> list[tuple[str, float]]:
+        return _hits(crowded.search("Turn", "bob talk", k=12))
 
-    def joined(*_: Any) -> Any:
-        raise AssertionError("the places are kept: no join")
+    def joined() -> list[tuple[str, float]]:
+        with crowded.transaction():
+            return search()
 
-    monkeypatch.setattr(Candidates, "places", counted)
-    monkeypatch.setattr(Candidates, "neighbours", joined)
-    assert hits(crowded.search("Turn", "bob talk", k=12)) == hits(first)
-    crowded.create("Note", {"text": "another type"})  # the events say: no Turn changed
-    assert hits(crowded.search("Turn", "bob talk", k=12)) == hits(first) and reads == []
+    calls = _count_reads(monkeypatch)
+    want = joined()
+    for _ in range(3):
+        assert search() == want
+    assert (calls["neighbours"], calls["places"]) == (2, 1)
+    crowded.create("Note", {"text": "another type"})
+    assert search() == want and (calls["neighbours"], calls["places"]) == (2, 1)
     crowded.create("Turn", {"chat": "c2", "session": 1, "n": 7, "who": "bob", "text": "bob"})
-    after = crowded.search("Turn", "bob talk", k=12)
-    assert reads == [1]  # a Turn changed: read again
-    monkeypatch.undo()
-    with crowded.transaction():
-        assert hits(crowded.search("Turn", "bob talk", k=12)) == hits(after)
+    want = joined()
+    for _ in range(3):
+        assert search() == want
+    assert (calls["neighbours"], calls["places"]) == (4, 2)
 
 
 def test_rows_at_one_place_lend_the_best_of_their_scores(crowded: Memory) -> None:
