@@ -93,15 +93,21 @@ def probe_service(workdir: Path, figures: HardeningFigures) -> None:
             figures.check("reader verify counts its tenant's events",
                           report.get("ok") is True and report.get("events_checked") == len(own))
             full = admin.get("/audit/verify").json()
-            figures.check("admin verify is store-wide", full.get("scope") == "store"
-                          and full.get("last_seq") == mem.last_seq())
+            figures.check("admin verify checks every tenant's chain", full.get("scope") ==
+                          "store" and full.get("chains") == 2 and full.get("ok") is True)
+            theirs = mem.for_tenant("other").last_seq()
+            tamper = "UPDATE events SET reason = ? WHERE tenant = 'other' AND seq = ?"
             with mem._store.db.write() as con:  # noqa: SLF001 - break another tenant's event
-                con.execute("UPDATE events SET reason = 'x' WHERE seq = ?", [mem.last_seq()])
-            broken = reader.get("/audit/verify").json()
-            figures.check("reader verify still sees a break elsewhere",
-                          broken.get("ok") is False and broken.get("first_bad_seq") is None)
+                con.execute(tamper, ["x", theirs])
+            mine = reader.get("/audit/verify").json()
+            figures.check("reader verify is its tenant's chain, which holds",
+                          mine.get("ok") is True and mine.get("scope") == "tenant")
+            broken = admin.get("/audit/verify").json()
+            figures.check("admin verify names the tenant of a break",
+                          broken.get("ok") is False and broken.get("tenant") == "other"
+                          and broken.get("first_bad_seq") == theirs)
             with mem._store.db.write() as con:  # noqa: SLF001 - and mend it
-                con.execute("UPDATE events SET reason = NULL WHERE seq = ?", [mem.last_seq()])
+                con.execute(tamper, [None, theirs])
 
 
 def probe_cursors(workdir: Path, figures: HardeningFigures) -> None:

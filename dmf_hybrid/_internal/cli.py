@@ -413,17 +413,17 @@ def history(
 @app.command()
 def verify(data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None,
            as_json: JsonOpt = False) -> None:
-    """Verify the audit log's hash chain (exit 1 if it does not verify)."""
+    """Verify the audit log's hash chains (exit 1 if one does not verify)."""
     with target(data, url, api_key) as mem:
         report = mem.verify_audit()
     if as_json:
         print_json(report)
     elif report.ok:
-        typer.echo(f"audit log OK: {report.events_checked} events, last seq {report.last_seq}")
-    elif report.first_bad_seq is None:  # the chain holds, an index does not
+        typer.echo(f"audit log OK: {report.events_checked} events, {report.chains} chains")
+    elif report.first_bad_seq is None:  # the chains hold, an index does not
         typer.echo(f"NOT OK: {report.problem}")
-    else:
-        typer.echo(f"audit log BROKEN at seq {report.first_bad_seq}: {report.problem}")
+    else:  # a tenant's chain
+        typer.echo(f"BROKEN at {report.tenant} seq {report.first_bad_seq}: {report.problem}")
     if not report.ok:
         raise typer.Exit(1)
 

@@ -178,12 +178,12 @@ class MemoryCore:
         return self._reads
 
     def seen_seq(self) -> int:
-        return self._store.committed_seq
+        return self._store.log.committed_head(self.tenant)
 
     def last_seq(self) -> int:
         if not self._store.db.in_transaction:
             self._store.db.sync()  # the shared engine: other processes' commits too
-        return self._store.committed_seq
+        return self._store.log.committed_head(self.tenant)
 
     # ---------------------------------------------------------------- schema
 

@@ -266,7 +266,7 @@ class Indexer:
         the commits since its seq changed is not known (both locks held)."""
         assert self.changes is not None
         changed = self.changes.between(self.store.db.reader(), snapshot.seq,
-                                       self.store.db.visible_seq)
+                                       self.store.db.visible_pos)
         if changed is None:  # a type defined, a reindex, too many events...
             return False
         name = etype.key

@@ -129,7 +129,12 @@ class AuditEvent(BaseModel):
 
 
 class AuditReport(BaseModel):
-    """What verify_audit found: ok, how many events it checked, the first bad seq and why."""
+    """What verify_audit found: ok, how many events it checked, the first bad seq and why.
+
+    Each tenant has its own chain. A tenant's report (``scope="tenant"``) checks that chain:
+    ``last_seq`` and ``last_hash`` are its head. A store-wide report checks every chain and
+    names the tenant of the first bad event; its ``last_seq`` is the number of events in the
+    store and ``last_hash`` the newest event's hash."""
 
     ok: bool
     events_checked: int
@@ -138,8 +143,11 @@ class AuditReport(BaseModel):
     last_seq: int = 0
     last_hash: str | None = None
     scope: Literal["store", "tenant"] = Field(
-        "store", description='"tenant": counts, seqs and hashes of the caller\'s tenant only '
-        "(keys below admin); the chain itself is always checked store-wide.")
+        "store", description='"tenant": the caller\'s tenant\'s chain (keys below admin); '
+        '"store": every tenant\'s chain.')
+    tenant: str | None = Field(None, description="The tenant whose chain holds the first bad "
+                               "event (a store-wide check that failed).")
+    chains: int = Field(0, description="How many tenants' chains were checked.")
     unreachable_by_id: int = Field(
         0, description="Entities a scan (a filter) finds but a lookup by ID does not (an "
         "index lost them); any makes ok false, and reconcile rebuilds the indexes.")
@@ -310,9 +318,11 @@ class SummaryResult(BaseModel):
 
 
 class ArchiveFile(BaseModel):
-    """One archive file and its checkpoint: seq range, last chain hash, count, file hash."""
+    """One archive file and its checkpoint: the tenant, its seq range and last chain hash,
+    count, file hash."""
 
     file: str
+    tenant: str
     first_seq: int
     last_seq: int
     last_hash: str
@@ -355,7 +365,9 @@ class PlanOutcome(BaseModel):
 
 
 class SnapshotManifest(BaseModel):
-    """A snapshot's manifest (the HTTP API adds the snapshot's ``name`` and ``path``)."""
+    """A snapshot's manifest (the HTTP API adds the snapshot's ``name`` and ``path``):
+    ``last_seq`` is the audit log's last position over all tenants, ``last_hash`` the newest
+    event's hash."""
 
     format: int
     last_seq: int
@@ -365,8 +377,9 @@ class SnapshotManifest(BaseModel):
 
 
 class BundleManifest(BaseModel):
-    """A bundle's header (``Memory.export``): its format, the audit chain's last seq and hash,
-    how many records of each kind it holds, and the store settings it carries."""
+    """A bundle's header (``Memory.export``): its format, the audit log's last position (the
+    number of events: each tenant's chain numbers its own seqs) and newest hash, how many
+    records of each kind it holds, and the store settings it carries."""
 
     format: int
     store_format: int

@@ -63,10 +63,10 @@ class LinkPublic(BaseModel):
 
 
 class HeadPublic(BaseModel):
-    """The audit seq of the newest event (for keys below admin: of the tenant's newest)."""
+    """The audit seq of the caller's tenant's newest event (each tenant has its own seqs)."""
 
     last_seq: int
-    scope: Literal["store", "tenant"] = "store"
+    scope: Literal["tenant"] = "tenant"
 
 
 class SnapshotRequest(Request):

@@ -167,8 +167,8 @@ def test_history_events_verify(api: Front) -> None:
     assert [e.seq for e in events] == [e.seq for e in history]
     assert [e.seq for e in api.mem.events(since_seq=start, until_seq=start + 1)] == [start + 1]
     assert len(api.mem.events(since_seq=start, limit=1)) == 1
-    report = api.mem.verify_audit()
-    assert report.ok and report.last_seq == api.mem.last_seq()
+    report = api.mem.verify_audit()  # every tenant's chain: the store's last position
+    assert report.ok and report.last_seq == report.events_checked >= api.mem.last_seq()
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword"])

@@ -93,15 +93,18 @@ def test_the_principal_is_covered_by_the_hash_chain(served: tuple[str, Memory]) 
     url, memory = served
     with http(url, "w-acme") as c:
         c.post("/entities/Poi", json={"data": {"name": "a", "city": "b"}})
-    seq = memory.last_seq()
-    _tamper(memory, seq)
+    acme = memory.for_tenant("acme")
+    seq = acme.last_seq()
+    _tamper(acme, seq)
     report = memory.verify_audit()
-    assert not report.ok and report.first_bad_seq == seq
+    assert not report.ok and (report.first_bad_seq, report.tenant) == (seq, "acme")
 
 
 def _tamper(memory: Memory, seq: int) -> None:
+    """Edit the principal of the event ``seq`` of ``memory``'s tenant."""
     with memory._store.db.write() as con:
-        con.execute("UPDATE events SET principal = 'key:00000000' WHERE seq = ?", [seq])
+        con.execute("UPDATE events SET principal = 'key:00000000' WHERE tenant = ? AND seq = ?",
+                    [memory.tenant, seq])
 
 
 def test_an_old_store_without_the_principal_column_keeps_verifying(tmp_path: Path) -> None:
@@ -234,10 +237,11 @@ def test_head_and_verify_are_per_tenant_for_keys_below_admin(
             other.post("/entities/Poi", json={"data": {"name": f"o{i}", "city": "x"}})
     with http(url, "w-acme") as c:
         c.post("/entities/Poi", json={"data": {"name": "mine", "city": "x"}})
-    acme_seq = memory.last_seq()
+    acme_seq = memory.for_tenant("acme").last_seq()
     with http(url, "w-other") as other:
         other.post("/entities/Poi", json={"data": {"name": "later", "city": "x"}})
     acme_events = len(memory.for_tenant("acme").events())
+    assert acme_events == acme_seq  # each tenant numbers its own events
     with http(url, "r-acme") as reader, http(url, "root") as admin:
         head = reader.get("/audit/head").json()
         assert head == {"last_seq": acme_seq, "scope": "tenant"}
@@ -245,17 +249,19 @@ def test_head_and_verify_are_per_tenant_for_keys_below_admin(
         assert report["ok"] and report["scope"] == "tenant"
         assert report["events_checked"] == acme_events and report["last_seq"] == acme_seq
         full = admin.get("/audit/verify").json()
-        assert full["scope"] == "store" and full["last_seq"] == memory.last_seq() > acme_seq
-        assert full["events_checked"] > acme_events
-        assert admin.get("/audit/head").json()["last_seq"] == memory.last_seq()
+        assert full["scope"] == "store" and full["chains"] >= 2
+        assert full["last_seq"] == full["events_checked"] > acme_events
+        assert admin.get("/audit/head").json() == head  # root is acme's admin: acme's seqs
         assert admin.get("/whoami").json()["scope"] == "store"
         assert reader.get("/whoami").json()["scope"] == "tenant"
     with MemoryClient(url, api_key="r-acme") as client:
         assert client.last_seq() == acme_seq
         entity = client.query("Poi", where={"name": "mine"}, as_of=client.last_seq()).items
         assert len(entity) == 1
-    _tamper(memory, memory.last_seq())  # the other tenant's newest event
-    with http(url, "r-acme") as reader:
-        report = reader.get("/audit/verify").json()
-        assert not report["ok"] and report["first_bad_seq"] is None
-        assert "outside this tenant" in report["problem"]
+    other_memory = memory.for_tenant("other")
+    _tamper(other_memory, other_memory.last_seq())  # the other tenant's newest event
+    with http(url, "r-acme") as reader, http(url, "root") as admin:
+        assert reader.get("/audit/verify").json()["ok"]  # acme's own chain holds
+        report = admin.get("/audit/verify").json()
+        assert not report["ok"] and report["tenant"] == "other"
+        assert report["first_bad_seq"] == other_memory.last_seq()

@@ -155,7 +155,7 @@ def test_archive_events_matches_the_embedded_memory(api: Front, tmp_path: Path) 
     assert isinstance(result, ArchiveResult) and result.moved == cut - 1
     assert result.file is not None and result.seq == api.mem.last_seq() == cut + 1
     name = Path(result.file.file).name
-    assert name == f"events-{1:012d}-{cut - 1:012d}.parquet"
+    assert name == f"events-default-{1:012d}-{cut - 1:012d}.parquet"  # the tenant's own file
     if api.http:  # the server's own paths stay private
         assert result.file.file == f"archives/cold/{name}"
     assert (data_dir / "archives" / "cold" / name).is_file()

@@ -40,20 +40,20 @@ def _feed_between(memory: Memory, after: int, upto: int, journal: bool = False
 def test_the_feed_names_the_entities_a_range_of_commits_changed(memory: Memory,
                                                                 journal: bool) -> None:
     other = tenant_like(memory, "other")
-    start = memory._store.last_seq
+    start = memory._store.log.pos
     poi = memory.create("Poi", {"name": "cafe", "city": "Oslo"})
     trip = memory.create("Trip", {"destination": "Rome"})
     theirs = other.create_many("Poi", [{"name": "bar", "city": "Rome"}])[0]
     memory.update(poi.id, {"cost": 2.0})
     memory.link(trip.id, "includes", poi.id)  # relations change no entity row
     memory.delete(trip.id)
-    found = _feed_between(memory, start, memory._store.last_seq, journal)
+    found = _feed_between(memory, start, memory._store.log.pos, journal)
     assert found is not None
     assert found.ids == {("Poi", "default"): {poi.id}, ("Trip", "default"): {trip.id},
                          ("Poi", "other"): {theirs.id}}
     assert found.touches(("Poi", "other")) and not found.touches(("Trip", "other"))
     assert found.all_ids() == {poi.id, trip.id, theirs.id}
-    now = memory._store.last_seq
+    now = memory._store.log.pos
     assert _feed_between(memory, now, now, journal) == changes.Changes({})
     assert _feed_between(memory, now, now - 1, journal) is None
 
@@ -61,17 +61,17 @@ def test_the_feed_names_the_entities_a_range_of_commits_changed(memory: Memory,
 @pytest.mark.parametrize("journal", [False, True], ids=["table", "journal"])
 def test_the_feed_does_not_guess(memory: Memory, tmp_path: Path, journal: bool,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    start = memory._store.last_seq
+    start = memory._store.log.pos
     memory.create("Poi", {"name": "cafe", "city": "Oslo"})
     memory.define(Note, embed="{text}")  # not an entity change
-    assert _feed_between(memory, start, memory._store.last_seq, journal) is None
-    before = memory._store.last_seq
+    assert _feed_between(memory, start, memory._store.log.pos, journal) is None
+    before = memory._store.log.pos
     for i in range(3):
         memory.create("Poi", {"name": f"bar {i}", "city": "Oslo"})
     monkeypatch.setattr(changes, "MAX_EVENTS", 2)  # too long to be worth reading
-    assert _feed_between(memory, before, memory._store.last_seq, journal) is None
+    assert _feed_between(memory, before, memory._store.log.pos, journal) is None
     monkeypatch.undo()
-    assert _feed_between(memory, before, memory._store.last_seq, journal) is not None
+    assert _feed_between(memory, before, memory._store.log.pos, journal) is not None
     if not journal:
         memory.archive_events(before + 2, tmp_path / "archive")  # gone from the table
         assert _feed_between(memory, before, before + 2) is None
@@ -79,7 +79,7 @@ def test_the_feed_does_not_guess(memory: Memory, tmp_path: Path, journal: bool,
 
 def test_the_journal_holds_committed_events_only(memory: Memory,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    start = memory._store.last_seq
+    start = memory._store.log.pos
     poi = memory.create("Poi", {"name": "cafe", "city": "Oslo"})
     with pytest.raises(RuntimeError), memory.transaction() as tx:
         tx.create("Poi", {"name": "never", "city": "Oslo"})
@@ -88,11 +88,11 @@ def test_the_journal_holds_committed_events_only(memory: Memory,
     # the rolled-back seqs are given back and taken by the next commit
     kept = memory.create("Trip", {"destination": "Rome"})
     journal = memory._store.journal
-    assert journal.span(start, memory._store.last_seq) == [
+    assert journal.span(start, memory._store.log.pos) == [
         ("create", "Poi", "default", poi.id), ("create", "Trip", "default", kept.id)]
     log = statements(memory, monkeypatch)
-    assert _feed_between(memory, start, memory._store.last_seq, journal=True) == (
-        _feed_between(memory, start, memory._store.last_seq))
+    assert _feed_between(memory, start, memory._store.log.pos, journal=True) == (
+        _feed_between(memory, start, memory._store.log.pos))
     assert len(log) == 1  # the table was read once, by the feed without a journal
     small = type(journal)(size=1)
     small.committed([(1, "create", "Poi", "default", "a"), (2, "create", "Poi", "default", "b")])

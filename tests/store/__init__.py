@@ -97,8 +97,8 @@ def dump(mem: MemoryAPI) -> dict[str, Any]:
         f"SELECT '{t}', count(*), sum({row_hash}) FROM \"{t}\" AS r" for t in tables)
     return {
         "tables": {t: (n, h) for t, n, h in store.db.fetchall(sql)},
-        "seq": store.last_seq,
-        "last_hash": store.log.last_hash,
+        "seq": store.log.pos,
+        "heads": dict(store.log._heads),
         "types": {t.name: (t.version, t.typedef) for t in store.types()},
     }
 

@@ -70,9 +70,9 @@ def _write(path: Path, records: list[dict[str, Any]]) -> None:
 def test_a_bundle_imports_as_the_same_store(filled: Any, tmp_path: Path, name: str) -> None:
     mem, ids = filled
     manifest = mem.export(tmp_path / name)
-    assert (manifest.last_seq, manifest.last_hash) == (mem.last_seq(),
-                                                      mem.verify_audit().last_hash)
-    assert manifest.counts["event"] == mem.last_seq()  # archived ones included
+    report = mem.verify_audit()  # every tenant's chain: the store's last position, newest hash
+    assert (manifest.last_seq, manifest.last_hash) == (report.last_seq, report.last_hash)
+    assert manifest.counts["event"] == report.events_checked == report.last_seq  # archived too
     with pytest.raises(Conflict):
         mem.export(tmp_path / name)  # never overwrites
     state = _readable_state(mem)
@@ -99,9 +99,10 @@ def test_a_bundle_imports_as_the_same_store(filled: Any, tmp_path: Path, name: s
             .data.name == "东方明珠"
         with pytest.raises(Conflict):
             imported.create("Poi", {"name": "Secret", "city": "Nowhere"})  # still burnt
-        # it goes on from the same head
+        # it goes on from the same heads
         imported.update(ids["trip"], {"budget": 1})
-        assert imported.last_seq() == manifest.last_seq + 1 and imported.verify_audit().ok
+        assert imported.last_seq() == mem.last_seq() + 1 and imported.verify_audit().ok
+        assert imported.verify_audit().last_seq == manifest.last_seq + 1
     finally:
         imported.close()
     with pytest.raises(Conflict):
@@ -178,7 +179,7 @@ def test_truncated_and_foreign_files_are_refused(filled: Any, tmp_path: Path) ->
     _refused(tmp_path / "other.json", tmp_path / "x", "not a dmf-hybrid bundle")
     _refused(tmp_path / "missing.jsonl", tmp_path / "x", "not a file")
     # a bundle the check passes imports into an empty directory only
-    assert check_bundle(tmp_path / "b.jsonl").last_seq == mem.last_seq()
+    assert check_bundle(tmp_path / "b.jsonl").last_seq == mem.verify_audit().last_seq
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "keep.txt").write_text("mine")
     with pytest.raises(Conflict):

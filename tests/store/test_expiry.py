@@ -20,6 +20,7 @@ from dmf_hybrid._internal.errors import Conflict, SchemaError
 from dmf_hybrid._internal.expiry import EXPIRY_ACTOR
 from tests.conftest import tenant_like
 from tests.store import assert_unchanged, behind, both_doors, open_memory
+from tests.store.old_chain import to_one_chain
 
 mem = both_doors()
 
@@ -237,6 +238,7 @@ def test_a_store_without_expiry_is_migrated_when_opened(tmp_path: Path, clock: C
         con.execute('ALTER TABLE "ent_Poi" DROP COLUMN _expires_at')
         con.execute('CREATE INDEX "ent_Poi_id" ON "ent_Poi" (id)')
         con.execute("UPDATE meta SET value = '2' WHERE key = 'store_format'")
+        to_one_chain(con)  # one audit chain for the store, as before format 5
     memory.close()
     memory = open_memory(path)
     try:

@@ -17,6 +17,7 @@ from dmf_hybrid._internal.store.tables import STORE_FORMAT, table_name
 from dmf_hybrid._internal.vector.base import collection_name
 from tests.conftest import define_travel, tenant_like
 from tests.store import audit_seqs, dump_rows, open_memory
+from tests.store.old_chain import to_one_chain
 from tests.store.test_schema import PoiV2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,7 +204,8 @@ def test_open_refuses_a_file_as_directory(tmp_path: Path) -> None:
 
 
 def _to_format_1(path: Path) -> None:
-    """Rewrite a closed memory into store format 1: every type shared by all tenants (one
+    """Rewrite a closed memory into store format 1: one audit chain over all tenants
+    (:func:`.old_chain.to_one_chain`), every type shared by all tenants (one
     table each, as before format 4), entity_index keyed by ID alone, and the vectors of every
     tenant under bare entity IDs in the shared type's collection (as format 1 kept them)."""
     import duckdb
@@ -213,6 +215,7 @@ def _to_format_1(path: Path) -> None:
     model = HashEmbedder().model_id
     try:
         con.execute("BEGIN TRANSACTION")
+        to_one_chain(con)
         for tenant, name in con.execute("SELECT DISTINCT tenant, name FROM schema_types "
                                         "WHERE tenant <> 'default'").fetchall():
             own = table_name(type_key(tenant, name))
@@ -282,7 +285,7 @@ def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
     alpha.erase(gone)
     states = {"default": _readable_state(mem),
               "alpha": [r.model_dump() for r in alpha.related(plan)]}
-    seq = mem.last_seq()
+    seq, total, alpha_seq = mem.last_seq(), mem.verify_audit().events_checked, alpha.last_seq()
     mem.close()
     _to_format_1(path)
 
@@ -290,10 +293,19 @@ def test_a_format_1_store_is_migrated_on_open(tmp_path: Path) -> None:
     try:
         assert _format_of(again) == (str(STORE_FORMAT), ["PRIMARY KEY(tenant, id)"])
         assert not again._store.reconcile_pending  # the open reconciled the vector IDs
-        assert again.last_seq() == seq + 2  # alpha's copies of Poi and Trip, audited
+        assert again.last_seq() == seq + 1  # the migration's own event
+        # one migrate event per tenant, and alpha's copies of Poi and Trip, audited
+        assert again.for_tenant("alpha").last_seq() == alpha_seq + 3
         report = again.verify_audit()
-        assert report.ok and report.events_checked == seq + 2
-        assert _readable_state(again) == states["default"]
+        assert report.ok and report.events_checked == total + 4 and report.chains == 2
+        # the same events, each in its tenant's chain now (other hashes), then the migration's
+        moved = _readable_state(again)
+        events = moved.pop("events")
+        assert events[-1]["op"] == "migrate" and events[-1]["meta"]["old_last_seq"] == total
+        unhashed = {"prev_hash", "hash"}
+        assert [{k: v for k, v in e.items() if k not in unhashed} for e in events[:-1]] == [
+            {k: v for k, v in e.items() if k not in unhashed} for e in states["default"]["events"]]
+        assert moved == {k: v for k, v in states["default"].items() if k != "events"}
         alpha = again.for_tenant("alpha")
         assert [r.model_dump() for r in alpha.related(plan)] == states["alpha"]
         # alpha owns its copies of the shared types now, its vectors in their collections

@@ -133,7 +133,7 @@ def test_a_bundle_moves_a_store_from_postgresql_to_duckdb(pg_server: PgServer,
     try:
         assert _readable_state(moved) == state  # IDs, versions, seqs, hashes, types
         assert [e.model_dump() for e in moved.query("Mixed", order_by="n").items] == mixed
-        assert moved.verify_audit().ok and moved.last_seq() == manifest.last_seq
+        assert moved.verify_audit().ok and moved.verify_audit().last_seq == manifest.last_seq
         same = {t: r for t, r in rows.items() if t not in DERIVED | {"dmf_rules"}}
         assert {t: r for t, r in dump_rows(moved).items() if t in same} == same
         assert moved.search("Poi", "Louvre in Paris", k=1).hits[0].entity.id == ids["louvre"]

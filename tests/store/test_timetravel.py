@@ -169,7 +169,7 @@ def test_as_of_equals_the_state_at_every_seq(mem: Memory, seed: int) -> None:
     assert {e.id: (e.version, e.fields()) for e in mem.query("Trip", limit=1000).items} == \
         _visible(final, erased, "Trip")
     mid = ts[start + 1] + (ts[start + 2] - ts[start + 1]) / 2
-    assert mem._store.timetravel.resolve_as_of(mid) == start + 1
+    assert mem._store.timetravel.resolve_as_of(mem.tenant, mid) == start + 1
     assert mem.verify_audit().ok
 
 

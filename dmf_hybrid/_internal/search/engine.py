@@ -284,7 +284,7 @@ class SearchEngine:
         if opts.query_terms == "drop_stopwords":
             text = strip_query(text)
         node = scope_to_conversation(etype, parse_filter(etype, where), conversation)
-        seq = self.store.timetravel.resolve_as_of(as_of)
+        seq = self.store.timetravel.resolve_as_of(tenant, as_of)
         related = None if rel is None else related_ids(self.store, tenant, etype, rel, seq)
         if seq is None:
             self.indexer.ensure_local(etype, keyword=mode != "vector")
@@ -299,9 +299,11 @@ class SearchEngine:
                     if stamp is None:  # a commit is becoming visible right now
                         raise Moved
                     generation, visible = stamp
-                    at_seq = seq if seq is not None else (
-                        self.store.last_seq if db.in_transaction else visible)
-                    scope = Scope(self.store, etype, tenant, seq, at_seq, node, related)
+                    log = self.store.log
+                    at = ((log.position(tenant, seq), seq) if seq is not None
+                          else (log.pos, log.head(tenant)) if db.in_transaction
+                          else (visible, log.committed_head(tenant)))
+                    scope = Scope(self.store, etype, tenant, seq, at, node, related)
                     if seq is None and not db.in_transaction:
                         self.rows.attach(scope, generation, visible)
                     # this pass's mirrors (a type evicted since is loaded again; one evicted
@@ -357,7 +359,7 @@ class SearchEngine:
                 lap("retry_ms")
         timings["total_ms"] = round(sum(timings.values()), 3)
         receipt = Receipt(
-            resolved_at_seq=scope.seen_seq, mode=mode, plan=plan, candidates=scope.count,
+            resolved_at_seq=scope.tenant_seq, mode=mode, plan=plan, candidates=scope.count,
             model_id=self.embedder.model_id, k=k,
             rrf_k=opts.rrf_k if mode == "hybrid" else None, dropped=dropped,
             index_unavailable=scope.index_unavailable,

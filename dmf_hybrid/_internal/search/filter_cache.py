@@ -59,7 +59,7 @@ class FilterCache:
         threshold = self.exact_threshold
         if scope.filtered:
             shape = scope.fingerprint()
-            key = (shape, scope.seen_seq, scope.by_key)
+            key = (shape, scope.pos, scope.by_key)
             ident = (shape, scope.by_key)
             with self._lock:
                 cached = self._lists.get(key) if cacheable else None
@@ -83,10 +83,10 @@ class FilterCache:
                 fresh: dict[str, Any] = {}
                 scope.row_memo = fresh
                 scope.on_valid.append(lambda: self._keep(
-                    self._lists, key, (count, found, fresh), ident, scope.seen_seq))
+                    self._lists, key, (count, found, fresh), ident, scope.pos))
             return count
         part = (scope.etype.name, scope.tenant)
-        count_key = (*part, scope.seen_seq)
+        count_key = (*part, scope.pos)
         with self._lock:
             known = self._count_cache.get(count_key) if cacheable else None
         if known is None and cacheable:
@@ -96,7 +96,7 @@ class FilterCache:
         count = scope.count_candidates()
         if cacheable:
             scope.on_valid.append(lambda: self._keep(self._count_cache, count_key, count, part,
-                                                     scope.seen_seq))
+                                                     scope.pos))
         return count
 
     def _carried(self, scope: Scope, cache: OrderedDict[Any, Any], ident: tuple[Any, ...],
@@ -108,9 +108,9 @@ class FilterCache:
         with self._lock:
             latest = self._latest.get(ident)
             value = None if latest is None else cache.get(latest[1])
-        if value is None or latest is None or latest[0] >= scope.seen_seq:
+        if value is None or latest is None or latest[0] >= scope.pos:
             return None
-        changes = self.feed.between(scope.reader, latest[0], scope.seen_seq)
+        changes = self.feed.between(scope.reader, latest[0], scope.pos)
         if changes is None:
             return None
         changed = changes.ids.get((scope.etype.name, scope.tenant))
@@ -120,7 +120,7 @@ class FilterCache:
             listed = _patched(scope, value[1], sorted(changed))
             if listed is not None:  # new members: new mirror rows, so a new row memo
                 value = (len(listed), listed, {})
-        scope.on_valid.append(lambda: self._keep(cache, key, value, ident, scope.seen_seq))
+        scope.on_valid.append(lambda: self._keep(cache, key, value, ident, scope.pos))
         return value
 
     def _keep(self, cache: OrderedDict[Any, Any], key: tuple[Any, ...], value: Any,

@@ -92,20 +92,20 @@ class WholePlaces:
         with self._lock:
             held = self._kept.get(key)
             missed = self._missed.get(key)
-            _remember(self._missed, key, scope.seen_seq)
+            _remember(self._missed, key, scope.pos)
         if held is not None and self._unchanged(scope, held[0]):
             return held[1]
         if missed is None or not self._unchanged(scope, missed):
             return None
         index = PlaceIndex(scope.query.places(near.group, near.order))
-        scope.on_valid.append(lambda: self._keep(key, scope.seen_seq, index))
+        scope.on_valid.append(lambda: self._keep(key, scope.pos, index))
         return index
 
     def _unchanged(self, scope: Scope, seq: int) -> bool:
         """Whether no entity of the scope's type changed in its tenant after ``seq``."""
-        if seq > scope.seen_seq:
+        if seq > scope.pos:
             return False
-        changes = self.feed.between(scope.reader, seq, scope.seen_seq)
+        changes = self.feed.between(scope.reader, seq, scope.pos)
         return changes is not None and not changes.ids.get((scope.etype.name, scope.tenant))
 
     def _keep(self, key: tuple[Any, ...], seq: int, index: PlaceIndex) -> None:
@@ -136,13 +136,13 @@ def places_of(scope: Scope, ids: Sequence[str], near: Neighbours,
     if memo is not None and scope.count <= PLACES_KEPT:
         key = f"places:{','.join(near.group)}:{near.order}"
         held = memo.get(key)
-        if held is not None and held[0] == scope.seen_seq:
+        if held is not None and held[0] == scope.pos:
             return held[1].neighbours(ids)
-        if memo.get(f"{key}:missed") == scope.seen_seq:  # the second search of this state
-            held = (scope.seen_seq, PlaceIndex(scope.query.places(near.group, near.order)))
+        if memo.get(f"{key}:missed") == scope.pos:  # the second search of this state
+            held = (scope.pos, PlaceIndex(scope.query.places(near.group, near.order)))
             scope.on_valid.append(lambda: memo.__setitem__(key, held))  # read at that state
             return held[1].neighbours(ids)
-        memo[f"{key}:missed"] = scope.seen_seq  # only a hint of when to read
+        memo[f"{key}:missed"] = scope.pos  # only a hint of when to read
     elif whole is not None and not scope.filtered and scope.seq is None and (
             scope.count <= WHOLE_ROWS_KEPT):
         index = whole.index(scope, near)

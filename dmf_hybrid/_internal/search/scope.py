@@ -40,24 +40,27 @@ class Moved(Exception):
 
 
 class Scope:
-    """The candidate set of one search and the reads it makes, all at one audit seq.
+    """The candidate set of one search and the reads it makes, all at one state of the store:
+    its log position ``pos`` (what the caches key by), which is the tenant's ``tenant_seq``.
 
-    Reads run optimistically at the last committed seq (or, in the writer's own transaction,
-    at its seq): the database's commit seqlock (:meth:`Database.stable`) tells afterwards
+    Reads run optimistically at the last committed state (or, in the writer's own transaction,
+    at its own): the database's commit seqlock (:meth:`Database.stable`) tells afterwards
     whether a commit happened in between, and if one did, the search is redone holding off
     writes (:class:`Moved`). Every entity change is a commit, so an unchanged commit
     generation means an unchanged state.
     """
 
     def __init__(self, store: Store, etype: EntityType, tenant: str, seq: int | None,
-                 at_seq: int, node: FilterNode | None, related: list[str] | None) -> None:
+                 at: tuple[int, int], node: FilterNode | None, related: list[str] | None
+                 ) -> None:
         self.etype, self.tenant, self.seq = etype, tenant, seq
         #: the store's reads of this scope, all through one connection (one state)
         self.query = Candidates(store.db.reader(), store, etype, tenant, seq, node, related)
         self.reader = self.query.reader
         self.filtered = self.query.filtered
         self.count = 0
-        self.seen_seq = at_seq
+        #: the state read: the store's log position and the tenant's seq there
+        self.pos, self.tenant_seq = at
         self.by_key = False  # list candidates by DuckDB hash(tenant, id), not ID
         self.index_unavailable = False  # the vector leg could not ask the vector index
         self.list_large = False  # list the candidates even when the ANN plan is likely

@@ -1,15 +1,16 @@
 """Archiving the audit log: old events move to Parquet files and stay readable.
 
-``archive_events(store, before_seq, dest)`` copies the hot events with ``seq < before_seq``
-to one Parquet file (DuckDB's ``COPY ... TO ... (FORMAT parquet)``), reads the file back to
-check it holds exactly those events, deletes them from the hot ``events`` table and records a
-checkpoint row in ``event_archive`` (file, first and last seq, the last event's chain hash,
-count, SHA-256 of the file) — all in one transaction, followed by one audit event
+``archive_events(store, before_seq, dest, tenant=...)`` copies the tenant's hot events with
+``seq < before_seq`` (seqs are the tenant's own; other tenants' events stay) to one Parquet
+file (DuckDB's ``COPY ... TO ... (FORMAT parquet)``), reads the file back to check it holds
+exactly those events, deletes them from the hot ``events`` table and records a
+checkpoint row in ``event_archive`` (file, tenant, first and last seq, the last event's chain
+hash, count, SHA-256 of the file) — all in one transaction, followed by one audit event
 ``op="archive"``. Every reader of the log (history, events, verify_audit, ``as_of`` reads)
 reads the ``events_all`` view, hot table ``UNION ALL`` the archive files, which is recreated
 whenever the archive changes and when the store opens; ``verify_audit`` therefore re-reads the
-archived events and checks the whole chain. The newest event always stays hot (the archive
-event itself), so ``max(seq)`` of the hot table is the log's head.
+archived events and checks the whole chain. A tenant's newest event always stays hot (the
+archive event itself), so the hot table holds every tenant's head.
 
 Erasure reaches the archive: erasing an entity rewrites the archive files holding its events
 with their snapshots redacted (a new file, swapped in by the same transaction; the old file is
@@ -43,7 +44,7 @@ from .txn import Connection
 log = logging.getLogger(__name__)
 
 SNAPSHOT_DIR = "archived_events"
-FILE_PATTERN = "events-{first:012d}-{last:012d}.parquet"
+FILE_PATTERN = "events-{tenant}-{first:012d}-{last:012d}.parquet"
 _COLS = ", ".join(EVENT_COLUMNS)
 
 
@@ -66,8 +67,8 @@ def _sql_path(path: Path, field: str = "dest") -> str:
 def archive_files(store: Store) -> list[ArchiveFile]:
     """Every archive file's checkpoint, oldest first."""
     rows = store.db.fetchall(
-        "SELECT file, first_seq, last_seq, last_hash, events, sha256, archived_seq "
-        "FROM event_archive ORDER BY first_seq, file")
+        "SELECT file, tenant, first_seq, last_seq, last_hash, events, sha256, archived_seq "
+        "FROM event_archive ORDER BY tenant, first_seq, file")
     keys = ArchiveFile.model_fields
     return [ArchiveFile(**dict(zip(keys, r, strict=True))) for r in rows]
 
@@ -92,35 +93,39 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
     if directory.exists() and not directory.is_dir():
         raise ValidationError(f"{directory} is not a directory", field="dest")
     with store.db.write() as con:
-        before_seq = min(before_seq, store.last_seq + 1)
+        before_seq = min(before_seq, store.log.head(tenant) + 1)
+        mine = "tenant = ? AND seq < ?"
         first, last, count = con.execute(
             "SELECT coalesce(min(seq), 0), coalesce(max(seq), 0), count(*) FROM events "
-            "WHERE seq < ?", [before_seq]).fetchone()
+            f"WHERE {mine}", [tenant, before_seq]).fetchone()
         if not count:
             return ArchiveResult(moved=0)
         if last - first + 1 != count:  # pragma: no cover - the hot log is gap-free
             raise Conflict("the hot events below before_seq are not contiguous",
                            field="before_seq")
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / FILE_PATTERN.format(first=first, last=last)
+        path = directory / FILE_PATTERN.format(tenant=tenant, first=first, last=last)
         target = _sql_path(path)
         entry = store.log.archive_entry(path)
         if con.execute("SELECT 1 FROM event_archive WHERE file = ?", [entry]).fetchone():
             raise Conflict(f"archive file {entry} is already in use", field="dest")
-        con.execute(f"COPY (SELECT {_COLS} FROM events WHERE seq < ? ORDER BY seq) "
-                    f"TO '{target}' (FORMAT parquet)", [before_seq])
+        con.execute(f"COPY (SELECT {_COLS} FROM events WHERE {mine} ORDER BY seq) "
+                    f"TO '{target}' (FORMAT parquet)", [tenant, before_seq])
         store.db.on_rollback(lambda: path.unlink(missing_ok=True))
         back = con.execute(f"SELECT count(*), min(seq), max(seq) FROM read_parquet('{target}')"
                            ).fetchone()
         if back != (count, first, last):  # pragma: no cover - DuckDB wrote what it read
             raise Conflict(f"archive file {target} does not read back as written")
-        hash_row = con.execute("SELECT hash FROM events WHERE seq = ?", [last]).fetchone()
+        hash_row = con.execute("SELECT hash FROM events WHERE tenant = ? AND seq = ?",
+                               [tenant, last]).fetchone()
         last_hash = str(hash_row[0]) if hash_row else ""
         digest = file_sha256(path)
-        con.execute("DELETE FROM events WHERE seq < ?", [before_seq])
-        record = ArchiveFile(file=entry, first_seq=first, last_seq=last, last_hash=last_hash,
-                             events=count, sha256=digest, archived_seq=store.last_seq + 1)
-        con.execute("INSERT INTO event_archive VALUES (?, ?, ?, ?, ?, ?, ?)",
+        con.execute(f"DELETE FROM events WHERE {mine}", [tenant, before_seq])
+        record = ArchiveFile(file=entry, tenant=tenant, first_seq=first, last_seq=last,
+                             last_hash=last_hash, events=count, sha256=digest,
+                             archived_seq=store.log.head(tenant) + 1)
+        con.execute("INSERT INTO event_archive (file, tenant, first_seq, last_seq, last_hash, "
+                    "events, sha256, archived_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     list(record.model_dump().values()))
         store.log.refresh_events_view(con)
         seq = store.append_event(
@@ -151,9 +156,9 @@ def redact_archived(con: Connection, store: Store, tenant: str, op: str,
         return
     ops = ", ".join(f"'{o}'" for o in ENTITY_OPS)
     match = f"(tenant = ? AND entity_id = ? AND op IN ({ops}) AND NOT redacted)"
-    rows = con.execute("SELECT file, first_seq, last_seq FROM event_archive "
-                       "ORDER BY first_seq, file").fetchall()
-    erase_seq = store.last_seq
+    rows = con.execute("SELECT file, first_seq, last_seq FROM event_archive WHERE tenant = ? "
+                       "ORDER BY first_seq, file", [tenant]).fetchall()
+    erase_seq = store.log.head(tenant)
     for entry, first, last in rows:
         old = _sql_path(store.log.archive_location(entry))
         if not Path(old).is_file():
@@ -163,7 +168,7 @@ def redact_archived(con: Connection, store: Store, tenant: str, op: str,
                           [tenant, entity_id]).fetchone()
         if not hit or not hit[0]:
             continue
-        new = Path(old).with_name(FILE_PATTERN.format(first=first, last=last)
+        new = Path(old).with_name(FILE_PATTERN.format(tenant=tenant, first=first, last=last)
                                   .replace(".parquet", f".e{erase_seq}.parquet"))
         target = _sql_path(new)
         columns = archived_columns(con, old)
@@ -186,11 +191,11 @@ def redact_archived(con: Connection, store: Store, tenant: str, op: str,
 
 def export_database(store: Store, dest: Path) -> tuple[int, str | None]:
     """Write the whole database into the directory ``dest`` as Parquet files, the archive
-    files along; (last seq, last hash) of the audit log it holds."""
+    files along; (the log's last position, the newest event's hash) of what it holds."""
     with store.db.write() as con:
         with _exporting(store, con, dest):
             con.execute(f"EXPORT DATABASE '{_sql_path(dest)}' (FORMAT parquet)")
-        return store.last_seq, store.verify_audit().last_hash
+        return store.log.pos, store.verify_audit().last_hash
 
 
 def import_database(src: Path, db_file: Path) -> None:

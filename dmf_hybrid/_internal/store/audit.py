@@ -1,5 +1,12 @@
 """The audit log: one hash-chained event per mutation, verification and erasure-safe redaction.
 
+Each tenant has its own chain: its events are numbered ``seq`` 1, 2, 3... with no gap, and each
+chains to the tenant's previous event (the first to :data:`GENESIS_HASH`), so a tenant's log
+verifies on its own and its seqs say nothing of other tenants' writes. Events also have a
+``pos``: their place in the whole store's log (1, 2, 3... over all tenants, in commit order),
+which only the store itself reads (to follow commits, key the outbox, order a whole-store
+listing); it is not hashed, so a tenant's chain keeps its hashes wherever it is imported.
+
 Hashing: ``payload_hash = sha256(canonical({"before", "after"}))`` and
 ``hash = sha256(prev_hash + "\\n" + canonical(header))`` where the header holds every column
 except the snapshots themselves but *including* ``payload_hash``. ``principal`` (the key that
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from ..clock import to_aware_utc, to_naive_utc
@@ -25,19 +33,20 @@ from .txn import Connection
 
 GENESIS_HASH = "0" * 64
 EVENT_COLUMNS = (
-    "seq", "ts", "tenant", "actor", "principal", "reason", "trace_id", "op", "type", "entity_id",
-    "version_before", "version_after", "before", "after", "meta", "payload_hash", "prev_hash",
-    "hash", "redacted",
+    "pos", "seq", "ts", "tenant", "actor", "principal", "reason", "trace_id", "op", "type",
+    "entity_id", "version_before", "version_after", "before", "after", "meta", "payload_hash",
+    "prev_hash", "hash", "redacted",
 )
 #: Where an event row (:func:`make_event`) holds its own hash, which the next event chains to.
 HASH_INDEX = EVENT_COLUMNS.index("hash")
 EVENTS_DDL = """
 CREATE TABLE IF NOT EXISTS events (
-    seq BIGINT PRIMARY KEY, ts TIMESTAMP NOT NULL, tenant VARCHAR NOT NULL, actor VARCHAR,
-    reason VARCHAR, trace_id VARCHAR, op VARCHAR NOT NULL, type VARCHAR, entity_id VARCHAR,
+    pos BIGINT PRIMARY KEY, seq BIGINT NOT NULL, ts TIMESTAMP NOT NULL,
+    tenant VARCHAR NOT NULL, actor VARCHAR, reason VARCHAR, trace_id VARCHAR,
+    op VARCHAR NOT NULL, type VARCHAR, entity_id VARCHAR,
     version_before INTEGER, version_after INTEGER, before VARCHAR, after VARCHAR, meta VARCHAR,
     payload_hash VARCHAR NOT NULL, prev_hash VARCHAR NOT NULL, hash VARCHAR NOT NULL,
-    redacted BOOLEAN NOT NULL DEFAULT FALSE, principal VARCHAR
+    redacted BOOLEAN NOT NULL DEFAULT FALSE, principal VARCHAR, UNIQUE (tenant, seq)
 )
 """
 #: Stores made before the principal column existed gain it (NULL for their old events).
@@ -80,13 +89,15 @@ def payload_hash_of(before_json: str | None, after_json: str | None) -> str:
 
 
 def make_event(
-    *, seq: int, ts: dt.datetime, prev_hash: str, tenant: str, op: str, type_name: str | None,
-    entity_id: str | None, version_before: int | None, version_after: int | None,
+    *, pos: int, seq: int, ts: dt.datetime, prev_hash: str, tenant: str, op: str,
+    type_name: str | None, entity_id: str | None, version_before: int | None,
+    version_after: int | None,
     before: dict[str, Any] | None, after: dict[str, Any] | None, actor: str | None,
     reason: str | None, trace_id: str | None, meta: dict[str, Any] | None = None,
     principal: str | None = None,
 ) -> tuple[Any, ...]:
-    """One events-table row, hashed and chained to ``prev_hash``; ``principal``: who
+    """One events-table row, hashed and chained to ``prev_hash`` (the hash of the tenant's
+    event before, ``seq - 1``); ``pos``: its place in the store's log; ``principal``: who
     authenticated the write (the API key's label), None for an in-process caller."""
     before_json = None if before is None else canonical_json(before)
     after_json = None if after is None else canonical_json(after)
@@ -99,7 +110,7 @@ def make_event(
         "payload_hash": payload_hash}, meta)
     digest = event_hash(prev_hash, header)
     return (
-        seq, ts, tenant, actor, principal, reason, trace_id, op, type_name, entity_id,
+        pos, seq, ts, tenant, actor, principal, reason, trace_id, op, type_name, entity_id,
         version_before, version_after, before_json, after_json,
         None if meta is None else canonical_json(meta), payload_hash, prev_hash, digest, False,
     )
@@ -119,33 +130,52 @@ def insert_events(con: Connection, rows: list[tuple[Any, ...]]) -> None:
 def row_to_event(row: tuple[Any, ...]) -> AuditEvent:
     """An AuditEvent from an events-table row (columns in EVENT_COLUMNS order)."""
     values = dict(zip(EVENT_COLUMNS, row, strict=True))
+    del values["pos"]  # the store's own: a tenant sees its seqs only
     for key in ("before", "after", "meta"):
         values[key] = None if values[key] is None else json.loads(values[key])
     values["ts"] = to_aware_utc(values["ts"])
     return AuditEvent.model_validate(values)
 
 
-def verify_rows(rows: Any, start_prev: str = GENESIS_HASH, start_seq: int = 1,
-                erased: set[tuple[str, str]] | None = None) -> AuditReport:
-    """Check a seq-ordered iterable of event rows: gap-free seqs, payloads, the hash chain."""
-    prev, expected, checked = start_prev, start_seq, 0
-    erased = erased or set()
-    for row in rows:
+class ChainCheck:
+    """Checks event rows as they come: each tenant's chain (gap-free seqs from 1, payloads,
+    hashes chained from :data:`GENESIS_HASH`), and, with ``positions``, the store's positions
+    1, 2, 3... in the order the rows come. :meth:`feed` returns the first problem's report.
+    ``one_chain``: every row in one chain, whatever its tenant (the log of a store written
+    before each tenant had its own, :mod:`.rechain`)."""
+
+    def __init__(self, erased: set[tuple[str, str]], positions: bool = True,
+                 one_chain: bool = False) -> None:
+        self.erased = erased
+        self.positions = positions
+        self.one_chain = one_chain
+        self.heads: dict[str, Head] = {}
+        self.checked = 0
+        self.last_pos = 0
+        self.last_hash: str | None = None
+
+    def feed(self, row: tuple[Any, ...]) -> AuditReport | None:
+        """Check one more row; a failed report naming it, or None."""
         values = dict(zip(EVENT_COLUMNS, row, strict=True))
-        seq = values["seq"]
+        tenant, seq = values["tenant"], values["seq"]
+        chain = "" if self.one_chain else tenant
+        head_seq, prev = self.heads.get(chain, (0, GENESIS_HASH))
 
-        def bad(problem: str, seq: int = seq, checked: int = checked, expected: int = expected,
-                prev: str = prev) -> AuditReport:
-            return AuditReport(ok=False, events_checked=checked, first_bad_seq=seq,
-                               problem=problem, last_seq=expected - 1, last_hash=prev)
+        def bad(problem: str, seq: int = seq) -> AuditReport:
+            return AuditReport(ok=False, events_checked=self.checked, first_bad_seq=seq,
+                               problem=problem, last_seq=head_seq, last_hash=prev,
+                               tenant=tenant, chains=len(self.heads))
 
-        if seq != expected:  # the first bad seq is the one that is missing
-            return bad(f"expected seq {expected}, found {seq} (an event is missing or moved)",
-                       seq=expected)
+        if seq != head_seq + 1:  # the first bad seq is the one that is missing
+            return bad(f"expected seq {head_seq + 1}, found {seq} (an event is missing or "
+                       "moved)", seq=head_seq + 1)
+        if self.positions and values["pos"] != self.last_pos + 1:
+            return bad(f"expected position {self.last_pos + 1} in the store's log, found "
+                       f"{values['pos']} (an event is missing or moved)")
         if values["prev_hash"] != prev:
             return bad("prev_hash does not match the previous event's hash")
         if values["redacted"]:
-            if (values["tenant"], values["entity_id"]) not in erased:
+            if (tenant, values["entity_id"]) not in self.erased:
                 return bad("snapshots removed but the entity was never erased")
         else:
             before = None if values["before"] is None else json.loads(values["before"])
@@ -156,7 +186,26 @@ def verify_rows(rows: Any, start_prev: str = GENESIS_HASH, start_seq: int = 1,
                               else json.loads(values["meta"]))
         if event_hash(prev, header) != values["hash"]:
             return bad("hash does not match the event's content (edited)")
-        prev = values["hash"]
-        expected += 1
-        checked += 1
-    return AuditReport(ok=True, events_checked=checked, last_seq=expected - 1, last_hash=prev)
+        self.heads[chain] = (seq, values["hash"])
+        self.checked += 1
+        self.last_pos = values["pos"] if self.positions else self.last_pos
+        self.last_hash = values["hash"]
+        return None
+
+    def run(self, rows: Iterable[tuple[Any, ...]]) -> AuditReport:
+        """Check every row; the report: with positions, the store's last position and newest
+        hash, else the head of the (one) chain."""
+        for row in rows:
+            failed = self.feed(row)
+            if failed is not None:
+                return failed
+        if not self.positions:
+            seq, digest = next(iter(self.heads.values()), (0, None))
+            return AuditReport(ok=True, events_checked=self.checked, last_seq=seq,
+                               last_hash=digest, chains=len(self.heads))
+        return AuditReport(ok=True, events_checked=self.checked, last_seq=self.last_pos,
+                           last_hash=self.last_hash, chains=len(self.heads))
+
+
+#: A tenant's chain head: the seq and hash of its newest event.
+Head = tuple[int, str]

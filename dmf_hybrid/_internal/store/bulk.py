@@ -167,7 +167,7 @@ class BulkLoad:
                 seen[eid] = current
                 results.append(self._existing(etype, current, instance, values, on_conflict))
                 continue
-            seq = self.log.next_seq + len(events)  # the seq append_many gives its event
+            pos = self.log.next_pos + len(events)  # the position append_many gives its event
             snap = self.writes.snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash,
                                         plain, expires)
             events.append({
@@ -181,7 +181,7 @@ class BulkLoad:
                 + [bind_field(s, values[n]) for n, s in etype.fields.items()]
             ))
             if text_hash is not None:
-                outbox.append((seq, tenant, eid, etype.name, "upsert"))
+                outbox.append((pos, tenant, eid, etype.name, "upsert"))
             entity = Entity(id=eid, type=etype.name, tenant=tenant, version=1, data=instance,
                             created_at=now, updated_at=now, created=True, expires_at=expires)
             seen[eid] = entity

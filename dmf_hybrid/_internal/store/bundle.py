@@ -51,6 +51,7 @@ from .tables import (
 from .txn import Connection
 
 BUNDLE_FORMAT = 1
+_TS = audit.EVENT_COLUMNS.index("ts")
 #: Record kinds, in the order a bundle holds them, and the table each is read into.
 KINDS = {"type": "schema_types", "rule": "dmf_rules", "id": "entity_index",
          "entity": None, "relation": "relations", "event": "events"}
@@ -104,7 +105,7 @@ def export_bundle(store: Store, dest: Path) -> BundleManifest:
                "ORDER BY tenant, id", name) for tenant, name in types],
             ("relation", "SELECT * FROM relations ORDER BY created_seq, tenant, from_id, "
                          "relation, to_id", None),
-            ("event", f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} ORDER BY seq",
+            ("event", f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} ORDER BY pos",
              None),
         ]
         counts = {kind: 0 for kind in KINDS}
@@ -112,7 +113,7 @@ def export_bundle(store: Store, dest: Path) -> BundleManifest:
             if sql:
                 counts[kind] += int(reader.execute(f"SELECT count(*) FROM ({sql}) AS s").fetchall()
                                     [0][0])
-        head = reader.execute(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1"
+        head = reader.execute(f"SELECT pos, hash FROM {EVENTS_ALL} ORDER BY pos DESC LIMIT 1"
                               ).fetchall()
         meta = dict(reader.execute(
             f"SELECT key, value FROM meta WHERE key IN ({', '.join('?' * len(META_KEYS))})",
@@ -201,11 +202,13 @@ def check_bundle(path: Path) -> BundleManifest:
     manifest = read_manifest(path)
     counts = {kind: 0 for kind in KINDS}
     legacy = manifest.store_format < 4  # one set of types, shared by every tenant
+    one_chain = manifest.store_format < 5  # one hash chain over every tenant's events
     types: dict[tuple[str, str], EntityType] = {}
     erased: dict[tuple[str, str], int] = {}  # (tenant, id) -> the seq of its erase
     last: dict[tuple[str, str], tuple[int | None, Any]] = {}  # (tenant, id) -> (version, after)
     created: dict[tuple[str, str], str] = {}  # (tenant, id) -> its type
-    links: dict[int, tuple[Any, ...]] = {}  # seq -> (op, tenant, from, relation, to)
+    # (tenant, seq) -> (op, tenant, from, relation, to)
+    links: dict[tuple[str, int], tuple[Any, ...]] = {}
     for number, record in _records(path):
         kind, row = record["k"], record["row"]
         counts[kind] += 1
@@ -227,8 +230,8 @@ def check_bundle(path: Path) -> BundleManifest:
             elif op in ("link", "unlink"):
                 try:
                     link = json.loads(row.get("meta") or "{}")
-                    links[row["seq"]] = (op, row["tenant"], link["from"], link["relation"],
-                                         link["to"])
+                    links[(str(row["tenant"]), int(row["seq"]))] = (
+                        op, row["tenant"], link["from"], link["relation"], link["to"])
                 except (TypeError, ValueError, KeyError):
                     pass  # the chain check below names the event
             if op in ENTITY_OPS and row.get("entity_id") is not None:
@@ -256,16 +259,20 @@ def check_bundle(path: Path) -> BundleManifest:
             if record["k"] != "event":
                 continue
             try:
-                values = [row[c] for c in audit.EVENT_COLUMNS]
-                values[1] = dt.datetime.fromisoformat(values[1])
+                values = [row[c] if c != "pos" or not one_chain else row["seq"]
+                          for c in audit.EVENT_COLUMNS]
+                values[_TS] = dt.datetime.fromisoformat(values[_TS])
             except (KeyError, TypeError, ValueError):
                 raise _bad(number, "an event record lacks its columns") from None
             yield tuple(values)
 
-    report = audit.verify_rows(events(), erased=set(erased))
+    report = audit.ChainCheck(set(erased), positions=not one_chain,
+                              one_chain=one_chain).run(events())
     if not report.ok:
-        raise ValidationError(f"bundle event seq {report.first_bad_seq}: {report.problem}",
-                              field="bundle", first_bad_seq=report.first_bad_seq)
+        where = "" if one_chain else f" of tenant {report.tenant}"
+        raise ValidationError(f"bundle event seq {report.first_bad_seq}{where}: "
+                              f"{report.problem}", field="bundle",
+                              first_bad_seq=report.first_bad_seq, tenant=report.tenant)
     if (report.last_seq, report.last_hash) != (manifest.last_seq, manifest.last_hash):
         raise ValidationError(f"the bundle's chain ends at seq {report.last_seq}, its header "
                               f"says {manifest.last_seq} (truncated or edited)", field="bundle")
@@ -312,15 +319,16 @@ def _check_id(number: int, row: dict[str, Any], created: dict[tuple[str, str], s
                    entity_id=row.get("id"))
 
 
-def _check_relation(number: int, row: dict[str, Any], links: dict[int, tuple[Any, ...]],
+def _check_relation(number: int, row: dict[str, Any],
+                    links: dict[tuple[str, int], tuple[Any, ...]],
                     erased: dict[tuple[str, str], int]) -> None:
     """A link must have been made by the link event at its ``created_seq``, and ended (if it
     was) by an unlink of it or an erase of one of its ends at its ``deleted_seq``."""
     link = tuple(str(row.get(c)) for c in ("tenant", "from_id", "relation", "to_id"))
     ended = row.get("deleted_seq")
     ends = {erased.get((link[0], link[1])), erased.get((link[0], link[3]))}
-    if (links.get(int(row.get("created_seq") or 0)) != ("link", *link)
-            or (ended is not None and links.get(ended) != ("unlink", *link)
+    if (links.get((link[0], int(row.get("created_seq") or 0))) != ("link", *link)
+            or (ended is not None and links.get((link[0], ended)) != ("unlink", *link)
                 and ended not in ends)):
         raise _bad(number, f"the link {link[1]} -{link[2]}-> {link[3]} is not as its events "
                    "left it (edited)")
@@ -375,6 +383,8 @@ def _fill(con: Connection, path: Path, manifest: BundleManifest) -> None:
     _write_all(con, path, legacy)
     if legacy:
         flag_shared_types(con)
+    if manifest.store_format < 5:  # one chain: re-chained per tenant when the store opens
+        con.execute("UPDATE meta SET value = '4' WHERE key = 'store_format'")
     for key, value in sorted(manifest.meta.items()):
         if key in META_KEYS:
             con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
@@ -418,6 +428,8 @@ def _write_all(con: Connection, path: Path, legacy: bool) -> None:
         kind, row = record["k"], record["row"]
         if legacy and kind in ("type", "rule"):
             row = {"tenant": DEFAULT_TENANT, **row}
+        if kind == "event" and "pos" not in row:  # store format 4 and older
+            row = {"pos": row["seq"], **row}
         if kind == "type":
             key = (row["tenant"], row["name"])
             if int(row["version"]) >= latest.get(key, (0, ""))[0]:

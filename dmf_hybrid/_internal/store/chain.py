@@ -8,6 +8,7 @@ layers above hand it the events of their writes and never touch the seq or a has
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -21,23 +22,37 @@ from .journal import Journal
 from .tables import EVENTS_ALL
 from .txn import Connection, Transactions
 
+log = logging.getLogger(__name__)
+
 #: Every reader of the audit log reads the ``events_all`` view: the hot ``events`` table plus
 #: the archived Parquet files listed in ``event_archive`` (see dmf_hybrid._internal.store.archive).
 EVENT_ARCHIVE_DDL = """CREATE TABLE IF NOT EXISTS event_archive (
-    file VARCHAR PRIMARY KEY, first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,
+    file VARCHAR PRIMARY KEY, tenant VARCHAR NOT NULL, first_seq BIGINT NOT NULL,
+    last_seq BIGINT NOT NULL,
     last_hash VARCHAR NOT NULL, events BIGINT NOT NULL, sha256 VARCHAR NOT NULL,
     archived_seq BIGINT NOT NULL)"""
-#: (seq, tenant, entity ID, type, op) of one outbox row
+#: (position, tenant, entity ID, type, op) of one outbox row
 OutboxEntry = tuple[int, str, str, str, str]
 #: Called after a commit with the outbox rows it queued.
 Listener = Callable[[list[OutboxEntry]], None]
 _OUTBOX_COLUMNS = ["seq", "tenant", "entity_id", "type", "op"]
 _OP, _TYPE, _TENANT, _ENTITY = (audit.EVENT_COLUMNS.index(c)
                                 for c in ("op", "type", "tenant", "entity_id"))
+#: Each tenant's head (its newest event's seq and hash), read from the hot table: a tenant's
+#: newest event is never archived (archiving appends an event of its own).
+HEADS_SQL = ("SELECT e.tenant, e.seq, e.hash FROM events AS e JOIN (SELECT tenant, max(seq) "
+             "AS seq FROM events GROUP BY tenant) AS h ON e.tenant = h.tenant AND e.seq = h.seq")
+_COLS = ", ".join(audit.EVENT_COLUMNS)
 
 
 class AuditLog:
-    """The hash-chained audit log of a database, its head and its outbox queue."""
+    """The audit log of a database: each tenant's hash chain and head, the store's position
+    over all of them, and the outbox queue.
+
+    A tenant's ``seq`` is what every public answer names (``as_of``, receipts, ``events``,
+    ``X-DMF-Seq``); the position (``pos``) orders the whole store's commits for the parts
+    that follow them (the search caches' change feed, other processes, the outbox).
+    """
 
     def __init__(self, db: Transactions, journal: Journal) -> None:
         self.db = db
@@ -50,90 +65,141 @@ class AuditLog:
             con.execute(EVENT_ARCHIVE_DDL)
             self.relativize_archives(con)
             self.refresh_events_view(con)
-        row = db.fetchone(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1")
-        self._seq: int = int(row[0]) if row else 0
-        self._last_hash: str = str(row[1]) if row else audit.GENESIS_HASH
-        db.visible_seq = self._seq
-        db.seq_source = lambda: self._seq
+        self._pos = 0
+        self._heads: dict[str, audit.Head] = {}  # written (this transaction's own included)
+        self._visible: dict[str, int] = {}  # committed, as readers may see it
+        self._written: set[str] = set()  # tenants this transaction appended to
+        self.follow()
+        db.visible_pos = self._pos
+        db.publish = self._publish
 
-    # ---------------------------------------------------------------- the head
+    # ---------------------------------------------------------------- the heads
 
     def follow(self) -> None:
-        """Take the head other processes moved (PostgreSQL; the write lock held)."""
-        row = self.db.fetchone(f"SELECT seq, hash FROM {EVENTS_ALL} ORDER BY seq DESC LIMIT 1")
-        self._seq = int(row[0]) if row else 0
-        self._last_hash = str(row[1]) if row else audit.GENESIS_HASH
+        """Read the heads from the database (at open; on PostgreSQL, the write lock held,
+        when other processes moved them)."""
+        row = self.db.fetchone("SELECT max(pos) FROM events")
+        pos = int(row[0]) if row and row[0] is not None else 0
+        heads = {str(t): (int(s), str(h)) for t, s, h in self.db.fetchall(HEADS_SQL)}
+        # a log never goes back: a head that did (events cut off its end) stays where this
+        # process saw it, so the next event leaves the gap verify names
+        for tenant, (seq, digest) in self._heads.items():
+            if heads.get(tenant, (0, ""))[0] < seq:
+                log.error("the audit log of tenant %s went back from seq %d to %d", tenant,
+                          seq, heads.get(tenant, (0, ""))[0])
+                heads[tenant] = (seq, digest)
+        self._pos, self._heads = max(pos, self._pos), heads
+        self._visible = {t: seq for t, (seq, _hash) in self._heads.items()}
+
+    def _publish(self) -> None:
+        """A commit becomes visible (the database's seqlock is odd): its position and the
+        heads of the tenants it wrote."""
+        self.db.visible_pos = self._pos
+        for tenant in self._written:
+            self._visible[tenant] = self._heads[tenant][0]
+        self._written = set()
 
     @property
-    def seq(self) -> int:
-        """The seq of the newest committed (or, inside a transaction, written) event."""
-        return self._seq
+    def pos(self) -> int:
+        """The position of the newest committed (or, inside a transaction, written) event."""
+        return self._pos
 
     @property
-    def last_hash(self) -> str:
-        """The hash of the newest event (the chain's head), which the next one chains to."""
-        return self._last_hash
+    def next_pos(self) -> int:
+        """The position the next appended event takes."""
+        return self._pos + 1
 
     @property
-    def next_seq(self) -> int:
-        """The seq the next appended event takes."""
-        return self._seq + 1
+    def committed_pos(self) -> int:
+        """The position of the newest committed event (this thread's own, in its transaction)."""
+        return self._pos if self.db.in_transaction else self.db.visible_pos
 
-    @property
-    def committed_seq(self) -> int:
-        """The seq of the newest committed event (this thread's own, in its transaction)."""
-        return self._seq if self.db.in_transaction else self.db.visible_seq
+    def head(self, tenant: str) -> int:
+        """The seq of the tenant's newest committed (or, inside a transaction, written) event
+        (0 before its first)."""
+        return self._heads.get(tenant, (0, ""))[0]
+
+    def head_hash(self, tenant: str) -> str:
+        """The hash of the tenant's newest event, which its next one chains to."""
+        return self._heads.get(tenant, (0, audit.GENESIS_HASH))[1]
+
+    def committed_head(self, tenant: str) -> int:
+        """The tenant's newest committed seq (this thread's own, in its transaction)."""
+        if self.db.in_transaction:
+            return self.head(tenant)
+        return self._visible.get(tenant, 0)
+
+    def position(self, tenant: str, seq: int) -> int:
+        """The position of the tenant's event ``seq`` (0 for seq 0): reading the store as of
+        it reads the tenant as of ``seq``."""
+        if seq <= 0:
+            return 0
+        row = self.db.fetchone(f"SELECT pos FROM {EVENTS_ALL} WHERE tenant = ? AND seq = ?",
+                               [tenant, seq])
+        return int(row[0]) if row else 0
 
     # ---------------------------------------------------------------- appending
 
     def append(self, con: Connection, **fields: Any) -> int:
-        """Append one audit event (make_event's fields but seq, ts and prev_hash) inside the
-        open transaction; its seq."""
-        return int(self.append_many(con, [fields], utcnow())[0][0])
+        """Append one audit event (make_event's fields but pos, seq, ts and prev_hash) inside
+        the open transaction; its seq (in its tenant's chain)."""
+        return int(self.append_many(con, [fields], utcnow())[0][1])
 
     def append_many(self, con: Connection, events: list[dict[str, Any]],
                     ts: dt.datetime) -> list[tuple[Any, ...]]:
-        """Append events (make_event's fields but seq, ts and prev_hash), in order, inside the
-        open transaction: each takes the next seq and chains to the one before; the head
-        moves (and moves back on rollback) and the journal hears of them on commit. Their
-        rows."""
-        seq_before, hash_before = self._seq, self._last_hash
+        """Append events (make_event's fields but pos, seq, ts and prev_hash), in order, inside
+        the open transaction: each takes the next position and its tenant's next seq, and
+        chains to its tenant's event before; the heads move (and move back on rollback) and
+        the journal hears of them on commit. Their rows."""
+        pos_before = self._pos
+        heads_before = {f["tenant"]: self._heads.get(f["tenant"]) for f in events}
+        written_before = set(self._written)
         rows: list[tuple[Any, ...]] = []
-        seq, prev = seq_before, hash_before
+        pos = pos_before
         for fields in events:
-            seq += 1
-            row = audit.make_event(seq=seq, ts=ts, prev_hash=prev, **fields)
-            prev = row[audit.HASH_INDEX]
+            tenant = fields["tenant"]
+            seq, prev = self._heads.get(tenant, (0, audit.GENESIS_HASH))
+            pos += 1
+            row = audit.make_event(pos=pos, seq=seq + 1, ts=ts, prev_hash=prev, **fields)
+            self._heads[tenant] = (seq + 1, row[audit.HASH_INDEX])
             rows.append(row)
         audit.insert_events(con, rows)
-        self._seq, self._last_hash = seq, prev
-        self.db.on_rollback(lambda: self._reset(seq_before, hash_before))
+        self._pos = pos
+        self._written.update(heads_before)
+        self.db.on_rollback(lambda: self._reset(pos_before, heads_before, written_before))
         entries = [(r[0], r[_OP], r[_TYPE], r[_TENANT], r[_ENTITY]) for r in rows]
         self.db.after_commit(lambda: self.journal.committed(entries))
         return rows
 
-    def _reset(self, seq: int, last_hash: str) -> None:
-        self._seq, self._last_hash = seq, last_hash
+    def _reset(self, pos: int, heads: dict[str, audit.Head | None], written: set[str]) -> None:
+        self._pos = pos
+        for tenant, head in heads.items():
+            if head is None:
+                self._heads.pop(tenant, None)
+            else:
+                self._heads[tenant] = head
+        self._written = written
 
     # ---------------------------------------------------------------- the outbox
 
-    def enqueue(self, con: Connection, seq: int, tenant: str, eid: str,
-                type_name: str, op: str, unique: bool = True) -> None:
-        """An outbox row for the derived indexes (``unique`` False: keyed past the largest,
-        for schema-wide requeues that share one event's seq)."""
+    def enqueue(self, con: Connection, tenant: str, eid: str, type_name: str, op: str,
+                unique: bool = True) -> None:
+        """An outbox row for the derived indexes, keyed by the position of the event just
+        appended (``unique`` False: keyed past the largest, for schema-wide requeues that
+        share one event)."""
+        pos = self._pos
         if unique:
             con.execute("INSERT INTO outbox (seq, tenant, entity_id, type, op) VALUES (?,?,?,?,?)",
-                        [seq, tenant, eid, type_name, op])
+                        [pos, tenant, eid, type_name, op])
         else:
             con.execute(
                 "INSERT INTO outbox (seq, tenant, entity_id, type, op) "
                 "SELECT coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM outbox",
-                [tenant, eid, type_name, op],
-            )
-        self._queue([(seq, tenant, eid, type_name, op)])
+                [tenant, eid, type_name, op])
+        self._queue([(pos, tenant, eid, type_name, op)])
 
     def enqueue_many(self, con: Connection, rows: list[OutboxEntry]) -> None:
-        """Outbox rows of a bulk write, each keyed by its own event's seq."""
+        """Outbox rows of a bulk write, each keyed by its own event's position."""
         if not rows:
             return
         if len(rows) < 8:
@@ -192,7 +258,7 @@ class AuditLog:
         """(Re)create the events_all view; returns the archive files it could not find."""
         cols = ", ".join(audit.EVENT_COLUMNS)
         files = [r[0] for r in con.execute(
-            "SELECT file FROM event_archive ORDER BY first_seq, file").fetchall()]
+            "SELECT file FROM event_archive ORDER BY tenant, first_seq, file").fetchall()]
         located = {f: str(self.archive_location(f).resolve()) for f in files}
         present = [f for f in files if Path(located[f]).is_file() and "'" not in located[f]]
         sql = f"SELECT {cols} FROM events"
@@ -214,36 +280,37 @@ class AuditLog:
         """Every event of an entity (including links), oldest first."""
         eid = check_id(eid, "entity_id")
         rows = self.db.fetchall(
-            f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE tenant = ? AND "
+            f"SELECT {_COLS} FROM {EVENTS_ALL} WHERE tenant = ? AND "
             f"(entity_id = ? OR {self.db.dialect.json_text('meta', 'to')} = ?) ORDER BY seq",
             [tenant, eid, eid])
         if not rows:
             raise NotFound(f"no entity {eid}", entity_id=eid)
         return [audit.row_to_event(r) for r in rows]
 
-    def events(self, tenant: str | None, since_seq: int = 0, until_seq: int | None = None,
+    def events(self, tenant: str, since_seq: int = 0, until_seq: int | None = None,
                limit: int = 1000) -> list[AuditEvent]:
-        """Events with since_seq < seq <= until_seq, oldest first (one tenant, or all)."""
+        """The tenant's events with since_seq < seq <= until_seq, oldest first."""
         check_seq_bounds(since_seq=since_seq, until_seq=until_seq, limit=limit)
-        params: list[Any] = [since_seq]
-        sql = f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} WHERE seq > ?"
+        params: list[Any] = [tenant, since_seq]
+        sql = f"SELECT {_COLS} FROM {EVENTS_ALL} WHERE tenant = ? AND seq > ?"
         if until_seq is not None:
             sql += " AND seq <= ?"
             params.append(until_seq)
-        if tenant is not None:
-            sql += " AND tenant = ?"
-            params.append(tenant)
         sql += f" ORDER BY seq LIMIT {int(limit)}"
         return [audit.row_to_event(r) for r in self.db.fetchall(sql, params)]
 
-    def verify(self) -> AuditReport:
-        """Check the whole hash chain; names the first bad seq."""
-        with self.db.no_writes():  # the reads below see exactly the chain up to self._seq
-            last_written = self._seq
+    def verify(self, tenant: str | None = None) -> AuditReport:
+        """Check the tenant's hash chain, or every tenant's and the store's positions (None);
+        names the first bad seq (and its tenant)."""
+        with self.db.no_writes():  # the reads below see exactly the chains up to the heads
+            heads = {t: seq for t, (seq, _hash) in self._heads.items()}
+            written = self._pos
+            mine, params = ("", []) if tenant is None else (" AND tenant = ?", [tenant])
             erased = {(t, e) for t, e in self.db.fetchall(
-                f"SELECT tenant, entity_id FROM {EVENTS_ALL} WHERE op = 'erase'")}
+                f"SELECT tenant, entity_id FROM {EVENTS_ALL} WHERE op = 'erase'{mine}", params)}
+            order = "pos" if tenant is None else "seq"
             cur = self.db.reader().execute(
-                f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} ORDER BY seq")
+                f"SELECT {_COLS} FROM {EVENTS_ALL} WHERE true{mine} ORDER BY {order}", params)
 
         def rows() -> Iterable[tuple[Any, ...]]:
             while True:
@@ -252,11 +319,27 @@ class AuditLog:
                     return
                 yield from batch
 
-        report = audit.verify_rows(rows(), erased=erased)
-        if report.ok and report.last_seq != last_written:
-            # a consistent chain that ends too early (or late): events were cut off the end
+        check = audit.ChainCheck(erased, positions=tenant is None)
+        report = check.run(rows())
+        if tenant is not None:
+            report = report.model_copy(update={"scope": "tenant", "chains": 1})
+            found = check.heads.get(tenant, (0, ""))[0]
+            return _cut_off(report, tenant, heads.get(tenant, 0), found)
+        for name in sorted(set(heads) | set(check.heads)):
+            report = _cut_off(report, name, heads.get(name, 0), check.heads.get(name, (0, ""))[0])
+        if report.ok and check.last_pos != written:
             return report.model_copy(update={
-                "ok": False, "first_bad_seq": min(report.last_seq, last_written) + 1,
-                "problem": f"the log ends at seq {report.last_seq} but this store wrote up "
-                           f"to seq {last_written} (events were removed or added at the end)"})
+                "ok": False, "problem": f"the store's log ends at position {check.last_pos} "
+                f"but this store wrote up to {written} (events were removed or added)"})
         return report
+
+
+def _cut_off(report: AuditReport, tenant: str, written: int, found: int) -> AuditReport:
+    """The report, failed if the tenant's chain ends before or after the seq this store
+    wrote up to (events were cut off its end, or added)."""
+    if not report.ok or found == written:
+        return report
+    return report.model_copy(update={
+        "ok": False, "first_bad_seq": min(found, written) + 1, "tenant": tenant,
+        "problem": f"the log ends at seq {found} but this store wrote up to seq {written} "
+                   "(events were removed or added at the end)"})

@@ -1,10 +1,10 @@
-"""What the commits between two audit seqs changed, read from the audit log.
+"""What the commits between two positions of the audit log changed, read from the log.
 
 Every entity change appends an event in the transaction that makes it (create, update,
-append, delete, restore, erase; one seq each, with no gap: a rolled-back transaction gives its
-seqs back). So the events after seq ``a`` up to seq ``b`` name every entity whose row differs
-between the two states, and the search caches (:mod:`.row_cache`, :mod:`.filter_cache`) keep
-what those events do not touch instead of starting over at every commit.
+append, delete, restore, erase; one log position each, with no gap: a rolled-back transaction
+gives its positions back). So the events after position ``a`` up to ``b`` name every entity
+whose row differs between the two states, and the search caches (:mod:`.row_cache`,
+:mod:`.filter_cache`) keep what those events do not touch instead of starting over at every commit.
 
 The store's journal (:mod:`dmf_hybrid._internal.store.journal`) holds the recent events this process
 committed, so the usual question (the last commit or few) needs no DuckDB statement.
@@ -54,7 +54,7 @@ class Changes:
 
 
 class ChangeFeed:
-    """:meth:`between` two seqs, from the store's journal of recent events where it holds
+    """:meth:`between` two log positions, from the store's journal of recent events where it holds
     them, else from the events table; memoised for the few ranges the caches ask about."""
 
     def __init__(self, journal: Journal | None = None) -> None:
@@ -63,9 +63,9 @@ class ChangeFeed:
         self._lock = threading.Lock()
 
     def between(self, con: Connection, after: int, upto: int) -> Changes | None:
-        """What the events with ``after < seq <= upto`` changed; None if that is not known.
+        """What the events with ``after < pos <= upto`` changed; None if that is not known.
 
-        ``upto`` must be a committed seq (the caller read it from :meth:`Database.stable`):
+        ``upto`` must be a committed position (the caller read it from :meth:`Database.stable`):
         the events up to it never change, so the answer does not depend on when it is read.
         """
         if upto < after:
@@ -82,7 +82,7 @@ class ChangeFeed:
         rows = None if self.journal is None else self.journal.span(after, upto)
         if rows is None:  # older than the journal: the table (a scan of the log)
             rows = con.execute(
-                "SELECT op, type, tenant, entity_id FROM events WHERE seq > ? AND seq <= ?",
+                "SELECT op, type, tenant, entity_id FROM events WHERE pos > ? AND pos <= ?",
                 [after, upto]).fetchall()
         found = _digest(rows, upto - after)
         with self._lock:

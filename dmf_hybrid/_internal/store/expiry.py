@@ -17,15 +17,16 @@ from ..clock import to_naive_utc
 from .tables import EXPIRES_COLUMN
 
 
-def live_sql(params: list[Any], at: dt.datetime | int, alias: str = "") -> str:
+def live_sql(params: list[Any], at: dt.datetime | tuple[str, int], alias: str = "") -> str:
     """SQL: the row (of a type's table, or of ``as_of_table_sql``) is live at ``at`` — a time,
-    or the time of that audit seq — appending its bound value to ``params``."""
+    or the time of a tenant's audit seq (tenant, seq) — appending its bound values to
+    ``params``."""
     if isinstance(at, dt.datetime):
         params.append(to_naive_utc(at))
         when = "?"
     else:
-        params.append(at)
-        when = "(SELECT ts FROM events_all WHERE seq = ?)"
+        params.extend(at)
+        when = "(SELECT ts FROM events_all WHERE tenant = ? AND seq = ?)"
     return (f"({alias}deleted_at IS NULL AND ({alias}{EXPIRES_COLUMN} IS NULL "
             f"OR {alias}{EXPIRES_COLUMN} > {when}))")
 

@@ -1,6 +1,6 @@
 """The journal: what the audit events this process committed lately were about.
 
-The search caches ask which entities the commits between two seqs changed
+The search caches ask which entities the commits between two log positions changed
 (:mod:`.changes`). The events table answers, but DuckDB scans it for a range
 of seqs (its key index serves no range), a cost that grows with the log. This process is the
 file's only writer, so it records the (op, type, tenant, entity ID) of each event it appends
@@ -17,12 +17,12 @@ from collections import OrderedDict
 #: Events remembered, newest kept.
 JOURNAL_SIZE = 8192
 
-#: (seq, op, type, tenant, entity ID) of one event.
+#: (log position, op, type, tenant, entity ID) of one event.
 Entry = tuple[int, str, str | None, str, str | None]
 
 
 class Journal:
-    """The last :data:`JOURNAL_SIZE` committed events' subjects, by seq."""
+    """The last :data:`JOURNAL_SIZE` committed events' subjects, by log position."""
 
     def __init__(self, size: int = JOURNAL_SIZE) -> None:
         self.size = size
@@ -38,7 +38,7 @@ class Journal:
                 self._events.popitem(last=False)
 
     def span(self, after: int, upto: int) -> list[tuple[str, str | None, str, str | None]] | None:
-        """(op, type, tenant, entity ID) of every event with ``after < seq <= upto``; None
+        """(op, type, tenant, entity ID) of every event with ``after < pos <= upto``; None
         unless the journal holds each of them."""
         with self._lock:
             events = self._events

@@ -7,8 +7,9 @@ store's transactions, under the same lock), and a read connection per thread tak
 back as their text, as DuckDB returns them.
 
 Many processes may open one store. Their write transactions take turns: each begins by
-taking a transaction-level advisory lock (:data:`_WRITE_LOCK`), so seqs are numbered and
-chained in commit order with no gap and no fork, whatever the number of processes. A process
+taking a transaction-level advisory lock (:data:`_WRITE_LOCK`), so log positions and each
+tenant's seqs are numbered and chained in commit order with no gap and no fork, whatever the
+number of processes. A process
 follows the others' commits from the audit log: a write transaction reads the log's head after
 taking the lock, and a read first looks whether the head moved (:meth:`PgDatabase.sync`, which
 the store calls before it looks a type up); when it has, :attr:`PgDatabase.on_foreign` brings
@@ -51,8 +52,8 @@ _RELAY_LOCK = (0x646D66, 0x726C79)
 #: The advisory lock (two int4 keys: "dmf-hybrid", "write") every write transaction of every
 #: process takes first, and a process holding off writes takes for as long as it does.
 _WRITE_LOCK = (0x646D66, 0x777274)
-#: The newest seq of the audit log (the head every process follows).
-_HEAD_SQL = "SELECT seq FROM events ORDER BY seq DESC LIMIT 1"
+#: The newest position of the audit log (the head every process follows).
+_HEAD_SQL = "SELECT pos FROM events ORDER BY pos DESC LIMIT 1"
 #: Seconds to wait for a connection (opening, and from the pool).
 CONNECT_TIMEOUT = 10.0
 @functools.lru_cache(maxsize=4096)
@@ -304,7 +305,7 @@ class PgDatabase(Transactions):
         self._connect_writer()
         self._init_transactions()
         #: Told (after, upto, writing) when commits of other processes moved the log's head
-        #: past ``visible_seq`` (and again, not writing, to finish what it could not do in a
+        #: past ``visible_pos`` (and again, not writing, to finish what it could not do in a
         #: write transaction), holding the write lock; it brings the process's state forward.
         self.on_foreign: Callable[[int, int, bool], None] | None = None
         self._unfinished = False
@@ -345,10 +346,10 @@ class PgDatabase(Transactions):
             raise
 
     def _head(self, con: Connection) -> int:
-        """The seq of the log's newest committed event (0 before the log exists)."""
+        """The position of the log's newest committed event (0 before the log exists)."""
         if not self._tables_made:
             if "events" not in self.tables():
-                return self.visible_seq
+                return self.visible_pos
             self._tables_made = True
         row = con.execute(_HEAD_SQL).fetchone()
         return int(row[0]) if row else 0
@@ -361,13 +362,13 @@ class PgDatabase(Transactions):
         if self._following or self.on_foreign is None:  # a write the following makes
             return
         head = self._head(con)
-        if head == self.visible_seq and (writing or not self._unfinished):
+        if head == self.visible_pos and (writing or not self._unfinished):
             return
         self.generation += 1
         self._following = True
         try:
-            self.on_foreign(self.visible_seq, head, writing)
-            self.visible_seq = head
+            self.on_foreign(self.visible_pos, head, writing)
+            self.visible_pos = head
             self._unfinished = writing
         finally:
             self._following = False
@@ -378,7 +379,7 @@ class PgDatabase(Transactions):
         process has seen (outside a write transaction of this thread)."""
         if self.in_transaction or self.closed:
             return
-        if self._unfinished or self._head(self.reader()) != self.visible_seq:
+        if self._unfinished or self._head(self.reader()) != self.visible_pos:
             with self._lock:
                 if self._depth == 0:
                     self._follow(self.reader())
@@ -388,7 +389,7 @@ class PgDatabase(Transactions):
         process moved the log's head."""
         if not super().unchanged(generation):
             return False
-        return self.in_transaction or self._head(self.reader()) == self.visible_seq
+        return self.in_transaction or self._head(self.reader()) == self.visible_pos
 
     @contextmanager
     def no_writes(self) -> Iterator[None]:

@@ -53,7 +53,7 @@ class Queries:
         node = parse_filter(etype, where)
         order = parse_order(etype, order_by)
         check_page(limit, cursor, max_limit)
-        seq = self.timetravel.resolve_as_of(as_of)
+        seq = self.timetravel.resolve_as_of(tenant, as_of)
         fingerprint = query_fingerprint(etype.name, where, order, seq)
         params: list[Any] = []
         source = self.source_sql(etype, tenant, seq, params)
@@ -93,7 +93,8 @@ class Queries:
         etype = self.registry.type_of(type_name, tenant)
         node = parse_filter(etype, where)
         params: list[Any] = []
-        source = self.source_sql(etype, tenant, self.timetravel.resolve_as_of(as_of), params)
+        seq = self.timetravel.resolve_as_of(tenant, as_of)
+        source = self.source_sql(etype, tenant, seq, params)
         where = compile_filter(node, params, dialect=self.db.dialect)
         sql = f"SELECT count(*) FROM {source} WHERE {where}"
         row = self.db.fetchone(sql, params)

@@ -121,8 +121,8 @@ class Reads:
         return [(str(i), str(t)) for i, t in rows]
 
     def resolve_as_of(self, as_of: Any) -> int | None:
-        """The audit seq an ``as_of`` (seq or datetime) stands for; None means now."""
-        return self._store.timetravel.resolve_as_of(as_of)
+        """The tenant's audit seq an ``as_of`` (seq or datetime) stands for; None: now."""
+        return self._store.timetravel.resolve_as_of(self.tenant, as_of)
 
     def links(self, ids: Iterable[str], relation: str | None, direction: str,
               seq: int | None) -> list[tuple[str, str, str, str]]:
@@ -153,41 +153,15 @@ class Reads:
                 found[eid] = tname
         return found
 
-    def tenant_head(self) -> int:
-        """The seq of this tenant's newest committed event (0 before its first); reading
-        ``as_of`` it gives the tenant's current state, as the store-wide head would."""
-        row = self._fetchone(f"SELECT max(seq) FROM {EVENTS_ALL} WHERE tenant = ? AND seq <= ?",
-                            [self.tenant, self._store.committed_seq])
-        return int(row[0]) if row and row[0] is not None else 0
-
-    def tenant_report(self, report: AuditReport) -> AuditReport:
-        """A store-wide chain check as this tenant may see it: whether the chain holds, and
-        counts, seqs and hashes of its own events only."""
-        row = self._fetchone(f"SELECT count(*), max(seq) FROM {EVENTS_ALL} WHERE tenant = ? "
-                            "AND seq <= ?", [self.tenant, report.last_seq])
-        count, last = (int(row[0]), row[1]) if row else (0, None)
-        last_hash = None
-        if last is not None:
-            found = self._fetchone(f"SELECT hash FROM {EVENTS_ALL} WHERE seq = ?", [last])
-            last_hash = None if found is None else str(found[0])
-        first_bad, problem = None, None
-        unreachable = 0
-        if report.unreachable_by_id:
-            unreachable = unreachable_count(unreachable_by_id(self._store.db, self.tenant))
-        if report.first_bad_seq is None:  # the chain holds; only this tenant's entities count
-            if unreachable:
-                problem = unreachable_problem(unreachable)
-        else:
-            owner = self._fetchone(f"SELECT tenant FROM {EVENTS_ALL} WHERE seq = ?",
-                                  [report.first_bad_seq])
-            if owner is not None and owner[0] == self.tenant:
-                first_bad, problem = report.first_bad_seq, report.problem
-            else:
-                problem = "the audit chain does not verify outside this tenant's events"
-        return AuditReport(ok=report.first_bad_seq is None and not unreachable,
-                           events_checked=count, first_bad_seq=first_bad, problem=problem,
-                           last_seq=0 if last is None else int(last), last_hash=last_hash,
-                           scope="tenant", unreachable_by_id=unreachable)
+    def tenant_report(self) -> AuditReport:
+        """This tenant's chain checked, and its entities reachable by ID."""
+        report = self._store.verify_audit(self.tenant)
+        unreachable = unreachable_count(unreachable_by_id(self._store.db, self.tenant))
+        if not unreachable:
+            return report
+        return report.model_copy(update={
+            "ok": False, "unreachable_by_id": unreachable,
+            "problem": report.problem or unreachable_problem(unreachable)})
 
     def derived_id(self, etype: EntityType, data: Any, given_id: Any = None) -> str:
         """The ID a create of ``data`` would get (validating it like the create); no writes."""

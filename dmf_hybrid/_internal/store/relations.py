@@ -146,7 +146,7 @@ class Relations:
                 depth: Any = 1, as_of: AsOf = None) -> list[Related]:
         """Entities reachable from ``eid`` by up to ``depth`` links, nearest first."""
         check_related(relation, direction, depth)
-        seq = self.timetravel.resolve_as_of(as_of)
+        seq = self.timetravel.resolve_as_of(tenant, as_of)
         self.timetravel.get(tenant, eid, as_of=seq)
         seen = {eid}
         frontier = [eid]

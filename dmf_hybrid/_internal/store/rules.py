@@ -318,7 +318,7 @@ class RuleEngine:
             "SELECT DISTINCT r.from_id FROM relations AS r JOIN entity_index AS i "
             "ON i.id = r.from_id AND i.tenant = r.tenant WHERE r.tenant = ? AND r.relation = ? "
             "AND r.to_id = ? AND i.type = ? AND (r.deleted_seq IS NULL OR r.deleted_seq = ?) "
-            "ORDER BY r.from_id", [tenant, relation, to_id, type_name, self.store.last_seq],
+            "ORDER BY r.from_id", [tenant, relation, to_id, type_name, self.store.log.head(tenant)],
         ).fetchall()
         return [r[0] for r in rows]
 

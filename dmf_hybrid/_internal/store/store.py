@@ -79,7 +79,7 @@ class Store:
         self.outbox = Outbox(self.db)
         self.embedding_cache = EmbeddingCache(self.db)
         with self.db.write() as con:
-            create_fixed(con)
+            create_fixed(con, None if path is None else path.parent)
             self.cursor_key = cursor_secret(con)
         self.log = AuditLog(self.db, self.journal)
         self.registry = TypeRegistry(
@@ -98,14 +98,14 @@ class Store:
             follows.on_foreign = self._follow_foreign
 
     def _follow_foreign(self, after: int, upto: int, writing: bool) -> None:
-        """Other processes committed the events after ``after`` up to ``upto`` (the write
-        lock held): take the log's head and the types and rules they defined; then, unless
+        """Other processes committed the events after position ``after`` up to ``upto`` (the
+        write lock held): take the log's heads and the types and rules they defined; then, unless
         ``writing`` (a write transaction begins: its hooks could not write), tell the foreign
         hooks about every commit not told yet."""
         if upto != after:
             self.log.follow()
-            rows = self.db.fetchall("SELECT seq, op, type, tenant, entity_id FROM events "
-                                    "WHERE seq > ? AND seq <= ? ORDER BY seq", [after, upto])
+            rows = self.db.fetchall("SELECT pos, op, type, tenant, entity_id FROM events "
+                                    "WHERE pos > ? AND pos <= ? ORDER BY pos", [after, upto])
             self.journal.committed([tuple(r) for r in rows])  # type: ignore[misc]
             followed = Followed(after, upto, {str(r[1]) for r in rows})
             for _seq, op, type_name, tenant, eid in rows:
@@ -145,16 +145,6 @@ class Store:
         """Told about the outbox rows of each transaction once it commits."""
         return self.log.listeners
 
-    @property
-    def last_seq(self) -> int:
-        """The seq of the newest committed (or, inside a transaction, written) event."""
-        return self.log.seq
-
-    @property
-    def committed_seq(self) -> int:
-        """The seq of the newest committed event (this thread's own, in its transaction)."""
-        return self.log.committed_seq
-
     def append_event(self, con: Connection, **fields: Any) -> int:
         """Append one audit event (make_event's fields) inside the open transaction; its seq."""
         return self.log.append(con, **fields)
@@ -163,14 +153,14 @@ class Store:
         """Every event of an entity (including links), oldest first."""
         return self.log.history(tenant, eid)
 
-    def events(self, tenant: str | None, since_seq: int = 0, until_seq: int | None = None,
+    def events(self, tenant: str, since_seq: int = 0, until_seq: int | None = None,
                limit: int = 1000) -> list[AuditEvent]:
-        """Events with since_seq < seq <= until_seq, oldest first (one tenant, or all)."""
+        """The tenant's events with since_seq < seq <= until_seq, oldest first."""
         return self.log.events(tenant, since_seq, until_seq, limit)
 
-    def verify_audit(self) -> AuditReport:
-        """Check the whole hash chain; names the first bad seq."""
-        return self.log.verify()
+    def verify_audit(self, tenant: str | None = None) -> AuditReport:
+        """Check the tenant's hash chain, or every tenant's (None); names the first bad seq."""
+        return self.log.verify(tenant)
 
     def close(self) -> None:
         """Close the database."""

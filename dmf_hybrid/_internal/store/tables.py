@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from pathlib import Path
 
 from ..clock import to_naive_utc, utcnow
 from ..errors import DMFError
@@ -11,6 +12,7 @@ from ..ids import DEFAULT_TENANT
 from ..schema import EntityType, FieldSpec, TypeDef
 from .audit import EVENTS_DDL, EVENTS_MIGRATION
 from .dialect import dialect_of
+from .rechain import rechain
 from .sql import bind_field, q, sql_type
 from .txn import Connection
 
@@ -22,8 +24,9 @@ EVENTS_ALL = "events_all"
 
 #: 1: entity_index keyed by ID alone; 2: keyed by (tenant, ID), so that every tenant has its
 #: own namespace of caller-given IDs; 3: every entity table has the ``_expires_at`` column;
-#: 4: types belong to tenants (``schema_types`` keyed by tenant, name and version).
-STORE_FORMAT = 4
+#: 4: types belong to tenants (``schema_types`` keyed by tenant, name and version); 5: each
+#: tenant has its own seqs and hash chain, events a store-wide ``pos`` (:mod:`.rechain`).
+STORE_FORMAT = 5
 #: A meta key present while the vector index must be reconciled with DuckDB (a migration
 #: changed how vectors are keyed); the next reconcile removes it.
 RECONCILE_PENDING = "reconcile_pending"
@@ -101,8 +104,9 @@ def insert_definition(con: Connection, tenant: str, typedef: TypeDef, version: i
                  to_naive_utc(utcnow())])
 
 
-def create_fixed(con: Connection) -> None:
-    """Create the fixed tables if missing, and migrate an older store to STORE_FORMAT."""
+def create_fixed(con: Connection, directory: Path | None = None) -> None:
+    """Create the fixed tables if missing, and migrate an older store to STORE_FORMAT
+    (``directory``: the store's data directory, where relative archive paths point)."""
     con.execute(META_DDL)  # its store_format says how the other tables look
     row = con.execute("SELECT value FROM meta WHERE key = 'store_format'").fetchone()
     found = STORE_FORMAT if row is None else int(row[0])
@@ -116,6 +120,8 @@ def create_fixed(con: Connection) -> None:
         _own_types(con)
     for ddl in FIXED_DDL:
         con.execute(ddl.replace("{vector}", dialect_of(con).vector_type))
+    if found < 5:
+        rechain(con, directory, found, STORE_FORMAT)
     for ddl in dialect_of(con).log_indexes:
         con.execute(ddl)
     if found < 3:

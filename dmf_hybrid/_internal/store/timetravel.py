@@ -84,7 +84,7 @@ def as_of_table_sql(etype: EntityType, tenant: str, seq: int, params: list[Any],
         {fields}
       FROM ({latest}) AS latest
       WHERE NOT redacted AND after IS NOT NULL) AS r"""
-    return f"(SELECT * FROM {rows} WHERE {live_sql(params, seq)}) AS t"
+    return f"(SELECT * FROM {rows} WHERE {live_sql(params, (tenant, seq))}) AS t"
 
 
 @dataclass(eq=False)
@@ -96,20 +96,20 @@ class TimeTravel:
     registry: TypeRegistry
     rows: RowReader
 
-    def resolve_as_of(self, as_of: AsOf) -> int | None:
-        """The audit seq an ``as_of`` (seq or datetime) stands for; None means now.
+    def resolve_as_of(self, tenant: str, as_of: AsOf) -> int | None:
+        """The tenant's audit seq an ``as_of`` (seq or datetime) stands for; None means now.
 
-        A seq past the newest committed event, or a time still to come, is refused: a read
-        pinned there could change later.
+        A seq past the tenant's newest committed event, or a time still to come, is refused:
+        a read pinned there could change later.
         """
         as_of = check_as_of(as_of)
         if as_of is None:
             return None
         if isinstance(as_of, int):
-            head = self.log.committed_seq
+            head = self.log.committed_head(tenant)
             if as_of > head and not self.db.in_transaction:
                 self.db.sync()  # another process may have committed it
-                head = self.log.committed_seq
+                head = self.log.committed_head(tenant)
             if as_of > head:
                 raise ValidationError(f"as_of {as_of} is past the newest event (seq {head}); "
                                       "pin a read to a seq that exists, or leave as_of out "
@@ -120,8 +120,8 @@ class TimeTravel:
             raise ValidationError(f"as_of {as_of.isoformat()} is in the future; pin a read to a "
                                   "time that has passed, or leave as_of out to read now",
                                   field="as_of")
-        row = self.db.fetchone(f"SELECT coalesce(max(seq), 0) FROM {EVENTS_ALL} WHERE ts <= ?",
-                               [to_naive_utc(as_of)])
+        row = self.db.fetchone(f"SELECT coalesce(max(seq), 0) FROM {EVENTS_ALL} "
+                               "WHERE tenant = ? AND ts <= ?", [tenant, to_naive_utc(as_of)])
         return int(row[0]) if row else 0
 
     def _stamped_since(self, when: dt.datetime) -> bool:
@@ -162,14 +162,15 @@ class TimeTravel:
                            entity_id=eid, deleted_seq=at)
         entity = self._snapshot_entity(self.registry.type_of(type_name, tenant), snap)
         if entity.expires_at is not None:
-            when = self.db.fetchone(f"SELECT ts FROM {EVENTS_ALL} WHERE seq = ?", [seq])
+            when = self.db.fetchone(f"SELECT ts FROM {EVENTS_ALL} WHERE tenant = ? AND seq = ?",
+                                    [tenant, seq])
             if when is None or expired(entity.expires_at, when[0]):
                 raise expired_error(entity)
         return entity
 
     def get(self, tenant: str, eid: Any, as_of: AsOf = None) -> Entity:
         """The entity now, or as it was at ``as_of``; NotFound if missing, deleted or erased."""
-        seq = self.resolve_as_of(as_of)
+        seq = self.resolve_as_of(tenant, as_of)
         if seq is not None:
             return self._get_as_of(eid, tenant, seq)
         return self.rows.current(self.db.reader(), eid, tenant)[1]

@@ -80,11 +80,13 @@ class Transactions:
         self.closed = False
         # A seqlock over commits: odd while a commit is becoming visible, so a reader that
         # sees the same even value before and after its statements read one committed state,
-        # the one at ``visible_seq`` (this process is the only writer, or, on a shared engine,
-        # has followed the others' commits up to it before reading: postgres.PgDatabase).
+        # the one at log position ``visible_pos`` (this process is the only writer, or, on a
+        # shared engine, has followed the others' commits up to it before reading:
+        # postgres.PgDatabase). ``publish`` (the audit log's) moves it, and the tenants'
+        # heads with it, while the seqlock is odd.
         self.generation = 0
-        self.visible_seq = 0
-        self.seq_source: Callable[[], int] | None = None
+        self.visible_pos = 0
+        self.publish: Callable[[], None] | None = None
 
     def reader(self) -> Connection:
         """The connection this thread reads with (the writer inside its own transaction)."""
@@ -210,8 +212,8 @@ class Transactions:
                     self._run(on_rollback[::-1])
                     raise
                 else:
-                    if self.seq_source is not None:
-                        self.visible_seq = self.seq_source()
+                    if self.publish is not None:
+                        self.publish()
                 finally:
                     self.generation += 1
             else:
@@ -231,14 +233,14 @@ class Transactions:
                 log.exception("transaction hook failed")
 
     def stable(self) -> tuple[int, int] | None:
-        """``(generation, visible_seq)`` to read optimistically at, or None during a commit.
+        """``(generation, visible_pos)`` to read optimistically at, or None during a commit.
 
-        Reads made after this call read the state at that seq if :meth:`unchanged` holds
-        after them.
+        Reads made after this call read the state at that log position if :meth:`unchanged`
+        holds after them.
         """
         generation = self.generation
-        seq = self.visible_seq
-        return None if generation % 2 else (generation, seq)
+        pos = self.visible_pos
+        return None if generation % 2 else (generation, pos)
 
     def unchanged(self, generation: int) -> bool:
         """True if no commit has started since :meth:`stable` returned ``generation``."""
@@ -246,8 +248,8 @@ class Transactions:
 
     @contextmanager
     def read_transaction(self, tries: int) -> Iterator[tuple[Reader, int] | None]:
-        """A read transaction begun between two commits: (its connection, the audit seq of the
-        state it reads), or None if commits kept starting while it began (``tries`` times).
+        """A read transaction begun between two commits: (its connection, the log position of
+        the state it reads), or None if commits kept starting while it began (``tries`` times).
         Commits go on meanwhile; the transaction keeps reading the state it began at. Call
         outside a write transaction; it is rolled back at the end (it only reads)."""
         reader = self.reader()

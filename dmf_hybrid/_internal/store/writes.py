@@ -201,8 +201,8 @@ class Writes:
                  *match_params],
             )
             if text_hash is not None or before["text_hash"] is not None:
-                self.log.enqueue(con, seq, tenant, eid, etype.name,
-                             "delete" if op == "delete" or text_hash is None else "upsert")
+                self.log.enqueue(con, tenant, eid, etype.name,
+                                 "delete" if op == "delete" or text_hash is None else "upsert")
             self.hooks.after_write(con, tenant, op, etype.name, eid, principal)
             return Entity(
                 id=eid, type=etype.name, tenant=tenant, version=version,
@@ -308,7 +308,7 @@ class Writes:
             for text_hash in hashes:
                 if not self._hash_in_use(con, text_hash):
                     con.execute("DELETE FROM embeddings WHERE text_hash = ?", [text_hash])
-            self.log.enqueue(con, seq, tenant, eid, etype.name, "delete")
+            self.log.enqueue(con, tenant, eid, etype.name, "delete")
             self.hooks.after_write(con, tenant, "erase", etype.name, eid, principal)
             return seq
 
@@ -333,5 +333,5 @@ class Writes:
                 f"UPDATE {table_name(etype.key)} SET text_hash = ? WHERE {match}",
                 [None if text is None else sha256_hex(text), *params],
             )
-            self.log.enqueue(con, self.log.seq, etenant, eid, etype.name,
+            self.log.enqueue(con, etenant, eid, etype.name,
                              "upsert" if text is not None else "delete", unique=False)
