@@ -23,6 +23,7 @@ from .cli_support import (
     DataOpt,
     JsonOpt,
     KeyOpt,
+    TenantOpt,
     UrlOpt,
     WhereOpt,
     entity_data,
@@ -272,8 +273,7 @@ def link(
 
 @app.command()
 def unlink(
-    from_id: FromArg, relation: RelationArg, to_id: ToArg,
-    reason: AuditReasonOpt = None,
+    from_id: FromArg, relation: RelationArg, to_id: ToArg, reason: AuditReasonOpt = None,
     data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Remove a link between two entities."""
@@ -504,15 +504,15 @@ def export_bundle(
     dest: Annotated[Path, typer.Argument(help="New bundle file (.jsonl, or .jsonl.gz); with "
                                               "--url a name under the server's exports/.")],
     data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
-) -> None:
-    """Write the whole store (every tenant) to an engine-neutral bundle file."""
+    tenant: TenantOpt = None) -> None:
+    """Write the whole store (or one tenant's part) to an engine-neutral bundle file."""
     with target(data, url, api_key) as mem:
-        manifest = mem.export(dest if not url else str(dest))
+        manifest = mem.export(dest if not url else str(dest), tenant=tenant)
     if as_json:
         print_json({"dest": str(dest), **manifest.model_dump(exclude_none=True)})
     else:
-        typer.echo(f"exported to {manifest.path or dest}: last seq {manifest.last_seq}, "
-                   + ", ".join(f"{n} {k}" for k, n in manifest.counts.items()))
+        counts = ", ".join(f"{n} {k}" for k, n in manifest.counts.items())
+        typer.echo(f"exported to {manifest.path or dest}: {counts}")
 
 
 @app.command(name="import")

@@ -36,6 +36,8 @@ KeyOpt = Annotated[str | None, typer.Option("--api-key", help="API key for --url
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 WhereOpt = Annotated[str | None, typer.Option(
     "--where", help='Filter as JSON, e.g. \'{"budget": {"$lte": 5000}}\'.')]
+TenantOpt = Annotated[str | None, typer.Option(
+    "--tenant", help="Only this tenant's types, entities, relations and audit chain.")]
 
 
 # ---------------------------------------------------------------- plumbing

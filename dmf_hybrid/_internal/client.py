@@ -414,8 +414,11 @@ class MemoryClient(MemoryAPI):
     def flush(self) -> int:
         return int(self._call("POST", "/admin/flush")["applied"])
 
-    def export(self, dest: str | Path) -> BundleManifest:
-        return self._get(BundleManifest, "POST", "/admin/export", json={"name": str(dest)})
+    def export(self, dest: str | Path, *, tenant: str | None = None) -> BundleManifest:
+        body: dict[str, Any] = {"name": str(dest)}
+        if tenant is not None:
+            body["tenant"] = tenant
+        return self._get(BundleManifest, "POST", "/admin/export", json=body)
 
     def snapshot(self, dest: str | Path) -> SnapshotManifest:
         return self._get(SnapshotManifest, "POST", "/admin/snapshot", json={"name": str(dest)})

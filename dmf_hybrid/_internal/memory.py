@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import plans, requests, tools
-from .checks import AsOf
+from .checks import AsOf, check_id
 from .config import is_postgres_url
 from .core import DB_FILE, MemoryCore
 from .errors import Conflict, ValidationError
@@ -64,8 +64,9 @@ class Memory(MemoryCore, MemoryAPI):
         os.replace(partial, directory / SNAPSHOT_MANIFEST)
         return manifest
 
-    def export(self, dest: str | Path) -> BundleManifest:
-        return bundle.export_bundle(self._store, Path(dest))
+    def export(self, dest: str | Path, *, tenant: str | None = None) -> BundleManifest:
+        return bundle.export_bundle(self._store, Path(dest),
+                                    None if tenant is None else check_id(tenant, "tenant"))
 
     @classmethod
     def import_bundle(cls, src: str | Path, path: str | Path, **open_kwargs: Any) -> Memory:

@@ -387,6 +387,9 @@ class BundleManifest(BaseModel):
     last_hash: str
     counts: dict[str, int]
     meta: dict[str, str] = Field(default_factory=dict)
+    tenant: str | None = Field(None, description="The one tenant the bundle holds (its types, "
+                               "entities, relations and chain; last_seq and last_hash are its "
+                               "chain's head); None: the whole store.")
     #: over HTTP: the name asked for and the path under the server's data directory
     name: str | None = None
     path: str | None = None

@@ -305,12 +305,14 @@ class MemoryAPI(Protocol):
         """
         ...
 
-    def export(self, dest: str | Path) -> BundleManifest:
+    def export(self, dest: str | Path, *, tenant: str | None = None) -> BundleManifest:
         """Write the whole store (every tenant) to a bundle: engine-neutral JSON Lines of its
         types, rules, entities, relations and every audit event with its hashes (gzip when
         the name ends in ``.gz``); ``Memory.import_bundle`` and ``dmf import`` read it back,
-        checked whole first. Embedded: ``dest`` is the new file. HTTP (admin): a name; the
-        server writes ``data_dir/exports/<dest>``.
+        checked whole first. ``tenant``: only that tenant's types, rules, entities, relations
+        and chain (a new store made from it holds that tenant alone, with the same IDs, seqs
+        and hashes). Embedded: ``dest`` is the new file. HTTP (admin): a name; the server
+        writes ``data_dir/exports/<dest>``.
         """
         ...
 

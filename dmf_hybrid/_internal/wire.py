@@ -80,6 +80,7 @@ class ExportRequest(Request):
 
     name: str = Field(description="Letters, digits, '.', '_' and '-'; no path separators "
                                   "(a name ending in .gz is gzip-compressed).")
+    tenant: str | None = Field(None, description="Only this tenant's part of the store.")
 
 
 class CountsPublic(BaseModel):

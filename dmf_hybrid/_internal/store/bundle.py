@@ -28,7 +28,7 @@ from typing import IO, Any, cast
 
 import duckdb
 
-from ..errors import Conflict, ValidationError
+from ..errors import Conflict, NotFound, ValidationError
 from ..ids import DEFAULT_TENANT, type_key
 from ..models import BundleManifest
 from ..schema import EntityType, TypeDef, build_model
@@ -68,6 +68,11 @@ def _encode(value: Any) -> Any:
     return value
 
 
+def _literal(text: str) -> str:
+    """A SQL string literal (tenant names are checked: letters, digits, ``_.:-``)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _gzipped(path: Path) -> bool:
     return path.name.endswith(".gz")
 
@@ -85,43 +90,49 @@ def _open(path: Path, mode: str, gz: bool) -> Iterator[IO[str]]:
 # ---------------------------------------------------------------- export
 
 
-def export_bundle(store: Store, dest: Path) -> BundleManifest:
-    """Write the whole store to the bundle file ``dest`` (one consistent state: writes wait
-    while it is read)."""
+def export_bundle(store: Store, dest: Path, tenant: str | None = None) -> BundleManifest:
+    """Write the whole store, or only ``tenant``'s part (its types, rules, entities, relations
+    and chain), to the bundle file ``dest`` (one consistent state: writes wait while it is
+    read)."""
     if dest.exists():
         raise Conflict(f"{dest} exists; a bundle is written to a new file", field="dest")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with store.db.no_writes():
+        if tenant is not None and store.log.head(tenant) == 0:
+            raise NotFound(f"tenant {tenant} has nothing in this store", field="tenant")
         reader = store.db.reader()
         tables = set(store.db.tables())
+        mine = "" if tenant is None else f" WHERE tenant = {_literal(tenant)}"
         types = reader.execute(
-            "SELECT DISTINCT tenant, name FROM schema_types ORDER BY tenant, name").fetchall()
+            f"SELECT DISTINCT tenant, name FROM schema_types{mine} ORDER BY tenant, name"
+        ).fetchall()
         sources: list[tuple[str, str, str | None]] = [
-            ("type", "SELECT * FROM schema_types ORDER BY tenant, name, version", None),
-            ("rule", "SELECT * FROM dmf_rules ORDER BY tenant, name, version", None)
+            ("type", f"SELECT * FROM schema_types{mine} ORDER BY tenant, name, version", None),
+            ("rule", f"SELECT * FROM dmf_rules{mine} ORDER BY tenant, name, version", None)
             if "dmf_rules" in tables else ("rule", "", None),
-            ("id", "SELECT * FROM entity_index ORDER BY tenant, id", None),
-            *[("entity", f"SELECT * FROM {table_name(type_key(tenant, name))} "
-               "ORDER BY tenant, id", name) for tenant, name in types],
-            ("relation", "SELECT * FROM relations ORDER BY created_seq, tenant, from_id, "
-                         "relation, to_id", None),
-            ("event", f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL} ORDER BY pos",
-             None),
+            ("id", f"SELECT * FROM entity_index{mine} ORDER BY tenant, id", None),
+            *[("entity", f"SELECT * FROM {table_name(type_key(owner, name))} "
+               "ORDER BY tenant, id", name) for owner, name in types],
+            ("relation", f"SELECT * FROM relations{mine} ORDER BY created_seq, tenant, "
+                         "from_id, relation, to_id", None),
+            ("event", f"SELECT {', '.join(audit.EVENT_COLUMNS)} FROM {EVENTS_ALL}{mine} "
+                      "ORDER BY pos", None),
         ]
         counts = {kind: 0 for kind in KINDS}
         for kind, sql, _ in sources:
             if sql:
                 counts[kind] += int(reader.execute(f"SELECT count(*) FROM ({sql}) AS s").fetchall()
                                     [0][0])
-        head = reader.execute(f"SELECT pos, hash FROM {EVENTS_ALL} ORDER BY pos DESC LIMIT 1"
-                              ).fetchall()
+        last = "pos" if tenant is None else "seq"  # a tenant's: its chain's head
+        head = reader.execute(f"SELECT {last}, hash FROM {EVENTS_ALL}{mine} ORDER BY {last} "
+                              "DESC LIMIT 1").fetchall()
         meta = dict(reader.execute(
             f"SELECT key, value FROM meta WHERE key IN ({', '.join('?' * len(META_KEYS))})",
             list(META_KEYS)).fetchall())
         manifest = BundleManifest(format=BUNDLE_FORMAT, store_format=STORE_FORMAT,
                                   last_seq=int(head[0][0]) if head else 0,
                                   last_hash=str(head[0][1]) if head else audit.GENESIS_HASH,
-                                  counts=counts, meta=meta)
+                                  counts=counts, meta=meta, tenant=tenant)
         partial = dest.with_name(dest.name + ".partial")
         try:
             with _open(partial, "w", _gzipped(dest)) as out:
@@ -212,6 +223,9 @@ def check_bundle(path: Path) -> BundleManifest:
     for number, record in _records(path):
         kind, row = record["k"], record["row"]
         counts[kind] += 1
+        if manifest.tenant is not None and row.get("tenant", manifest.tenant) != manifest.tenant:
+            raise _bad(number, f"a record of tenant {row.get('tenant')} in the bundle of "
+                       f"tenant {manifest.tenant}")
         if kind == "type":
             try:
                 typedef = TypeDef.model_validate_json(row["definition"])
@@ -266,7 +280,8 @@ def check_bundle(path: Path) -> BundleManifest:
                 raise _bad(number, "an event record lacks its columns") from None
             yield tuple(values)
 
-    report = audit.ChainCheck(set(erased), positions=not one_chain,
+    # a tenant's bundle holds its chain, not the store's positions (renumbered on import)
+    report = audit.ChainCheck(set(erased), positions=not one_chain and manifest.tenant is None,
                               one_chain=one_chain).run(events())
     if not report.ok:
         where = "" if one_chain else f" of tenant {report.tenant}"
@@ -380,7 +395,7 @@ def _fill(con: Connection, path: Path, manifest: BundleManifest) -> None:
     create_fixed(con)
     con.execute(EVENT_ARCHIVE_DDL)
     legacy = manifest.store_format < 4
-    _write_all(con, path, legacy)
+    _write_all(con, path, legacy, renumber=manifest.tenant is not None)
     if legacy:
         flag_shared_types(con)
     if manifest.store_format < 5:  # one chain: re-chained per tenant when the store opens
@@ -390,10 +405,11 @@ def _fill(con: Connection, path: Path, manifest: BundleManifest) -> None:
             con.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
 
 
-def _write_all(con: Connection, path: Path, legacy: bool) -> None:
+def _write_all(con: Connection, path: Path, legacy: bool, renumber: bool) -> None:
     """The second pass: every record into its table (a bundle lists the types first: their
     tables are made before the first record of another kind). The types and rules of a
-    ``legacy`` bundle (store format 3 and older) are the default tenant's, shared by all."""
+    ``legacy`` bundle (store format 3 and older) are the default tenant's, shared by all.
+    ``renumber``: the events (one tenant's) take the new store's positions 1, 2, 3..."""
 
     latest: dict[tuple[str, str], tuple[int, str]] = {}
     batches: dict[tuple[str, tuple[str, ...]], list[list[Any]]] = {}
@@ -423,13 +439,16 @@ def _write_all(con: Connection, path: Path, legacy: bool) -> None:
                 select=", ".join(f"CAST({q(n)} AS {types[n]})" for n in names))
         batches.clear()
 
-    pending = 0
+    pending = positions = 0
     for _number, record in _records(path):
         kind, row = record["k"], record["row"]
         if legacy and kind in ("type", "rule"):
             row = {"tenant": DEFAULT_TENANT, **row}
         if kind == "event" and "pos" not in row:  # store format 4 and older
             row = {"pos": row["seq"], **row}
+        elif kind == "event" and renumber:
+            positions += 1
+            row = {**row, "pos": positions}
         if kind == "type":
             key = (row["tenant"], row["name"])
             if int(row["version"]) >= latest.get(key, (0, ""))[0]:

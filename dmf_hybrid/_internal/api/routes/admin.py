@@ -64,7 +64,7 @@ def snapshot(body: SnapshotRequest, memory: AdminMemory, state: State) -> Snapsh
 
 @router.post("/export", status_code=status.HTTP_201_CREATED)
 def export(body: ExportRequest, memory: AdminMemory, state: State) -> BundleManifest:
-    """Write the whole store to the bundle data_dir/exports/<name> (.gz: gzip); its header."""
+    """Write the store (or one tenant's part) to the bundle data_dir/exports/<name>."""
     dest = named_path(Path(state.settings.data_dir), "exports", body.name, "export")
-    manifest = memory.export(dest)
+    manifest = memory.export(dest, tenant=body.tenant)
     return manifest.model_copy(update={"name": body.name, "path": f"exports/{body.name}"})
