@@ -332,3 +332,24 @@ def test_registry_survives_reopen_with_all_versions(tmp_path: Path) -> None:
         assert poi.data.country == "FR"
     finally:
         again.close()
+
+
+class _Note(BaseModel):
+    name: str
+    city: str
+
+
+def test_writes_after_a_new_embedded_text_are_queued_after_its_requeue(mem: Memory) -> None:
+    """A new embedded text queues every entity of the type again (one event, many outbox
+    rows); the next writes queue theirs after them. They were keyed by their events' seqs,
+    which the requeue's rows had taken: the next create failed on the outbox's key."""
+    mem.define(_Note, name="Note", identity=["name"], embed="{name}")
+    for i in range(3):
+        mem.create("Note", {"name": f"n{i}", "city": "Paris"})
+    mem.define(_Note, name="Note", identity=["name"], embed="{name} in {city}")
+    made = mem.create_many("Note", [{"name": "n8", "city": "上海"}, {"name": "n9", "city": "Rome"}])
+    single = mem.create("Note", {"name": "n7", "city": "Rome"})
+    mem.flush()
+    assert mem.search("Note", "n9 in Rome", k=1).hits[0].entity.id == made[1].id
+    assert mem.search("Note", "n7 in Rome", k=1).hits[0].entity.id == single.id
+    assert mem.verify_audit().ok

@@ -20,7 +20,7 @@ from ..errors import (
 from ..expiry import expiry_of
 from ..models import Entity
 from ..schema import EntityType
-from .chain import AuditLog, OutboxEntry
+from .chain import AuditLog
 from .expiry import expired
 from .group_context import fill_group_context
 from .registry import TypeRegistry
@@ -142,7 +142,7 @@ class BulkLoad:
         results: list[Entity] = []
         new_rows: list[tuple[Any, ...]] = []
         events: list[dict[str, Any]] = []
-        outbox: list[OutboxEntry] = []
+        outbox: list[tuple[str, str, str, str]] = []  # (tenant, entity ID, type, op)
         for eid, instance, values, text_hash, plain in prepared:
             if eid in seen:
                 results.append(self._existing(etype, seen[eid], instance, values,
@@ -167,7 +167,6 @@ class BulkLoad:
                 seen[eid] = current
                 results.append(self._existing(etype, current, instance, values, on_conflict))
                 continue
-            pos = self.log.next_pos + len(events)  # the position append_many gives its event
             snap = self.writes.snapshot(etype, eid, tenant, 1, values, now, now, None, text_hash,
                                         plain, expires)
             events.append({
@@ -181,7 +180,7 @@ class BulkLoad:
                 + [bind_field(s, values[n]) for n, s in etype.fields.items()]
             ))
             if text_hash is not None:
-                outbox.append((pos, tenant, eid, etype.name, "upsert"))
+                outbox.append((tenant, eid, etype.name, "upsert"))
             entity = Entity(id=eid, type=etype.name, tenant=tenant, version=1, data=instance,
                             created_at=now, updated_at=now, created=True, expires_at=expires)
             seen[eid] = entity

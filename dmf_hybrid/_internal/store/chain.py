@@ -31,7 +31,9 @@ EVENT_ARCHIVE_DDL = """CREATE TABLE IF NOT EXISTS event_archive (
     last_seq BIGINT NOT NULL,
     last_hash VARCHAR NOT NULL, events BIGINT NOT NULL, sha256 VARCHAR NOT NULL,
     archived_seq BIGINT NOT NULL)"""
-#: (position, tenant, entity ID, type, op) of one outbox row
+#: (key, tenant, entity ID, type, op) of one outbox row: keys number the outbox's rows in the
+#: order they were queued (their own numbers: a schema-wide requeue queues many rows for one
+#: event, and an event may queue none)
 OutboxEntry = tuple[int, str, str, str, str]
 #: Called after a commit with the outbox rows it queued.
 Listener = Callable[[list[OutboxEntry]], None]
@@ -69,6 +71,7 @@ class AuditLog:
         self._heads: dict[str, audit.Head] = {}  # written (this transaction's own included)
         self._visible: dict[str, int] = {}  # committed, as readers may see it
         self._written: set[str] = set()  # tenants this transaction appended to
+        self._outbox_key = 0  # the newest outbox row's key
         self.follow()
         db.visible_pos = self._pos
         db.publish = self._publish
@@ -90,6 +93,8 @@ class AuditLog:
                 heads[tenant] = (seq, digest)
         self._pos, self._heads = max(pos, self._pos), heads
         self._visible = {t: seq for t, (seq, _hash) in self._heads.items()}
+        row = self.db.fetchone("SELECT max(seq) FROM outbox")
+        self._outbox_key = int(row[0]) if row and row[0] is not None else 0
 
     def _publish(self) -> None:
         """A commit becomes visible (the database's seqlock is odd): its position and the
@@ -103,11 +108,6 @@ class AuditLog:
     def pos(self) -> int:
         """The position of the newest committed (or, inside a transaction, written) event."""
         return self._pos
-
-    @property
-    def next_pos(self) -> int:
-        """The position the next appended event takes."""
-        return self._pos + 1
 
     @property
     def committed_pos(self) -> int:
@@ -182,26 +182,19 @@ class AuditLog:
 
     # ---------------------------------------------------------------- the outbox
 
-    def enqueue(self, con: Connection, tenant: str, eid: str, type_name: str, op: str,
-                unique: bool = True) -> None:
-        """An outbox row for the derived indexes, keyed by the position of the event just
-        appended (``unique`` False: keyed past the largest, for schema-wide requeues that
-        share one event)."""
-        pos = self._pos
-        if unique:
-            con.execute("INSERT INTO outbox (seq, tenant, entity_id, type, op) VALUES (?,?,?,?,?)",
-                        [pos, tenant, eid, type_name, op])
-        else:
-            con.execute(
-                "INSERT INTO outbox (seq, tenant, entity_id, type, op) "
-                "SELECT coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM outbox",
-                [tenant, eid, type_name, op])
-        self._queue([(pos, tenant, eid, type_name, op)])
+    def enqueue(self, con: Connection, tenant: str, eid: str, type_name: str, op: str) -> None:
+        """An outbox row for the derived indexes, keyed after the newest."""
+        self.enqueue_many(con, [(tenant, eid, type_name, op)])
 
-    def enqueue_many(self, con: Connection, rows: list[OutboxEntry]) -> None:
-        """Outbox rows of a bulk write, each keyed by its own event's position."""
-        if not rows:
+    def enqueue_many(self, con: Connection, changes: list[tuple[str, str, str, str]]) -> None:
+        """Outbox rows for (tenant, entity ID, type, op) changes, keyed after the newest in
+        order (the keys move back on rollback)."""
+        if not changes:
             return
+        first = self._outbox_key
+        rows = [(first + i, *change) for i, change in enumerate(changes, 1)]
+        self._outbox_key = first + len(rows)
+        self.db.on_rollback(lambda: setattr(self, "_outbox_key", first))
         if len(rows) < 8:
             con.executemany("INSERT INTO outbox (seq, tenant, entity_id, type, op) "
                             "VALUES (?,?,?,?,?)", rows)

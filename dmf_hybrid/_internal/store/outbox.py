@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .txn import Transactions
 
-#: (seq, type, tenant, entity ID) of one pending change
+#: (key, type, tenant, entity ID) of one pending change (keys number the rows in queue order)
 OutboxRow = tuple[int, str, str, str]
 
 
@@ -20,7 +20,7 @@ class Outbox:
         self._db = db
 
     def pending(self, limit: int) -> list[OutboxRow]:
-        """The oldest ``limit`` rows not applied yet, by seq."""
+        """The oldest ``limit`` rows not applied yet, by key."""
         return [(int(seq), str(type_name), str(tenant), str(eid))
                 for seq, type_name, tenant, eid in self._db.fetchall(
                     "SELECT seq, type, tenant, entity_id FROM outbox WHERE NOT done "
@@ -34,7 +34,7 @@ class Outbox:
         return [r for r in rows if r[0] not in done]
 
     def mark_done(self, seqs: list[int]) -> None:
-        """Mark the rows of those seqs applied (in a transaction of its own)."""
+        """Mark the rows of those keys applied (in a transaction of its own)."""
         with self._db.write() as con:
             con.execute("UPDATE outbox SET done = TRUE WHERE NOT done AND seq IN "
                         "(SELECT unnest(CAST(? AS BIGINT[])))", [seqs])

@@ -334,4 +334,4 @@ class Writes:
                 [None if text is None else sha256_hex(text), *params],
             )
             self.log.enqueue(con, etenant, eid, etype.name,
-                             "upsert" if text is not None else "delete", unique=False)
+                             "upsert" if text is not None else "delete")
