@@ -169,7 +169,7 @@ class MemoryCore:
     @contextmanager
     def transaction(self) -> Iterator[Self]:
         """All writes inside the block commit together or not at all."""
-        with self._store.db.write():
+        with self._store.db.write(self.tenant):
             yield self
 
     @property

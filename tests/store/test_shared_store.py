@@ -227,3 +227,54 @@ def test_an_entity_of_a_type_another_process_just_defined_is_found_by_id(
     assert b.get(poi.id).data.name == "Fram museum"  # nothing else made b follow first
     a.update(poi.id, {"cost": 12})
     assert b.get(poi.id).version == 2
+
+
+@pytest.mark.timeout(120)  # one lock for every writer would hold the other tenant's write
+def test_writers_of_different_tenants_do_not_wait_for_each_other(
+        two: tuple[Memory, Memory]) -> None:
+    """A transaction of tenant a left open in one process holds off that tenant's writers in
+    another (a tenant's seqs and chain are numbered in commit order), not other tenants'; the
+    store's positions still follow the commits' order with no gap."""
+    first, second = two
+    a1, b2, a2 = first.for_tenant("a"), second.for_tenant("b"), second.for_tenant("a")
+    for view in (a1, b2):
+        define_travel(view)
+    opened, release, done = threading.Event(), threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def hold_a_open() -> None:
+        try:
+            with a1.transaction():
+                a1.create("Poi", {"name": "held", "city": "Paris"})
+                opened.set()
+                release.wait(30)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def write_a_too() -> None:
+        try:
+            a2.create("Poi", {"name": "waits", "city": "Paris"})
+            done.set()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    holder = threading.Thread(target=hold_a_open)
+    holder.start()
+    assert opened.wait(30)
+    b2.create("Poi", {"name": "not held", "city": "上海"})  # tenant b: no wait
+    waiter = threading.Thread(target=write_a_too)
+    waiter.start()
+    assert not done.wait(0.5)  # tenant a's writer waits for a's open transaction
+    release.set()
+    holder.join(30)
+    waiter.join(30)
+    assert not errors and done.is_set()
+    assert [e.data.name for e in a2.query("Poi", order_by="name").items] == ["held", "waits"]
+    assert [e.seq for e in a2.events()] == list(range(1, a2.last_seq() + 1))
+    report = second.verify_audit()
+    assert report.ok and report.chains == 2
+    # b's write committed first: its position comes before a's held create
+    rows = first._store.db.fetchall(
+        "SELECT tenant, entity_id FROM events WHERE op = 'create' ORDER BY pos")
+    names = {e.id: e.data.name for v in (a2, b2) for e in v.query("Poi").items}
+    assert [names[eid] for _tenant, eid in rows] == ["not held", "held", "waits"]

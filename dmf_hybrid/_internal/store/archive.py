@@ -92,7 +92,7 @@ def archive_events(store: Store, before_seq: Any, dest: str | Path, *, tenant: s
     directory = Path(dest)
     if directory.exists() and not directory.is_dir():
         raise ValidationError(f"{directory} is not a directory", field="dest")
-    with store.db.write() as con:
+    with store.db.write(tenant) as con:
         before_seq = min(before_seq, store.log.head(tenant) + 1)
         mine = "tenant = ? AND seq < ?"
         first, last, count = con.execute(

@@ -93,7 +93,7 @@ class BulkLoad:
         results: list[Entity] = []
         for start in range(0, len(prepared), chunk):
             part = prepared[start:start + chunk]
-            with self.db.write() as con:
+            with self.db.write(tenant) as con:
                 done = self._insert_batch(con, etype, tenant, part, on_conflict, actor,
                                           reason, trace_id, principal, ttl, expires_at)
                 if on_conflict == "update":

@@ -72,16 +72,24 @@ class AuditLog:
         self._visible: dict[str, int] = {}  # committed, as readers may see it
         self._written: set[str] = set()  # tenants this transaction appended to
         self._outbox_key = 0  # the newest outbox row's key
+        # On an engine shared by processes, a transaction's events and outbox rows take
+        # temporary (negative) positions and keys, numbered at its commit (:meth:`_number`):
+        # writers of different tenants run at once, and commit in the order they number.
+        self._base: int | None = None
+        self._events: list[tuple[str, str | None, str, str | None]] = []
+        self._changes: list[tuple[str, str, str, str]] = []
         self.follow()
         db.visible_pos = self._pos
         db.publish = self._publish
+        if db.shared:
+            db.number = self._number
 
     # ---------------------------------------------------------------- the heads
 
     def follow(self) -> None:
         """Read the heads from the database (at open; on PostgreSQL, the write lock held,
         when other processes moved them)."""
-        row = self.db.fetchone("SELECT max(pos) FROM events")
+        row = self.db.fetchone("SELECT max(pos) FROM events WHERE pos > 0")  # not temporary
         pos = int(row[0]) if row and row[0] is not None else 0
         heads = {str(t): (int(s), str(h)) for t, s, h in self.db.fetchall(HEADS_SQL)}
         # a log never goes back: a head that did (events cut off its end) stays where this
@@ -92,8 +100,12 @@ class AuditLog:
                           seq, heads.get(tenant, (0, ""))[0])
                 heads[tenant] = (seq, digest)
         self._pos, self._heads = max(pos, self._pos), heads
-        self._visible = {t: seq for t, (seq, _hash) in self._heads.items()}
-        row = self.db.fetchone("SELECT max(seq) FROM outbox")
+        # a transaction of this process following others at its commit: what it wrote is
+        # not visible before it commits
+        self._visible = {t: seq for t, (seq, _hash) in self._heads.items()
+                         if t not in self._written} | {
+            t: self._visible[t] for t in self._written if t in self._visible}
+        row = self.db.fetchone("SELECT max(seq) FROM outbox WHERE seq > 0")
         self._outbox_key = int(row[0]) if row and row[0] is not None else 0
 
     def _publish(self) -> None:
@@ -151,25 +163,63 @@ class AuditLog:
         the open transaction: each takes the next position and its tenant's next seq, and
         chains to its tenant's event before; the heads move (and move back on rollback) and
         the journal hears of them on commit. Their rows."""
-        pos_before = self._pos
         heads_before = {f["tenant"]: self._heads.get(f["tenant"]) for f in events}
         written_before = set(self._written)
+        for tenant in heads_before:
+            self.db.join_tenant(tenant)
+        pos_before, positions = self._pos, self._positions(len(events))
         rows: list[tuple[Any, ...]] = []
-        pos = pos_before
-        for fields in events:
+        for fields, pos in zip(events, positions, strict=True):
             tenant = fields["tenant"]
             seq, prev = self._heads.get(tenant, (0, audit.GENESIS_HASH))
-            pos += 1
             row = audit.make_event(pos=pos, seq=seq + 1, ts=ts, prev_hash=prev, **fields)
             self._heads[tenant] = (seq + 1, row[audit.HASH_INDEX])
             rows.append(row)
         audit.insert_events(con, rows)
-        self._pos = pos
         self._written.update(heads_before)
         self.db.on_rollback(lambda: self._reset(pos_before, heads_before, written_before))
-        entries = [(r[0], r[_OP], r[_TYPE], r[_TENANT], r[_ENTITY]) for r in rows]
-        self.db.after_commit(lambda: self.journal.committed(entries))
+        subjects = [(r[_OP], r[_TYPE], r[_TENANT], r[_ENTITY]) for r in rows]
+        if self._base is not None:  # numbered at the commit
+            self._events.extend(subjects)
+        else:
+            self._pos = positions[-1] if positions else self._pos
+            entries = [(r[0], *s) for r, s in zip(rows, subjects, strict=True)]
+            self.db.after_commit(lambda: self.journal.committed(entries))
         return rows
+
+    def _positions(self, count: int) -> list[int]:
+        """The positions of ``count`` events appended now: the next ones, or (numbered at the
+        commit) temporary ones."""
+        if not self.db.shared:
+            return list(range(self._pos + 1, self._pos + count + 1))
+        self._begin_numbering()
+        assert self._base is not None
+        done = len(self._events)
+        return [-(self._base + done + i) for i in range(1, count + 1)]
+
+    def _begin_numbering(self) -> None:
+        if self._base is None:
+            self._base = self.db.temporary_base()
+            self.db.on_rollback(self._end_numbering)
+            self.db.after_commit(self._end_numbering)
+
+    def _end_numbering(self) -> None:
+        self._base, self._events, self._changes = None, [], []
+
+    def _number(self) -> None:
+        """Number the open transaction's events and outbox rows after the newest committed
+        ones, under the lock the commit lets go (the shared engine's ``number`` hook)."""
+        if self._base is None or not (self._events or self._changes):
+            return
+        base, count, changes = self._base, len(self._events), self._changes
+        head, first = self.db.commit_numbers(base, count, len(changes))
+        if count:
+            entries = [(head + i, *s) for i, s in enumerate(self._events, 1)]
+            self.db.after_commit(lambda: self.journal.committed(entries))
+            pos_before, self._pos = self._pos, head + count
+            self.db.on_rollback(lambda: setattr(self, "_pos", pos_before))
+        if changes:
+            self._queue([(first + j, *c) for j, c in enumerate(changes, 1)])
 
     def _reset(self, pos: int, heads: dict[str, audit.Head | None], written: set[str]) -> None:
         self._pos = pos
@@ -191,16 +241,24 @@ class AuditLog:
         order (the keys move back on rollback)."""
         if not changes:
             return
-        first = self._outbox_key
-        rows = [(first + i, *change) for i, change in enumerate(changes, 1)]
-        self._outbox_key = first + len(rows)
-        self.db.on_rollback(lambda: setattr(self, "_outbox_key", first))
+        if self.db.shared:  # temporary keys, numbered at the commit (:meth:`_number`)
+            self._begin_numbering()
+            assert self._base is not None
+            done = len(self._changes)
+            rows = [(-(self._base + done + i), *c) for i, c in enumerate(changes, 1)]
+            self._changes.extend(changes)
+        else:
+            first = self._outbox_key
+            rows = [(first + i, *change) for i, change in enumerate(changes, 1)]
+            self._outbox_key = first + len(rows)
+            self.db.on_rollback(lambda: setattr(self, "_outbox_key", first))
         if len(rows) < 8:
             con.executemany("INSERT INTO outbox (seq, tenant, entity_id, type, op) "
                             "VALUES (?,?,?,?,?)", rows)
         else:
             self.db.dialect.insert_rows(con, "outbox", _OUTBOX_COLUMNS, rows)
-        self._queue(rows)
+        if not self.db.shared:
+            self._queue(rows)
 
     def _queue(self, rows: list[OutboxEntry]) -> None:
         """Tell the listeners about these outbox rows once the transaction has committed and

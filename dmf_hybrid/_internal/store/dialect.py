@@ -35,7 +35,8 @@ def _path(keys: Sequence[str]) -> str:
 
 
 class Dialect:
-    """The DuckDB forms; :class:`PostgresDialect` overrides what PostgreSQL writes otherwise."""
+    """The DuckDB forms; :class:`.pg_dialect.PostgresDialect` overrides what PostgreSQL
+    writes otherwise."""
 
     name = "duckdb"
     #: begins a read-only transaction that keeps the state its first read sees

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .sql import LOOKUP_CHUNK, POINT_LOOKUP_MAX
-from .txn import Reader, Transactions
+from .txn import SHARED, Reader, Transactions
 
 
 class EmbeddingCache:
@@ -72,7 +72,7 @@ class EmbeddingCache:
         meanwhile are kept as they are."""
         if not items:
             return
-        with self._db.write() as con:
+        with self._db.write(SHARED) as con:
             few = len(items) <= POINT_LOOKUP_MAX
             if few:  # a write's few vectors: drop those cached meanwhile, insert the rest plain
                 # (ON CONFLICT took 18 ms for one row at 100,000 cached vectors; this, 5 ms)

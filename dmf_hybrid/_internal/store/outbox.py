@@ -7,7 +7,7 @@ the two leaves the row pending, and it is applied again (applying is idempotent)
 
 from __future__ import annotations
 
-from .txn import Transactions
+from .txn import SHARED, Transactions
 
 #: (key, type, tenant, entity ID) of one pending change (keys number the rows in queue order)
 OutboxRow = tuple[int, str, str, str]
@@ -35,7 +35,7 @@ class Outbox:
 
     def mark_done(self, seqs: list[int]) -> None:
         """Mark the rows of those keys applied (in a transaction of its own)."""
-        with self._db.write() as con:
+        with self._db.write(SHARED) as con:
             con.execute("UPDATE outbox SET done = TRUE WHERE NOT done AND seq IN "
                         "(SELECT unnest(CAST(? AS BIGINT[])))", [seqs])
 

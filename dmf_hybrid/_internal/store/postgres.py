@@ -6,12 +6,17 @@ store's transactions, under the same lock), and a read connection per thread tak
 ``?`` placeholders; :func:`translate` turns them into psycopg's. JSON and JSONB values are read
 back as their text, as DuckDB returns them.
 
-Many processes may open one store. Their write transactions take turns: each begins by
-taking a transaction-level advisory lock (:data:`_WRITE_LOCK`), so log positions and each
-tenant's seqs are numbered and chained in commit order with no gap and no fork, whatever the
-number of processes. A process
+Many processes may open one store. A write transaction of one tenant's data takes that
+tenant's transaction-level advisory lock (:data:`_TENANT_LOCK`), and the store-wide one
+(:data:`_WRITE_LOCK`) shared: writers of different tenants run at once, writers of one tenant
+take turns, so each tenant's seqs are numbered and chained in commit order with no gap and no
+fork. A whole-store write takes the store-wide lock alone, waiting for every other writer. A
+transaction's events take temporary positions in the store's log; just before it commits it
+takes the commit lock (:data:`_COMMIT_LOCK`, held until the commit), follows what other
+processes committed meanwhile and numbers its events after them, so positions too are in
+commit order with no gap, whatever the number of processes. A process
 follows the others' commits from the audit log: a write transaction reads the log's head after
-taking the lock, and a read first looks whether the head moved (:meth:`PgDatabase.sync`, which
+taking its locks, and a read first looks whether the head moved (:meth:`PgDatabase.sync`, which
 the store calls before it looks a type up); when it has, :attr:`PgDatabase.on_foreign` brings
 the process's state (the log's head, the types, the mirrors and caches) forward. An optimistic
 read that a commit of another process overtook (:meth:`PgDatabase.unchanged`) is read again.
@@ -21,23 +26,21 @@ lock.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import DMFError, ServiceUnavailable, ValidationError
-from .dialect import Dialect, q, redact
+from .dialect import redact
+from .pg_dialect import POSTGRES, translate
 from .txn import Connection, Transactions
 
 log = logging.getLogger(__name__)
@@ -50,165 +53,18 @@ OUTBOX_CHANNEL = "dmf_outbox"
 #: session lock on a connection of its own: it goes when the process or the connection dies.
 _RELAY_LOCK = (0x646D66, 0x726C79)
 #: The advisory lock (two int4 keys: "dmf-hybrid", "write") every write transaction of every
-#: process takes first, and a process holding off writes takes for as long as it does.
+#: process takes first (shared by writers of one tenant's data, exclusive for a whole-store
+#: write), and a process holding off writes takes (exclusive) for as long as it does.
 _WRITE_LOCK = (0x646D66, 0x777274)
-#: The newest position of the audit log (the head every process follows).
-_HEAD_SQL = "SELECT pos FROM events ORDER BY pos DESC LIMIT 1"
+#: The first key of a tenant's write lock (the second: the hash of the tenant's name).
+_TENANT_LOCK = 0x746E74
+#: Held from a transaction's numbering of its events to its commit.
+_COMMIT_LOCK = (0x646D66, 0x636D74)
+#: The newest position of the audit log (the head every process follows; the open
+#: transaction's own events have temporary, negative ones).
+_HEAD_SQL = "SELECT pos FROM events WHERE pos > 0 ORDER BY pos DESC LIMIT 1"
 #: Seconds to wait for a connection (opening, and from the pool).
 CONNECT_TIMEOUT = 10.0
-@functools.lru_cache(maxsize=4096)
-def translate(sql: str) -> str:
-    """A statement with ``?`` placeholders as psycopg takes it: ``%s`` for each ``?`` outside
-    quotes, ``%%`` for each ``%``."""
-    out: list[str] = []
-    quote: str | None = None
-    for ch in sql:
-        if quote is not None:
-            if ch == quote:
-                quote = None
-            out.append("%%" if ch == "%" else ch)
-        elif ch in ("'", '"'):
-            quote = ch
-            out.append(ch)
-        elif ch == "?":
-            out.append("%s")
-        else:
-            out.append("%%" if ch == "%" else ch)
-    return "".join(out)
-
-
-class PostgresDialect(Dialect):
-    """PostgreSQL's forms of what differs (see :class:`.dialect.Dialect`)."""
-
-    name = "postgresql"
-    begin_snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-    types = {**Dialect.types, "float": "DOUBLE PRECISION", "json": "JSONB"}
-    vector_type = "BYTEA"
-    # an entity's events (get and history as_of, erase) and a type's latest per entity
-    # (queries as_of): without them each is a scan and a sort of the log (at 10,000 entities
-    # get as_of took 4.6 ms, now 0.17; a query as_of 137 ms, now 115)
-    log_indexes = (
-        "CREATE INDEX IF NOT EXISTS events_entity ON events (entity_id, tenant, seq)",
-        "CREATE INDEX IF NOT EXISTS events_type ON events (type, tenant, entity_id, seq DESC)",
-        # what the relay and the searches of many processes ask of the outbox: its pending rows
-        "CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE NOT done",
-    )
-
-    @staticmethod
-    def _keys(keys: Sequence[str]) -> str:
-        return "'{" + ",".join(keys) + "}'"
-
-    def json_text(self, expr: str, *keys: str) -> str:
-        return f"(CAST({expr} AS JSONB) #>> {self._keys(keys)})"
-
-    def json_value(self, expr: str, *keys: str) -> str:
-        return f"(CAST({expr} AS JSONB) #> {self._keys(keys)})"
-
-    def json_has(self, expr: str, *keys: str) -> str:
-        return f"(CAST({expr} AS JSONB) #> {self._keys(keys)} IS NOT NULL)"
-
-    def column_types(self, con: Any, table: str) -> dict[str, str]:
-        name = table[1:-1].replace('""', '"') if table.startswith('"') else table
-        return {str(n): str(t) for n, t in con.execute(
-            "SELECT column_name, data_type FROM information_schema.columns WHERE "
-            "table_schema = current_schema() AND table_name = ?", [name]).fetchall()}
-
-    def latest_per(self, key: str, columns: str, source: str, where: str) -> str:
-        return (f"SELECT DISTINCT ON ({key}) {columns} FROM {source} WHERE {where} "
-                f"ORDER BY {key}, seq DESC")
-
-    def json_cast(self, value: str, type_name: str, item: str | None = None) -> str:
-        if type_name == "json":
-            return f"NULLIF({value}, 'null'::jsonb)"
-        if type_name == "bool":
-            return (f"(CASE WHEN jsonb_typeof({value}) = 'boolean' "
-                    f"THEN CAST({value} AS BOOLEAN) END)")
-        if type_name == "list":
-            typ = self.types[item or "str"]
-            return (f"(CASE WHEN jsonb_typeof({value}) = 'array' THEN ARRAY(SELECT CAST(e AS "
-                    f"{typ}) FROM jsonb_array_elements_text({value}) AS e) END)")
-        if type_name in ("str", "enum", "date", "datetime"):
-            return f"CAST(({value}) #>> '{{}}' AS {self.types[type_name]})"
-        return f"CAST({value} AS {self.types[type_name]})"
-
-    def list_contains(self, col: str, item_type: str) -> str:
-        return f"(CAST(? AS {item_type}) = ANY({col}))"
-
-    def text_contains(self, col: str) -> str:
-        return f"(strpos({col}, CAST(? AS VARCHAR)) > 0)"
-
-    def row_key(self, alias: str = "") -> str:
-        # non-negative 63 bits: the mirrors keep keys unsigned
-        return (f"(hashtextextended({alias}tenant || chr(1) || {alias}id, 0) "
-                f"& 9223372036854775807)")
-
-    def insert_columns(self, con: Any, table: str, columns: dict[str, Any],
-                       select: str | None = None) -> None:
-        # a COPY: the server reads each value's text as its column's type (``select``'s casts
-        # are what DuckDB needs)
-        copy = f"COPY {table} ({', '.join(q(c) for c in columns)}) FROM STDIN"
-        with con.raw.cursor() as cur, cur.copy(copy) as out:
-            for row in zip(*columns.values(), strict=True):
-                out.write_row(row)
-
-    def insert_vectors(self, con: Any, model: str, hashes: list[str],
-                       matrix: npt.NDArray[np.float32], skip_existing: bool) -> None:
-        dim = int(matrix.shape[1])
-        rows = [(model, h, dim, np.ascontiguousarray(v, dtype="<f4").tobytes())
-                for h, v in zip(hashes, matrix, strict=True)]
-        con.executemany("INSERT INTO embeddings (model_id, text_hash, dim, vector) "
-                        "VALUES (?, ?, ?, ?)"
-                        + (" ON CONFLICT DO NOTHING" if skip_existing else ""), rows)
-
-    def vector(self, value: Any) -> npt.NDArray[np.float32]:
-        return np.frombuffer(bytes(value), dtype="<f4").astype(np.float32)
-
-    def vectors(self, reader: Any, sql: str, params: list[Any]
-                ) -> tuple[list[str], npt.NDArray[np.float32]]:
-        rows = reader.execute(sql, params).fetchall()
-        if not rows:
-            return [], np.zeros((0, 0), dtype=np.float32)
-        return [r[0] for r in rows], np.stack([self.vector(r[1]) for r in rows])
-
-    def column(self, reader: Any, sql: str, params: list[Any]) -> npt.NDArray[Any]:
-        values = [r[0] for r in reader.execute(sql, params).fetchall()]
-        if values and isinstance(values[0], int):
-            return np.asarray(values, dtype=np.uint64)
-        return np.asarray(values, dtype=object)
-
-    @contextmanager
-    def record_batches(self, reader: Any, sql: str, params: list[Any], batch: int
-                       ) -> Iterator[Any]:
-        import pyarrow as pa
-
-        if reader.raw.info.transaction_status == TransactionStatus.IDLE:
-            cur = reader.execute(sql, params)
-        else:  # in a read transaction (a whole type's load): a server-side cursor streams
-            cur = reader.raw.cursor(name="dmf_record_batches")
-            cur.execute(translate(sql), params)
-        names = [d[0] for d in cur.description]
-
-        def batches() -> Iterator[Any]:
-            while rows := cur.fetchmany(batch):
-                cols: dict[str, Any] = {}
-                for i, name in enumerate(names):
-                    values = [r[i] for r in rows]
-                    if values and any(isinstance(v, (bytes, memoryview)) for v in values):
-                        cols[name] = pa.array([None if v is None else self.vector(v)
-                                               for v in values], type=pa.list_(pa.float32()))
-                    elif name == "key":
-                        cols[name] = pa.array(values, type=pa.uint64())
-                    else:
-                        cols[name] = pa.array(values)
-                yield pa.record_batch(cols)
-
-        try:
-            yield batches()
-        finally:
-            cur.close()
-
-
-POSTGRES = PostgresDialect()
 
 
 class PgConnection:
@@ -309,6 +165,8 @@ class PgDatabase(Transactions):
         #: write transaction), holding the write lock; it brings the process's state forward.
         self.on_foreign: Callable[[int, int, bool], None] | None = None
         self._unfinished = False
+        self._exclusive = False  # the open transaction holds the store-wide lock alone
+        self._tenants: set[str] = set()  # and these tenants' locks
         self._tables_made = False
         self._following = False
         self._pool = ConnectionPool(url, min_size=0, max_size=readers, configure=_configure,
@@ -326,24 +184,75 @@ class PgDatabase(Transactions):
         self._raw = connect(self.url)
         self._writer = PgConnection(self._raw)
 
-    def _begin_write(self) -> None:
-        """Begin a write transaction once no other process's is open (the write lock), and
-        follow what other processes committed before it; a writer connection the server
-        dropped (a restart, an administrator) is made again."""
+    def _begin_write(self, tenant: str | None) -> None:
+        """Begin a write transaction once its locks are free (a tenant's: the tenant's lock and
+        the store-wide one shared; the whole store's: the store-wide one), and follow what
+        other processes committed before it; a writer connection the server dropped (a
+        restart, an administrator) is made again."""
         try:
-            super()._begin_write()
+            super()._begin_write(tenant)
         except psycopg.OperationalError:
             if not (self._raw.closed or self._raw.broken):
                 raise
             self._raw.close()
             self._connect_writer()
-            super()._begin_write()
+            super()._begin_write(tenant)
+        self._exclusive, self._tenants = tenant is None, set()
         try:
-            self._writer.execute("SELECT pg_advisory_xact_lock(?, ?)", _WRITE_LOCK)
+            if tenant is None:
+                self._writer.execute("SELECT pg_advisory_xact_lock(?, ?)", _WRITE_LOCK)
+            elif tenant:  # one statement, one round trip: the store-wide lock shared, then
+                self._writer.execute(  # the tenant's
+                    "SELECT pg_advisory_xact_lock_shared(?, ?), "
+                    "pg_advisory_xact_lock(?, hashtext(?))", [*_WRITE_LOCK, _TENANT_LOCK, tenant])
+                self._tenants.add(tenant)
+            else:
+                self._writer.execute("SELECT pg_advisory_xact_lock_shared(?, ?)", _WRITE_LOCK)
             self._follow(self._writer, writing=True)
         except BaseException:
             self._writer.execute("ROLLBACK")
             raise
+
+    def join_tenant(self, tenant: str) -> None:
+        """Take ``tenant``'s lock if the open transaction does not hold it (nor the whole
+        store's), and follow what other processes committed until then."""
+        if self._exclusive or tenant in self._tenants or not self.in_transaction:
+            return
+        self._writer.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))",
+                             [_TENANT_LOCK, tenant])
+        self._tenants.add(tenant)
+        self._follow(self._writer, writing=True)
+
+    def temporary_base(self) -> int:
+        """Where the open transaction's temporary positions start (negated): the writer
+        connection's server process ID (no two live connections share one) times 2**32."""
+        return int(self._raw.info.backend_pid) << 32
+
+    def commit_numbers(self, base: int, events: int, changes: int) -> tuple[int, int]:
+        """Take the commit lock (held until the commit), number the open transaction's
+        ``events`` and outbox ``changes`` (their temporary places from ``base``) after the
+        newest committed ones, and follow what other processes committed up to those; (the
+        log's head before them, the outbox's). Two round trips: the lock, then both
+        updates, each reading its table's newest committed place in its own statement."""
+        self._writer.execute("SELECT pg_advisory_xact_lock(?, ?)", _COMMIT_LOCK)
+        raw, head, first = self._raw, None, 0
+        with raw.pipeline(), raw.cursor() as moved, raw.cursor() as queued:
+            if events:
+                moved.execute(
+                    "WITH m AS (UPDATE events SET pos = (SELECT coalesce(max(pos), 0) FROM "
+                    "events WHERE pos > 0) - %s - pos WHERE pos BETWEEN %s AND %s RETURNING "
+                    "pos) SELECT min(pos) FROM m", [base, -(base + events), -(base + 1)])
+            if changes:
+                queued.execute(
+                    "WITH m AS (UPDATE outbox SET seq = (SELECT coalesce(max(seq), 0) FROM "
+                    "outbox WHERE seq > 0) - %s - seq WHERE seq BETWEEN %s AND %s RETURNING "
+                    "seq) SELECT min(seq) FROM m", [base, -(base + changes), -(base + 1)])
+            if events:
+                head = int(moved.fetchall()[0][0]) - 1
+            if changes:
+                first = int(queued.fetchall()[0][0]) - 1
+        self._follow(self._writer, writing=True, head=head)
+        return self.visible_pos, first
 
     def _head(self, con: Connection) -> int:
         """The position of the log's newest committed event (0 before the log exists)."""
@@ -354,14 +263,14 @@ class PgDatabase(Transactions):
         row = con.execute(_HEAD_SQL).fetchone()
         return int(row[0]) if row else 0
 
-    def _follow(self, con: Connection, writing: bool = False) -> None:
-        """Bring the process's state to the log's head if other processes moved it (the
-        write lock held); a commit-like change of generation, so optimistic reads retry.
-        ``writing``: at the start of a write transaction, where only what reads may be
-        done; the rest is finished by the next follow outside one."""
+    def _follow(self, con: Connection, writing: bool = False, head: int | None = None) -> None:
+        """Bring the process's state to the log's head (``head``, or read now) if other
+        processes moved it (the write lock held); a commit-like change of generation, so
+        optimistic reads retry. ``writing``: in a write transaction, where only what reads
+        may be done; the rest is finished by the next follow outside one."""
         if self._following or self.on_foreign is None:  # a write the following makes
             return
-        head = self._head(con)
+        head = self._head(con) if head is None else head
         if head == self.visible_pos and (writing or not self._unfinished):
             return
         self.generation += 1

@@ -113,7 +113,7 @@ class TypeRegistry:
                 (f"fields.{f}.analyzer", s.analyzer) for f, s in typedef.fields.items()
                 if s.analyzer is not None]:
             check_runnable(name, where)
-        with self._db.write() as con:
+        with self._db.write(tenant) as con:
             key = (tenant, typedef.name)
             current = self._types.get(key)
             clash = [t.name for t in self.types(tenant) if t.name.lower() == typedef.name.lower()

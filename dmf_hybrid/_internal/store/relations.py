@@ -42,7 +42,7 @@ class Relations:
              trace_id: str | None = None, principal: str | None = None) -> bool:
         """Link two entities; False if already linked (idempotent)."""
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
-        with self.db.write() as con:
+        with self.db.write(tenant) as con:
             from_type, spec = self._relation_spec(con, tenant, from_id, relation)
             try:
                 to_type, _ = self.rows.current(con, to_id, tenant)
@@ -95,7 +95,7 @@ class Relations:
         """Remove a link; returns the event seq; NotFound if the link does not exist."""
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         check_id(to_id, "to_id")
-        with self.db.write() as con:
+        with self.db.write(tenant) as con:
             from_type, _ = self._relation_spec(con, tenant, from_id, relation, "unlink")
             row = con.execute(
                 "SELECT created_seq FROM relations WHERE tenant = ? AND from_id = ? AND "

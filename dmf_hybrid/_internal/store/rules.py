@@ -252,7 +252,7 @@ class RuleEngine:
         if current is not None and current.definition == rule:
             return current
         version = 1 if current is None else current.version + 1
-        with self.store.db.write() as con:
+        with self.store.db.write(tenant) as con:
             # a bundled type, defined on first use; a rule that does not compile leaves none
             self.store.type_of(CONSTRAINT_TYPE, tenant, principal=principal)
             compiled = compile_rule(self.store, rule, version, tenant)

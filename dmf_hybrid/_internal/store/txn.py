@@ -4,6 +4,12 @@ databases share it).
 Transactions nest: the outermost ``write()`` block commits; an exception that escapes any
 block dooms the whole transaction, which is rolled back when the outermost block exits.
 
+A write says whose data it writes: ``write(tenant)`` (one tenant's entities, relations, types
+and audit chain), ``write(SHARED)`` (no tenant's: derived tables such as the outbox's marks
+and the embedding cache) or ``write()`` (the whole store: migrations, store settings). An
+engine that other processes share (PostgreSQL) lets writers of different tenants run at once
+and makes a whole-store write wait for them all; an embedded one has one writer anyway.
+
 Two kinds of commit hooks: :meth:`Transactions.after_commit` hooks run as the commit becomes
 visible, still holding the write lock (bookkeeping the next transaction must not race), and
 :meth:`Transactions.after_release` hooks run once the committing block has let the lock go, so
@@ -40,6 +46,8 @@ class Connection(Protocol):
 
 #: A connection that reads one consistent state (callers above the store pass it back, opaque).
 Reader = Connection
+#: ``write(SHARED)``: a write of no tenant's data, which appends no audit event.
+SHARED = ""
 
 
 def first_row(cur: Any) -> tuple[Any, ...] | None:
@@ -87,6 +95,9 @@ class Transactions:
         self.generation = 0
         self.visible_pos = 0
         self.publish: Callable[[], None] | None = None
+        #: run last before a commit (after the checks): the audit log numbers what the
+        #: transaction appended, on an engine where that waits for the commit
+        self.number: Callable[[], None] | None = None
 
     def reader(self) -> Connection:
         """The connection this thread reads with (the writer inside its own transaction)."""
@@ -117,9 +128,27 @@ class Transactions:
         has one process, which always does."""
         return not self.closed
 
-    def _begin_write(self) -> None:
-        """Begin the outermost write transaction on the writer connection."""
+    def _begin_write(self, tenant: str | None) -> None:
+        """Begin the outermost write transaction on the writer connection, writing
+        ``tenant``'s data (SHARED: no tenant's; None: the whole store's)."""
         self._writer.execute("BEGIN TRANSACTION")
+
+    def join_tenant(self, tenant: str) -> None:
+        """The open transaction writes ``tenant``'s data too (an engine shared by processes
+        takes that tenant's lock now, if the transaction does not hold it)."""
+
+    def temporary_base(self) -> int:
+        """Where the open transaction's temporary positions start (see :meth:`commit_position`;
+        an engine that numbers as it appends has none)."""
+        raise NotImplementedError
+
+    def commit_numbers(self, base: int, events: int, changes: int) -> tuple[int, int]:
+        """Just before the open transaction commits, on an engine shared by processes: number
+        its ``events`` and outbox ``changes`` (temporary places from ``base``) after the
+        newest committed ones, under a lock held until the commit, so that they follow them in
+        commit order (the other processes' commits up to them are followed first); (the
+        log's head and the outbox's newest key before them)."""
+        raise NotImplementedError
 
     def checkpoint(self) -> None:
         """Make what is committed durable in the database's own files."""
@@ -147,27 +176,31 @@ class Transactions:
         return self._owner == threading.get_ident()
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """A block inside the (possibly outer) write transaction; commits when outermost
-        (then, with the lock let go, runs the transaction's ``after_release`` hooks)."""
+    def write(self, tenant: str | None = None) -> Iterator[Connection]:
+        """A block inside the (possibly outer) write transaction, writing ``tenant``'s data
+        (SHARED: no tenant's; None: the whole store's, see the module docstring); commits when
+        outermost (then, with the lock let go, runs the transaction's ``after_release``
+        hooks)."""
         released: list[Callable[[], None]] = []
         try:
-            with self._write(released) as con:
+            with self._write(released, tenant) as con:
                 yield con
         finally:
             self._run(released)
 
     @contextmanager
-    def _write(self, released: list[Callable[[], None]]
+    def _write(self, released: list[Callable[[], None]], tenant: str | None
                ) -> Iterator[Connection]:
         with self._lock:
             if self.closed:
                 raise DMFError("the memory is closed")
             outer = self._depth == 0
             if outer:
-                self._begin_write()
+                self._begin_write(tenant)
                 self._owner = threading.get_ident()
                 self._doomed = False
+            elif tenant:
+                self.join_tenant(tenant)
             self._depth += 1
             try:
                 yield self._writer
@@ -186,6 +219,8 @@ class Transactions:
                 try:
                     for check in checks:
                         check()
+                    if self.number is not None:
+                        self.number()
                 except BaseException:
                     self._finish(commit=False)
                     raise

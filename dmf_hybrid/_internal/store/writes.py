@@ -145,7 +145,7 @@ class Writes:
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
         check_expected_version(expected_version)
         check_expiry_args(ttl, expires_at)
-        with self.db.write() as con:
+        with self.db.write(tenant) as con:
             etype, current = self.rows.current(con, eid, tenant, allow_deleted=op == "restore",
                                                allow_expired=sweep)
             now = utcnow()
@@ -278,7 +278,7 @@ class Writes:
               principal: str | None = None) -> int:
         """Remove an entity's content everywhere (row, snapshots, links); returns the event seq."""
         actor, reason, trace_id = check_audit(actor, reason, trace_id)
-        with self.db.write() as con:
+        with self.db.write(tenant) as con:
             etype, erased_seq = self.rows.lookup(con, eid, tenant)
             if erased_seq is not None:
                 raise NotFound(f"entity {eid} was erased at seq {erased_seq}", entity_id=eid)
