@@ -9,8 +9,9 @@ trip per statement that DuckDB does not have.
 
 With ``--processes``, it also measures write throughput on PostgreSQL of that many OS
 processes creating entities at once in one store: each in a tenant of its own, and all in one
-tenant (every process's writes take turns on one lock, see docs/postgresql.md; on a 2-core
-machine more processes than cores measure contention, not scaling).
+tenant (writers of one tenant take turns on its lock, writers of different tenants only on the
+commit step, see docs/postgresql.md; on a 2-core machine more processes than cores measure
+contention, not scaling).
 
 Prints a markdown table, writes JSON (``--out``) and a PNG next to it.
 
