@@ -105,8 +105,9 @@ class AuditLog:
         self._visible = {t: seq for t, (seq, _hash) in self._heads.items()
                          if t not in self._written} | {
             t: self._visible[t] for t in self._written if t in self._visible}
-        row = self.db.fetchone("SELECT max(seq) FROM outbox WHERE seq > 0")
-        self._outbox_key = int(row[0]) if row and row[0] is not None else 0
+        if not self.db.shared:  # a shared engine keys the outbox at each commit (_number)
+            row = self.db.fetchone("SELECT max(seq) FROM outbox")
+            self._outbox_key = int(row[0]) if row and row[0] is not None else 0
 
     def _publish(self) -> None:
         """A commit becomes visible (the database's seqlock is odd): its position and the
@@ -212,12 +213,13 @@ class AuditLog:
         if self._base is None or not (self._events or self._changes):
             return
         base, count, changes = self._base, len(self._events), self._changes
+        pos_before = self._pos  # (following the others moves it too)
+        self.db.on_rollback(lambda: setattr(self, "_pos", pos_before))
         head, first = self.db.commit_numbers(base, count, len(changes))
         if count:
             entries = [(head + i, *s) for i, s in enumerate(self._events, 1)]
             self.db.after_commit(lambda: self.journal.committed(entries))
-            pos_before, self._pos = self._pos, head + count
-            self.db.on_rollback(lambda: setattr(self, "_pos", pos_before))
+            self._pos = head + count
         if changes:
             self._queue([(first + j, *c) for j, c in enumerate(changes, 1)])
 
