@@ -205,3 +205,27 @@ def test_a_bundle_of_one_chain_imports_rechained(tmp_path: Path) -> None:
         again = imported.events(limit=1000)
         assert again[:-1] == events and again[-1].op == "migrate"
         assert imported.verify_audit().ok
+
+
+def test_a_postgresql_store_of_one_chain_is_rechained_when_opened(pg_server: Any) -> None:
+    url = pg_server.fresh()
+    m = Memory.open(url, embedder=HashEmbedder(), vector_index=ExactIndex())
+    from tests.conftest import define_travel
+
+    define_travel(m)
+    a, b = _interleaved(m)
+    held = {"a": [e.model_dump() for e in a.query("Poi", limit=100).items],
+            "b": [e.model_dump() for e in b.query("Poi", limit=100).items],
+            "counts": (a.last_seq(), b.last_seq())}
+    with m._store.db.write() as con:  # the layout of format 4: one chain for the store
+        total = to_one_chain(con)
+        con.execute("UPDATE meta SET value = '4' WHERE key = 'store_format'")
+    m.close()
+    with Memory.open(url, embedder=HashEmbedder(), vector_index=ExactIndex()) as again:
+        report = again.verify_audit()
+        assert report.ok and report.chains == 2 and report.events_checked == total + 2
+        for view, key, count in ((again, "a", held["counts"][0]),
+                                 (again.for_tenant("b"), "b", held["counts"][1])):
+            assert [e.model_dump() for e in view.query("Poi", limit=100).items] == held[key]
+            assert [e.seq for e in view.events(limit=1000)] == list(range(1, count + 2))
+            assert view.events(limit=1000)[-1].op == "migrate"
