@@ -195,7 +195,7 @@ def export_database(store: Store, dest: Path) -> tuple[int, str | None]:
     with store.db.write() as con:
         with _exporting(store, con, dest):
             con.execute(f"EXPORT DATABASE '{_sql_path(dest)}' (FORMAT parquet)")
-        return store.log.pos, store.verify_audit().last_hash
+        return store.log.pos, store.log.verify().last_hash
 
 
 def import_database(src: Path, db_file: Path) -> None:

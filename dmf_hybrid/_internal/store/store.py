@@ -20,6 +20,7 @@ from .bulk import BulkLoad
 from .chain import AuditLog
 from .db import Database
 from .embedding_cache import EmbeddingCache
+from .integrity import unreachable_by_id, unreachable_count, unreachable_problem
 from .journal import Journal
 from .outbox import Outbox
 from .queries import Queries
@@ -159,8 +160,14 @@ class Store:
         return self.log.events(tenant, since_seq, until_seq, limit)
 
     def verify_audit(self, tenant: str | None = None) -> AuditReport:
-        """Check the tenant's hash chain, or every tenant's (None); names the first bad seq."""
-        return self.log.verify(tenant)
+        """Check the tenant's hash chain, or every tenant's (None), and that its (their)
+        entities are reachable by ID; names the first bad seq."""
+        report = self.log.verify(tenant)
+        lost = unreachable_count(unreachable_by_id(self.db, tenant))
+        if not lost:
+            return report
+        return report.model_copy(update={"ok": False, "unreachable_by_id": lost,
+                                         "problem": report.problem or unreachable_problem(lost)})
 
     def close(self) -> None:
         """Close the database."""
