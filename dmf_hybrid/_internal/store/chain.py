@@ -122,19 +122,10 @@ class AuditLog:
         """The position of the newest committed (or, inside a transaction, written) event."""
         return self._pos
 
-    @property
-    def committed_pos(self) -> int:
-        """The position of the newest committed event (this thread's own, in its transaction)."""
-        return self._pos if self.db.in_transaction else self.db.visible_pos
-
     def head(self, tenant: str) -> int:
         """The seq of the tenant's newest committed (or, inside a transaction, written) event
         (0 before its first)."""
         return self._heads.get(tenant, (0, ""))[0]
-
-    def head_hash(self, tenant: str) -> str:
-        """The hash of the tenant's newest event, which its next one chains to."""
-        return self._heads.get(tenant, (0, audit.GENESIS_HASH))[1]
 
     def committed_head(self, tenant: str) -> int:
         """The tenant's newest committed seq (this thread's own, in its transaction)."""
