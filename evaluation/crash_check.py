@@ -219,7 +219,7 @@ def check_snapshots(expect: dict[str, Any], root: Path, problems: list[str]) -> 
     """Every acknowledged snapshot restores and verifies; a partial one is refused cleanly."""
     from dmf_hybrid import HashEmbedder, Memory
     from dmf_hybrid._internal.errors import ValidationError
-    from dmf_hybrid._internal.memory import SNAPSHOT_MANIFEST
+    from dmf_hybrid._internal.store.snapshot import MANIFEST as SNAPSHOT_MANIFEST
     from dmf_hybrid._internal.vector.exact import ExactIndex
 
     if not root.is_dir():

@@ -467,7 +467,8 @@ def snapshot(
     dest: Annotated[Path, typer.Argument(help="New (or empty) directory for the snapshot.")],
     data: DataOpt = None, url: UrlOpt = None, api_key: KeyOpt = None, as_json: JsonOpt = False,
 ) -> None:
-    """Export the whole database (Parquet) into DEST (on the server's disk with --url)."""
+    """Write the whole store (a bundle, the audit archives, a manifest) into the directory
+    DEST (on the server's disk with --url)."""
     with target(data, url, api_key) as mem:
         manifest = mem.snapshot(dest if not url else str(dest))
     if as_json:
@@ -479,24 +480,13 @@ def snapshot(
 @app.command(name="restore-snapshot")
 def restore_snapshot(
     src: Annotated[Path, typer.Argument(help="A snapshot directory (from `dmf snapshot`).")],
-    dest: Annotated[Path, typer.Argument(help="New (or empty) memory directory.")],
+    dest: Annotated[str, typer.Argument(help="New (or empty) memory directory, or the "
+                                             "postgresql:// URL of an empty database.")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Make a new memory directory from a snapshot and rebuild its vector index."""
-    from .memory import Memory  # start-up cost: DuckDB and Chroma
-
-    settings = settings_from(data_dir=dest)
-    try:
-        with Memory.restore_snapshot(src, dest, settings=settings) as mem:
-            report = mem.verify_audit()
-            counts = {t.name: mem.count(t.name) for t in mem.types()}
-    except DMFError as exc:
-        raise fail(f"{exc.code}: {exc.message}") from None
-    if as_json:
-        print_json({"dest": str(dest), "last_seq": report.last_seq, "counts": counts})
-    else:
-        typer.echo(f"restored {src} into {dest}: last seq {report.last_seq}, "
-                   + ", ".join(f"{n} {c}" for n, c in counts.items()))
+    """Make a new memory directory (or a PostgreSQL store) from a snapshot, checked whole
+    first, and rebuild its vector index."""
+    import_into(src, dest, as_json, f"restored {src} into {redact(dest)}", snapshot=True)
 
 
 @app.command(name="export")

@@ -441,22 +441,26 @@ def ingest_rows(mem: MemoryAPI, default_type: str | None, rows: Rows, batch: int
     return summary
 
 
-def import_into(src: Path, dest: str, as_json: bool, done: str) -> None:
-    """`dmf import`: a bundle into a new memory directory or an empty PostgreSQL database."""
+def import_into(src: Path, dest: str, as_json: bool, done: str, *,
+                snapshot: bool = False) -> None:
+    """`dmf import` (a bundle) or `dmf restore-snapshot` (a snapshot) into a new memory
+    directory or an empty PostgreSQL database."""
     from .memory import Memory  # start-up cost: DuckDB and Chroma
 
     url = is_postgres_url(dest)
+    make = Memory.restore_snapshot if snapshot else Memory.import_bundle
     try:
-        with Memory.import_bundle(src, dest, settings=settings_from(
-                data_dir=None if url else Path(dest))) as mem:
+        with make(src, dest, settings=settings_from(data_dir=None if url else Path(dest))) as mem:
             report = mem.verify_audit()
+            counts = {t.name: mem.count(t.name) for t in mem.types()}
     except DMFError as exc:
         raise fail(f"{exc.code}: {exc.message}") from None
     if as_json:
         print_json({"dest": redact(dest), "last_seq": report.last_seq,
-                    "last_hash": report.last_hash})
+                    "last_hash": report.last_hash, "counts": counts})
     else:
-        typer.echo(f"{done}: last seq {report.last_seq}, chain verified")
+        typer.echo(f"{done}: last seq {report.last_seq}, chain verified; "
+                   + ", ".join(f"{n} {c}" for n, c in counts.items()))
 
 
 def migrate_store(source: str, dest: str, as_json: bool) -> None:

@@ -10,8 +10,7 @@ docstring lives there); the embedded-only extras are ``open``, ``for_tenant``, `
 
 from __future__ import annotations
 
-import json
-import os
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from . import plans, requests, tools
 from .checks import AsOf, check_id
 from .config import is_postgres_url
 from .core import DB_FILE, MemoryCore
-from .errors import Conflict, ValidationError
+from .errors import ValidationError
 from .lifecycle import context, summaries
 from .models import (
     ArchiveResult,
@@ -35,8 +34,7 @@ from .models import (
 from .operations import ArchiveRequest, PlanRequest, ToolCall, ToolsQuery
 from .protocol import MemoryAPI
 from .store import archive, bundle
-
-SNAPSHOT_MANIFEST = "dmf-snapshot.json"
+from .store import snapshot as snapshots
 
 
 class Memory(MemoryCore, MemoryAPI):
@@ -49,20 +47,7 @@ class Memory(MemoryCore, MemoryAPI):
     # ---------------------------------------------------------------- snapshots
 
     def snapshot(self, dest: str | Path) -> SnapshotManifest:
-        archive.duckdb_only(self._store, "a snapshot",
-                            "export a bundle instead (export), or back the database up")
-        directory = Path(dest)
-        if directory.exists() and any(directory.iterdir()):
-            raise Conflict(f"snapshot directory {directory} exists and is not empty",
-                           field="dest")
-        directory.mkdir(parents=True, exist_ok=True)
-        last_seq, last_hash = archive.export_database(self._store, directory)
-        manifest = SnapshotManifest(format=1, last_seq=last_seq, last_hash=last_hash)
-        # written last and atomically: a snapshot with a manifest is a complete snapshot
-        partial = directory / f"{SNAPSHOT_MANIFEST}.partial"
-        partial.write_text(json.dumps(manifest.model_dump(exclude_none=True), indent=2))
-        os.replace(partial, directory / SNAPSHOT_MANIFEST)
-        return manifest
+        return snapshots.write_snapshot(self._store, Path(dest))
 
     def export(self, dest: str | Path, *, tenant: str | None = None) -> BundleManifest:
         return bundle.export_bundle(self._store, Path(dest),
@@ -75,44 +60,44 @@ class Memory(MemoryCore, MemoryAPI):
         chain, counts and every entity against its last event; a bad one is refused naming
         the first bad event or line, and nothing is written), then written in one
         transaction; the vector index is rebuilt."""
-        if is_postgres_url(path):  # into an empty PostgreSQL database
-            manifest = bundle.import_bundle(Path(src), str(path))
-            memory = cls.open(path, **open_kwargs)
-        else:
-            with archive.new_directory(Path(path), "import"):
-                manifest = bundle.import_bundle(Path(src), Path(path) / DB_FILE)
-                memory = cls.open(path, **open_kwargs)
-        report = memory.verify_audit()
-        if not report.ok or report.last_seq < manifest.last_seq:
-            memory.close()
-            raise ValidationError("the imported audit log does not verify", field="src")
-        memory.reindex()
-        return memory
+        return cls._made_from(lambda target: bundle.import_bundle(Path(src), target).last_seq,
+                              path, "import", "the imported audit log does not verify",
+                              open_kwargs)
 
     @classmethod
     def restore_snapshot(cls, src_dir: str | Path, path: str | Path, **open_kwargs: Any
                          ) -> Memory:
-        """A new memory directory made from a snapshot; the vector index is rebuilt."""
-        src, dest = Path(src_dir), Path(path)
-        manifest_path = src / SNAPSHOT_MANIFEST
-        if not manifest_path.is_file():
-            raise ValidationError(f"{src} is not a dmf-hybrid snapshot (no {SNAPSHOT_MANIFEST})",
-                                  field="src")
-        try:
-            manifest = json.loads(manifest_path.read_text())
-            int(manifest["last_seq"])
-        except (ValueError, KeyError, TypeError):
-            raise ValidationError(f"{src}: the snapshot manifest is unreadable",
-                                  field="src") from None
-        with archive.new_directory(dest, "restore"):
-            archive.import_database(src, dest / DB_FILE)
-            memory = cls.open(dest, **open_kwargs)
-        report = memory.verify_audit()
-        if not report.ok or report.last_seq != manifest["last_seq"]:
-            memory.close()
-            raise ValidationError("restored audit log does not match the snapshot manifest",
-                                  field="src")
-        memory.reindex()
+        """A new memory directory (or a store in the empty PostgreSQL database ``path``
+        names) made from a snapshot (:meth:`snapshot`), checked as an import is; the vector
+        index is rebuilt from the embedding cache the snapshot carries."""
+        return cls._made_from(lambda target: snapshots.restore(Path(src_dir), target), path,
+                              "restore", "the restored audit log does not match the snapshot "
+                              "manifest", open_kwargs)
+
+    @classmethod
+    def _made_from(cls, fill: Callable[[Path | str], int], path: str | Path, what: str,
+                   mismatch: str, open_kwargs: dict[str, Any]) -> Memory:
+        """A new store at ``path`` written by ``fill`` (given the database file or URL; it
+        returns the log's last position it wrote), opened, verified and reindexed; a new
+        directory is removed again when any step fails. The log may end
+        past that position: a store of an older format is migrated when it opens, which
+        appends audited events."""
+        with contextlib.ExitStack() as made:
+            if is_postgres_url(path):  # into an empty PostgreSQL database
+                target: Path | str = str(path)
+            else:
+                made.enter_context(archive.new_directory(Path(path), what))
+                target = Path(path) / DB_FILE
+            last_seq = fill(target)
+            memory = cls.open(path, **open_kwargs)
+            try:
+                report = memory.verify_audit()
+                if not report.ok or report.last_seq < last_seq:
+                    raise ValidationError(mismatch, field="src")
+                memory.reindex()
+            except BaseException:
+                memory.close()
+                raise
         return memory
 
     # ---------------------------------------------------------------- lifecycle

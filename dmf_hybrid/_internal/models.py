@@ -367,11 +367,18 @@ class PlanOutcome(BaseModel):
 class SnapshotManifest(BaseModel):
     """A snapshot's manifest (the HTTP API adds the snapshot's ``name`` and ``path``):
     ``last_seq`` is the audit log's last position over all tenants, ``last_hash`` the newest
-    event's hash."""
+    event's hash; from format 2, the bundle file it holds, its record counts and the audit
+    archive files it carries."""
 
     format: int
     last_seq: int
     last_hash: str | None = None
+    bundle: str | None = Field(None, description="The bundle file in the snapshot directory "
+                               "(format 2; format 1 holds DuckDB's own files).")
+    counts: dict[str, int] = Field(default_factory=dict)
+    archives: list[ArchiveFile] = Field(default_factory=list)
+    embeddings: dict[str, str] = Field(default_factory=dict, description="The embedding "
+                                       "cache's files (one per model) and their SHA-256.")
     name: str | None = None
     path: str | None = None
 

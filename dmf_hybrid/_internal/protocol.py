@@ -298,7 +298,10 @@ class MemoryAPI(Protocol):
         ...
 
     def snapshot(self, dest: str | Path) -> SnapshotManifest:
-        """Export the whole database (DuckDB EXPORT, Parquet) into a new directory.
+        """Write the whole store into a new directory: a bundle of every tenant (as
+        :meth:`export` writes), the audit archive files, and a manifest written last (a
+        directory with one is a complete snapshot). One consistent state, on either engine;
+        ``Memory.restore_snapshot`` makes a new store of it.
 
         Embedded: ``dest`` is that directory. HTTP (admin): a name; the server writes
         ``data_dir/snapshots/<dest>``.

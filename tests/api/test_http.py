@@ -144,15 +144,11 @@ def test_snapshot_names(http_api: Front, tmp_path: Path) -> None:
         with pytest.raises(ValidationError) as err:
             http_api.mem.snapshot(bad)
         assert err.value.details["field"] == "name"
-    assert http_api.embedded is not None
-    if http_api.embedded.settings.store_url is not None:  # snapshots are DuckDB's files
-        with pytest.raises(Conflict, match="export a bundle"):
-            http_api.mem.snapshot("first.v1")
-        assert not (tmp_path / "data" / "snapshots" / "first.v1").exists()
-        return
-    manifest = http_api.mem.snapshot("first.v1")
+    manifest = http_api.mem.snapshot("first.v1")  # on either engine: a bundle inside
     assert manifest.name == "first.v1" and manifest.last_seq >= 1
+    assert manifest.format == 2 and manifest.counts["entity"] >= 1
     assert (tmp_path / "data" / "snapshots" / "first.v1" / "dmf-snapshot.json").is_file()
+    assert (tmp_path / "data" / "snapshots" / "first.v1" / manifest.bundle).is_file()
     assert not (tmp_path / "escape").exists()
     with pytest.raises(Conflict):
         http_api.mem.snapshot("first.v1")

@@ -307,6 +307,8 @@ def test_bench_bundle_smoke(tmp_path: Path) -> None:
     doc = bench_bundle.run(entities=120, tenants=2, repeat=1, workdir=tmp_path)
     assert doc["events"] > 120 * 2 and doc["sizes"]["bundle_mb"] > 0
     assert all(v > 0 for v in doc["median_s"].values())
+    # an import embeds every live entity again; a snapshot carries the cache
+    assert doc["texts_embedded"]["import"] > 100 and doc["texts_embedded"]["restore"] == 0
     paths = write_results(doc, tmp_path / "bundle.json", bench_bundle.markdown)
     assert "bundle (export / import, checked)" in paths[1].read_text()
 

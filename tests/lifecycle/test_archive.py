@@ -13,6 +13,7 @@ import pytest
 from dmf_hybrid import DMFError, HashEmbedder, Memory, NotFound, ValidationError
 from dmf_hybrid._internal.store.archive import archive_files
 from tests.lifecycle import open_travel, poi, trip
+from tests.store.old_snapshot import write_format_1
 
 
 def build(mem: Memory) -> list[str]:
@@ -117,14 +118,22 @@ def test_archive_everything_keeps_the_head(tmp_path: Path) -> None:
         mem.close()
 
 
-def test_snapshot_carries_the_archive(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", [2, 1])
+def test_snapshot_carries_the_archive(tmp_path: Path, fmt: int) -> None:
+    """A snapshot restores with the same archive layout (the archived events out of the hot
+    table, read from the files it carried); format 1 (DuckDB's own files) still restores."""
     mem = open_travel(tmp_path / "mem")
     try:
         ids = build(mem)
         last = mem.last_seq()
         before = answers(mem, ids, last, step=5)
         mem.archive_events(last - 2, tmp_path / "archive")
-        mem.snapshot(tmp_path / "snap")
+        hot = mem._store.db.fetchall("SELECT tenant, seq, hash FROM events ORDER BY pos")
+        checkpoints = [f.model_dump(exclude={"file"}) for f in archive_files(mem._store)]
+        if fmt == 2:
+            assert mem.snapshot(tmp_path / "snap").archives
+        else:
+            write_format_1(mem, tmp_path / "snap")
     finally:
         mem.close()
     shutil.rmtree(tmp_path / "archive")  # the snapshot must not need the original files
@@ -134,9 +143,12 @@ def test_snapshot_carries_the_archive(tmp_path: Path) -> None:
     try:
         assert answers(restored, ids, last, step=5) == before
         assert restored.verify_audit().ok
-        files = [f.file for f in archive_files(restored._store)]
-        assert files and all(not Path(f).is_absolute() for f in files)
-        assert all((tmp_path / "restored" / f).is_file() for f in files)
+        assert restored._store.db.fetchall(
+            "SELECT tenant, seq, hash FROM events ORDER BY pos") == hot
+        files = archive_files(restored._store)
+        assert [f.model_dump(exclude={"file"}) for f in files] == checkpoints
+        assert all(not Path(f.file).is_absolute() for f in files)
+        assert all((tmp_path / "restored" / f.file).is_file() for f in files)
     finally:
         restored.close()
 

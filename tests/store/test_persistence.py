@@ -1,4 +1,4 @@
-"""Reopen, snapshot / restore, and the one-process-per-directory lock."""
+"""Reopen, migrations of older stores, and the one-process-per-directory lock."""
 
 from __future__ import annotations
 
@@ -83,49 +83,6 @@ def test_everything_is_there_after_reopening(tmp_path: Path) -> None:
         assert again.get(ids["louvre"]).data.country == "FR"
     finally:
         again.close()
-
-
-def test_snapshot_restores_into_a_new_directory(tmp_path: Path) -> None:
-    mem = open_memory(tmp_path / "m")
-    try:
-        _fill(mem)
-        manifest = mem.snapshot(tmp_path / "snap")
-        assert manifest.last_seq == mem.last_seq()
-        assert manifest.last_hash == mem.verify_audit().last_hash
-        state, tables = _readable_state(mem), dump_rows(mem)
-        with pytest.raises(Conflict):
-            mem.snapshot(tmp_path / "snap")  # never overwrites
-        restored = Memory.restore_snapshot(tmp_path / "snap", tmp_path / "restored",
-                                           **_open_kwargs())
-        try:
-            assert _readable_state(restored) == state
-            assert dump_rows(restored) == tables
-            assert restored.verify_audit().ok
-            assert restored.last_seq() == mem.last_seq()
-            # both continue independently with the same next seq
-            trip = restored.query("Trip", {"destination": "Paris"}).items[0].id
-            restored.update(trip, {"budget": 1})
-            assert restored.last_seq() == manifest.last_seq + 1
-            assert restored.verify_audit().ok
-        finally:
-            restored.close()
-        with pytest.raises(Conflict):
-            Memory.restore_snapshot(tmp_path / "snap", tmp_path / "restored", **_open_kwargs())
-        with pytest.raises(ValidationError, match="not a dmf-hybrid snapshot"):
-            Memory.restore_snapshot(tmp_path / "m", tmp_path / "elsewhere", **_open_kwargs())
-    finally:
-        mem.close()
-
-
-def test_a_tampered_snapshot_is_refused(tmp_path: Path) -> None:
-    mem = open_memory(tmp_path / "m")
-    _fill(mem)
-    mem.snapshot(tmp_path / "snap")
-    mem.close()
-    manifest = tmp_path / "snap" / "dmf-snapshot.json"
-    manifest.write_text(manifest.read_text().replace('"last_seq": ', '"last_seq": 1'))
-    with pytest.raises(ValidationError, match="does not match"):
-        Memory.restore_snapshot(tmp_path / "snap", tmp_path / "restored", **_open_kwargs())
 
 
 def _open_kwargs() -> dict[str, object]:

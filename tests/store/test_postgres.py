@@ -24,7 +24,9 @@ from dmf_hybrid._internal.vector.exact import ExactIndex
 from evaluation.pgserver import PgServer, binaries
 from evaluation.ports import free_port
 from tests.conftest import define_travel, tenant_like
+from tests.search.test_relay import CountingEmbedder
 from tests.store import dump_rows
+from tests.store.old_snapshot import write_format_1
 from tests.store.test_bundle import DERIVED, fill_mixed
 from tests.store.test_persistence import _fill, _readable_state
 
@@ -99,21 +101,77 @@ def test_another_process_opens_the_same_store(pg_server: PgServer) -> None:
         mem.close()
 
 
-def test_what_needs_duckdb_files_says_so_and_changes_nothing(pg_server: PgServer,
-                                                             tmp_path: Path) -> None:
+def test_archiving_says_it_needs_duckdb_files_and_changes_nothing(pg_server: PgServer,
+                                                                   tmp_path: Path) -> None:
     mem = _open(pg_server.fresh())
     try:
         define_travel(mem)
         mem.create("Trip", {"destination": "Paris"})
         before = dump_rows(mem)
-        with pytest.raises(Conflict, match="PostgreSQL: export a bundle"):
-            mem.snapshot(tmp_path / "snap")
         with pytest.raises(Conflict, match="PostgreSQL"):
             mem.archive_events(2, tmp_path / "archive")
         assert dump_rows(mem) == before
-        assert not (tmp_path / "snap").exists() and not (tmp_path / "archive").exists()
+        assert not (tmp_path / "archive").exists()
     finally:
         mem.close()
+
+
+def test_a_snapshot_of_postgresql_restores_on_either_engine(pg_server: PgServer,
+                                                            tmp_path: Path) -> None:
+    mem = _open(pg_server.fresh())
+    try:
+        ids = _fill(mem)
+        tenant_like(mem, "acme").create("Poi", {"name": "东方明珠", "city": "上海", "rating": 4})
+        state, rows = _readable_state(mem), dump_rows(mem)
+        manifest = mem.snapshot(tmp_path / "snap")
+        assert manifest.format == 2 and manifest.last_seq == mem.verify_audit().last_seq
+    finally:
+        mem.close()
+    same = {t: r for t, r in rows.items() if t not in DERIVED | {"dmf_rules"}}
+    for target in (str(tmp_path / "duck"), pg_server.fresh()):
+        embedder = CountingEmbedder()
+        restored = Memory.restore_snapshot(tmp_path / "snap", target, embedder=embedder,
+                                           vector_index=ExactIndex())
+        try:
+            assert embedder.texts == 0  # the cache came along
+            assert _readable_state(restored) == state  # IDs, versions, seqs, hashes, types
+            assert restored.verify_audit().ok
+            assert {t: r for t, r in dump_rows(restored).items() if t in same} == same
+            assert restored.search("Poi", "Louvre in Paris", k=1).hits[0].entity.id \
+                == ids["louvre"]
+        finally:
+            restored.close()
+    # into a database that holds a store: refused, left as it was
+    url = pg_server.fresh()
+    held = _open(url)
+    define_travel(held)
+    before = dump_rows(held)
+    held.close()
+    with pytest.raises(Conflict, match="not empty"):
+        Memory.restore_snapshot(tmp_path / "snap", url, **_kwargs())
+    again = _open(url)
+    assert dump_rows(again) == before
+    again.close()
+
+
+def test_a_format_1_snapshot_is_not_restored_into_postgresql(pg_server: PgServer,
+                                                             tmp_path: Path) -> None:
+    mem = Memory.open(tmp_path / "duck", **_kwargs())
+    try:
+        define_travel(mem)
+        write_format_1(mem, tmp_path / "snap")
+    finally:
+        mem.close()
+    url = pg_server.fresh()
+    with pytest.raises(ValidationError, match="format 1"):
+        Memory.restore_snapshot(tmp_path / "snap", url, **_kwargs())
+    empty = _open(url)
+    assert empty.types() == []
+    empty.close()
+
+
+def _kwargs() -> dict[str, object]:
+    return {"embedder": HashEmbedder(), "vector_index": ExactIndex()}
 
 
 def test_a_bundle_moves_a_store_from_postgresql_to_duckdb(pg_server: PgServer,

@@ -14,8 +14,8 @@ archive event itself), so the hot table holds every tenant's head.
 
 Erasure reaches the archive: erasing an entity rewrites the archive files holding its events
 with their snapshots redacted (a new file, swapped in by the same transaction; the old file is
-deleted after commit). A snapshot (``Memory.snapshot``) copies the archive files into
-``<snapshot>/archived_events/`` and a restore copies them into the new memory directory.
+deleted after commit). A snapshot (:mod:`.snapshot`) copies the archive files into
+``<snapshot>/archived_events/`` and a restore puts them back into the new memory directory.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .audit import EVENT_COLUMNS, archived_columns
 from .db import ZSTD_MIN_STRING_LENGTH
 from .state import WriteHook
 from .store import Store
-from .tables import ENTITY_OPS, EVENTS_ALL
+from .tables import ENTITY_OPS
 from .txn import Connection
 
 log = logging.getLogger(__name__)
@@ -189,63 +189,72 @@ def redact_archived(con: Connection, store: Store, tenant: str, op: str,
 # ---------------------------------------------------------------- snapshots
 
 
-def export_database(store: Store, dest: Path) -> tuple[int, str | None]:
-    """Write the whole database into the directory ``dest`` as Parquet files, the archive
-    files along; (the log's last position, the newest event's hash) of what it holds."""
-    with store.db.write() as con:
-        with _exporting(store, con, dest):
-            con.execute(f"EXPORT DATABASE '{_sql_path(dest)}' (FORMAT parquet)")
-        return store.log.pos, store.log.verify().last_hash
+def copy_archives(store: Store, dest: Path) -> list[ArchiveFile]:
+    """Copy every archive file into ``dest/archived_events/`` (a snapshot); their checkpoints,
+    named relative to ``dest``."""
+    files = archive_files(store)
+    if files:
+        (dest / SNAPSHOT_DIR).mkdir(exist_ok=True)
+    for entry in files:
+        shutil.copy2(store.log.archive_location(entry.file),
+                     dest / SNAPSHOT_DIR / Path(entry.file).name)
+    return [f.model_copy(update={"file": f"{SNAPSHOT_DIR}/{Path(f.file).name}"}) for f in files]
+
+
+def restore_archives(con: Connection, directory: Path, src: Path,
+                     files: list[ArchiveFile]) -> None:
+    """Inside the import of a snapshot's bundle into the memory ``directory`` (every event
+    hot): put the snapshot ``src``'s archive files back, checked against their checkpoints,
+    and take the events each holds out of the hot table again."""
+    for entry in files:
+        target = _copy_checked(src, directory, Path(entry.file).name, entry.sha256)
+        mine = [entry.tenant, entry.first_seq, entry.last_seq]
+        held = con.execute(f"SELECT count(*), min(seq), max(seq) FROM read_parquet("
+                           f"'{_sql_path(target, 'src')}') WHERE tenant = ? AND seq "
+                           "BETWEEN ? AND ?", mine).fetchone()
+        hot = con.execute("SELECT count(*) FROM events WHERE tenant = ? AND seq BETWEEN ? "
+                          "AND ?", mine).fetchone()
+        if held != (entry.events, entry.first_seq, entry.last_seq) or hot != (entry.events,):
+            raise ValidationError(f"archive file {target.name} does not hold the events its "
+                                  "checkpoint names", field="src")
+        con.execute("DELETE FROM events WHERE tenant = ? AND seq BETWEEN ? AND ?", mine)
+        con.execute("INSERT INTO event_archive (file, tenant, first_seq, last_seq, last_hash, "
+                    "events, sha256, archived_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    list(entry.model_dump().values()))
 
 
 def import_database(src: Path, db_file: Path) -> None:
-    """A new database file ``db_file`` holding what :func:`export_database` wrote to ``src``,
-    its archive files copied beside it (and checked against their checkpoints)."""
+    """A new database file ``db_file`` holding a snapshot of format 1 (DuckDB's ``EXPORT
+    DATABASE`` files in ``src``), its archive files copied beside it (and checked against
+    their checkpoints)."""
     con = duckdb.connect(str(db_file), config={"zstd_min_string_length": ZSTD_MIN_STRING_LENGTH})
     try:
         con.execute(f"IMPORT DATABASE '{_sql_path(src, 'src')}'")
-        _restore_files(con, src, db_file.parent)
+        try:
+            rows = con.execute("SELECT file, sha256 FROM event_archive ORDER BY file").fetchall()
+        except duckdb.CatalogException:  # a snapshot from before archiving existed
+            return
+        for old, digest in rows:
+            name = _copy_checked(src, db_file.parent, Path(old).name, digest).name
+            # named relative to the new memory directory, which holds the database file
+            con.execute("UPDATE event_archive SET file = ? WHERE file = ?",
+                        [f"{SNAPSHOT_DIR}/{name}", old])
     finally:
         con.close()
 
 
-@contextmanager
-def _exporting(store: Store, con: Connection, dest: Path) -> Iterator[None]:
-    """Around EXPORT DATABASE: export a hot-only view, then copy the archive files along."""
-    con.execute(f"CREATE OR REPLACE VIEW {EVENTS_ALL} AS SELECT {_COLS} FROM events")
-    try:
-        yield
-    finally:
-        store.log.refresh_events_view(con)
-    files = [r[0] for r in con.execute("SELECT file FROM event_archive ORDER BY file")
-             .fetchall()]
-    if files:
-        (dest / SNAPSHOT_DIR).mkdir(exist_ok=True)
-    for name in files:
-        shutil.copy2(store.log.archive_location(name), dest / SNAPSHOT_DIR / Path(name).name)
-
-
-def _restore_files(con: duckdb.DuckDBPyConnection, src: Path, directory: Path) -> None:
-    """After IMPORT DATABASE: copy a snapshot's archive files in and point the checkpoints there."""
-    try:
-        rows = con.execute("SELECT file, sha256 FROM event_archive ORDER BY file").fetchall()
-    except duckdb.CatalogException:  # a snapshot from before archiving existed
-        return
-    if rows:
-        (directory / SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
-    for old, digest in rows:
-        source = src / SNAPSHOT_DIR / Path(old).name
-        if not source.is_file():
-            raise ValidationError(f"the snapshot lacks the archive file {source.name}",
-                                  field="src")
-        target = directory / SNAPSHOT_DIR / source.name
-        shutil.copy2(source, target)
-        if file_sha256(target) != digest:
-            raise ValidationError(f"archive file {source.name} does not match its checkpoint",
-                                  field="src")
-        # named relative to the new memory directory, which holds the database file
-        con.execute("UPDATE event_archive SET file = ? WHERE file = ?",
-                    [f"{SNAPSHOT_DIR}/{source.name}", old])
+def _copy_checked(src: Path, directory: Path, name: str, digest: str) -> Path:
+    """Copy the snapshot ``src``'s archive file ``name`` into ``directory``; ValidationError
+    when it is missing or its SHA-256 is not ``digest``."""
+    source = src / SNAPSHOT_DIR / name
+    if not source.is_file():
+        raise ValidationError(f"the snapshot lacks the archive file {name}", field="src")
+    (directory / SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
+    target = directory / SNAPSHOT_DIR / name
+    shutil.copy2(source, target)
+    if file_sha256(target) != digest:
+        raise ValidationError(f"archive file {name} does not match its checkpoint", field="src")
+    return target
 
 
 @contextmanager

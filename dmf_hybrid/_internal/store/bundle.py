@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, cast
@@ -349,13 +349,15 @@ def _check_relation(number: int, row: dict[str, Any],
                    "left it (edited)")
 
 
-def import_bundle(path: Path, db_file: Path | str) -> BundleManifest:
+def import_bundle(path: Path, db_file: Path | str,
+                  also: Callable[[Connection], None] | None = None) -> BundleManifest:
     """Check the bundle (:func:`check_bundle`), then write it into the new database file
-    ``db_file`` (or the empty PostgreSQL database at that URL) in one transaction; nothing is
-    written when the check fails."""
+    ``db_file`` (or the empty PostgreSQL database at that URL) in one transaction, with what
+    ``also`` writes (a snapshot's archives and cache); nothing is written when the check, or
+    ``also``, fails."""
     manifest = check_bundle(path)
     if isinstance(db_file, str):
-        _import_into_postgres(path, db_file, manifest)
+        _import_into_postgres(path, db_file, manifest, also)
         return manifest
     if db_file.exists():
         raise Conflict(f"{db_file} exists; a bundle is imported into a new memory",
@@ -364,6 +366,8 @@ def import_bundle(path: Path, db_file: Path | str) -> BundleManifest:
     try:
         con.execute("BEGIN TRANSACTION")
         _fill(con, path, manifest)
+        if also is not None:
+            also(con)
         con.execute("COMMIT")
     except BaseException:
         con.close()
@@ -374,7 +378,8 @@ def import_bundle(path: Path, db_file: Path | str) -> BundleManifest:
     return manifest
 
 
-def _import_into_postgres(path: Path, url: str, manifest: BundleManifest) -> None:
+def _import_into_postgres(path: Path, url: str, manifest: BundleManifest,
+                          also: Callable[[Connection], None] | None) -> None:
     """:func:`import_bundle` into an empty PostgreSQL database (DDL is transactional there:
     a failure leaves the database empty)."""
     from .postgres import PgDatabase  # psycopg is only needed for PostgreSQL
@@ -386,6 +391,8 @@ def _import_into_postgres(path: Path, url: str, manifest: BundleManifest) -> Non
                            "imported into a new store", field="store_url")
         with db.write() as con:
             _fill(con, path, manifest)
+            if also is not None:
+                also(con)
     finally:
         db.close()
 

@@ -67,6 +67,17 @@ class EmbeddingCache:
                 found[h] = self._db.dialect.vector(vector)
         return found
 
+    def models(self) -> list[str]:
+        """The models with cached vectors."""
+        return [r[0] for r in self._db.reader().execute(
+            "SELECT DISTINCT model_id FROM embeddings ORDER BY model_id").fetchall()]
+
+    def every(self, model: str) -> tuple[list[str], np.ndarray]:
+        """Every cached (text hash, vector) of ``model``: the hashes, the matrix."""
+        return self._db.dialect.vectors(
+            self._db.reader(), "SELECT text_hash, vector FROM embeddings WHERE model_id = ? "
+            "ORDER BY text_hash", [model])
+
     def put(self, model: str, items: list[tuple[str, np.ndarray]]) -> None:
         """Cache (text hash, vector) pairs of ``model`` in one transaction; pairs cached
         meanwhile are kept as they are."""
