@@ -51,7 +51,7 @@ from .models import ReconcileCounts, ReindexCounts
 from .schema import EntityType
 from .store import Store
 from .store.changes import ChangeFeed
-from .store.mirror_reads import LiveRow, live_rows
+from .store.mirror_reads import LiveRow, embedded_count, live_rows
 from .store.outbox import OutboxRow
 from .vector.base import VectorIndex, collection_name
 
@@ -67,6 +67,8 @@ DRAIN_PIECE = 256
 #: Seconds the relay leaves a write whose text is not cached yet to its writer (which embeds
 #: it right after its commit) before it embeds the text itself (the writer died, or failed).
 EMBED_GRACE = 5.0
+#: Seconds a type's row count decides whether it is searched directly (:meth:`Indexer.direct`).
+RECOUNT_SECONDS = 10.0
 
 
 class Indexer:
@@ -98,6 +100,8 @@ class Indexer:
         #: whether this process writes the vector index and marks outbox rows done: always,
         #: unless relayed (then while it leads the relay)
         self.leading = True
+        #: storage key -> (searched directly, when that was counted): see :meth:`direct`
+        self._direct: dict[str, tuple[bool, float]] = {}
 
     # ------------------------------------------------------------------ names
 
@@ -319,6 +323,23 @@ class Indexer:
                 continue
             for i in range(0, len(keys), DRAIN_PIECE):
                 self._apply_type(etype, keys[i:i + DRAIN_PIECE])
+
+    def direct(self, etype: EntityType) -> bool:
+        """Whether a type's searches read the store directly instead of mirrors: its vectors
+        would not fit the memory budget (and nothing of it is loaded). Counted again after
+        :data:`RECOUNT_SECONDS`."""
+        if etype.typedef.embed is None or not self.loaded.budget_bytes:
+            return False
+        with self._lock:
+            if self.loaded.holds(etype.key):
+                return False
+            known = self._direct.get(etype.key)
+        now = time.monotonic()
+        if known is None or now - known[1] > RECOUNT_SECONDS:
+            rows = embedded_count(self.store.db.reader(), etype)
+            known = (not self.loaded.fits(rows, self.embedder.dim), now)
+            self._direct[etype.key] = known
+        return known[0]
 
     def local(self, key: str) -> LocalVectors | None:
         """The loaded exact mirror of a type, by storage key (None until its first search)."""

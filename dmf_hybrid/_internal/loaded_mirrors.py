@@ -7,8 +7,10 @@ has ever searched (1.47 GB at 100,000 entities with the model), so the loaded mi
 bounded by ``budget_bytes``: when a load takes them past it, the least recently used types'
 mirrors are dropped, and their next search loads them again. What a type holds is its arrays'
 bytes exactly, plus its Python objects by averages measured with tracemalloc
-(:meth:`LocalVectors.nbytes`, :func:`keyword_bytes`). A type larger than the whole budget
-is kept while it is searched (a warning says so).
+(:meth:`LocalVectors.nbytes`, :func:`keyword_bytes`). A type whose vectors alone would not
+fit the whole budget is never loaded (:meth:`fits`): its searches read the store directly
+(:mod:`dmf_hybrid._internal.search.direct`). One whose vectors fit but whose mirrors together
+come out larger than the budget is kept while it is searched (a warning says so).
 
 A search takes a type's mirrors once per pass (:meth:`Indexer.mirrors`); dropping them later
 leaves that pass's objects whole, and the pass's stamp tells whether a commit came meanwhile.
@@ -26,7 +28,7 @@ import numpy as np
 from .mirror_load import Item, add_keyword
 from .mirrors.keyword import KeywordIndex
 from .mirrors.text import TypeAnalyzer
-from .mirrors.vectors import Key, LocalVectors
+from .mirrors.vectors import ROW_OBJECT_BYTES, Key, LocalVectors
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,11 @@ class LoadedMirrors:
 
     def keyword_loaded(self, key: str, analysis: TypeAnalyzer) -> bool:
         return key in self.keyword_types and self.analysis.get(key) == analysis
+
+    def fits(self, rows: int, dim: int) -> bool:
+        """Whether the vector mirror of a type of ``rows`` rows of ``dim`` floats would fit
+        the budget (always, without one)."""
+        return not self.budget_bytes or rows * (dim * 4 + ROW_OBJECT_BYTES) <= self.budget_bytes
 
     def holds(self, key: str) -> bool:
         """Whether any mirror of a type is loaded."""

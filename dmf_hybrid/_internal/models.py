@@ -196,6 +196,11 @@ class Receipt(BaseModel):
     index_unavailable: bool = Field(
         False, description="The vector index (Chroma) could not be reached: every candidate "
         "was scored exactly from the process's mirror instead; the answer is still complete.")
+    direct: bool = Field(
+        False, description="The type's mirrors would not fit the memory budget "
+        "(mirror_budget_mb): the legs read the candidates (or the vector index's proposals) "
+        "from the store and scored them from the embedding cache; BM25 statistics are those "
+        "of the rows ranked.")
     reference_time: dt.datetime | None = Field(
         None, description="The time the query's time phrases were read against (the given "
         "one; now when none was given and the query has time phrases; else null).")

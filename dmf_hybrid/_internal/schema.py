@@ -464,6 +464,14 @@ class EntityType:
         """The text the embed template makes of an entity's data (None: not embedded)."""
         return text_of_parts(self.embed_parts(data))
 
+    def embed_roots(self) -> list[str]:
+        """The fields the embed template reads, in the order it first names them."""
+        template = self.typedef.embed
+        if template is None:
+            return []
+        return list(dict.fromkeys(root for _, name, root, _ in _parsed_template(template)
+                                  if name is not None))
+
     def embed_parts(self, data: Mapping[str, Any]) -> list[tuple[str | None, str]] | None:
         """The rendered template as ``(field, text)`` pieces (``None`` for its own words)."""
         template = self.typedef.embed

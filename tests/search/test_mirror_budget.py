@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from dmf_hybrid import HashEmbedder, Memory, Settings
+from dmf_hybrid._internal.mirrors.vectors import ROW_OBJECT_BYTES
 
 TYPES = ("Alpha", "Beta", "Gamma")
 WORDS = ("amber birch cedar dahlia elm fern ginkgo hazel iris juniper kale lotus maple nettle "
@@ -125,7 +126,10 @@ def test_searches_and_writes_from_many_threads_while_types_come_and_go(
 
 def test_a_type_larger_than_the_whole_budget_is_kept_while_searched(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    mem = open_memory(tmp_path / "m", None, budget_mb=0.01)
+    """Its vectors fit the budget (else it is searched directly, see test_direct_search),
+    its vectors and BM25 index together do not."""
+    vectors = ROWS * (HashEmbedder().dim * 4 + ROW_OBJECT_BYTES)
+    mem = open_memory(tmp_path / "m", None, budget_mb=vectors * 1.05 / 2**20)
     define_and_fill(mem)
     with caplog.at_level(logging.WARNING):
         assert mem.search("Alpha", "Alpha7", mode="keyword", k=1).hits

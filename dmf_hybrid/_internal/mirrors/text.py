@@ -367,6 +367,18 @@ class TypeAnalyzer:
         return [f"{name}:{t}" for name in self.names for t in named_analyzer(name).terms(text)]
 
 
+def substring_needles(analysis: TypeAnalyzer, text: str, limit: int = 16) -> list[str]:
+    """Lowercase substrings a document holding the query's terms holds: the query's terms (a
+    stem is mostly a prefix of its words) and its words that have terms (the stem of
+    "happy" is "happi"), two characters or more; at most ``limit``, the longest first."""
+    needles = {t.split(":", 1)[1] if analysis.mixed else t
+               for t in analysis.query_terms(text)}
+    folded = fold_width(unicodedata.normalize("NFC", text).lower())
+    needles.update(w for w in TOKEN_PATTERN.findall(folded)
+                   if not has_cjk(w) and analysis.query_terms(w))
+    return sorted((n for n in needles if len(n) >= 2), key=lambda n: (-len(n), n))[:limit]
+
+
 def keyword_document(analysis: TypeAnalyzer, parts: Sequence[tuple[str | None, str]]
                      ) -> KeywordBody:
     """What the keyword index analyses of an entity, from its embed template's parts.

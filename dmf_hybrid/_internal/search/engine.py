@@ -56,6 +56,7 @@ from ..store.changes import ChangeFeed
 from ..store.mirror_reads import embedded_count
 from ..store.state import Followed
 from ..vector.base import VectorIndex, collection_name
+from .direct import direct_legs
 from .filter_cache import FilterCache
 from .fusion import fuse
 from .keyword_leg import keyword_leg
@@ -202,14 +203,16 @@ class SearchEngine:
         return self.indexer.reconcile()
 
     def ensure_loaded(self, etype: EntityType) -> None:
-        """Load a type's in-memory mirrors now (outside a write transaction, before a plan)."""
-        self.indexer.ensure_local(etype)
+        """Load a type's in-memory mirrors now (outside a write transaction, before a plan);
+        a type searched directly has none."""
+        if not self.indexer.direct(etype):
+            self.indexer.ensure_local(etype)
 
     def warm(self) -> None:
         """Load every embedded type's mirrors now (the service does it before ``/readyz``, so
         its first search does not build them: 15-20 s at 100,000 entities)."""
         for etype in self.store.types():
-            if etype.typedef.embed is not None:
+            if etype.typedef.embed is not None and not self.indexer.direct(etype):
                 self.indexer.ensure_local(etype)
 
     def reindex(self) -> ReindexCounts:
@@ -286,7 +289,9 @@ class SearchEngine:
         node = scope_to_conversation(etype, parse_filter(etype, where), conversation)
         seq = self.store.timetravel.resolve_as_of(tenant, as_of)
         related = None if rel is None else related_ids(self.store, tenant, etype, rel, seq)
-        if seq is None:
+        # a type whose mirrors would not fit the memory budget is read from the store
+        direct = seq is None and self.indexer.direct(etype)
+        if seq is None and not direct:
             self.indexer.ensure_local(etype, keyword=mode != "vector")
         qvec = self.embed_query(text) if mode != "keyword" else None
         lap("embed_ms")
@@ -308,15 +313,15 @@ class SearchEngine:
                         self.rows.attach(scope, generation, visible)
                     # this pass's mirrors (a type evicted since is loaded again; one evicted
                     # later stays as it is, which the pass's stamp vouches for)
-                    local, kw = self.indexer.mirrors(
+                    local, kw = (None, None) if direct else self.indexer.mirrors(
                         etype, tenant, keyword=mode != "vector", load=seq is None)
                     # candidates are listed by 64-bit hash(tenant, id), not as strings, while
                     # the legs can map hashes (no collision in the mirror or the BM25 index)
-                    scope.by_key = (mode == "keyword" or (
+                    scope.by_key = not direct and (mode == "keyword" or (
                         local is not None and not local.collided)) and (
                         mode == "vector" or kw is None or not kw.collided)
                     # the keyword leg filters exactly by the list, so it wants one at any size
-                    scope.list_large = mode != "vector"
+                    scope.list_large = mode != "vector" and not direct
                     state = None if seq is None else state_at(scope, self.replayed)
                     if state is None or scope.filtered:
                         scope.count = self.filters.count(scope, cacheable=seq is None
@@ -325,7 +330,7 @@ class SearchEngine:
                     depth = k if mode != "hybrid" else max(k, FUSION_DEPTH)
                     while True:
                         rankings, plan = self._legs(scope, mode, text, qvec, depth, lap, state,
-                                                    local, kw)
+                                                    local, kw, direct)
                         fused = (fuse(rankings, opts.fusion, k=opts.rrf_k,
                                       weights=opts.weights, depth=depth)
                                  if mode == "hybrid" else rankings[mode])
@@ -342,7 +347,7 @@ class SearchEngine:
                         lap("rerank_ms")
                         hits, dropped = resolve_hits(
                             scope, self.store, None if seq is not None else local, fused,
-                            rankings, k)
+                            rankings, k, direct=direct)
                         lap("resolve_ms")
                         truncated = any(len(r) >= depth for r in rankings.values())
                         if len(hits) >= k or not truncated or depth >= scope.count:
@@ -362,7 +367,7 @@ class SearchEngine:
             resolved_at_seq=scope.tenant_seq, mode=mode, plan=plan, candidates=scope.count,
             model_id=self.embedder.model_id, k=k,
             rrf_k=opts.rrf_k if mode == "hybrid" else None, dropped=dropped,
-            index_unavailable=scope.index_unavailable,
+            index_unavailable=scope.index_unavailable, direct=direct,
             fusion=opts.fusion if mode == "hybrid" else None,
             reference_time=query_time.reference if query_time.windows or
             reference_time is not None else None,
@@ -373,12 +378,18 @@ class SearchEngine:
 
     def _legs(self, scope: Scope, mode: str, text: str, qvec: np.ndarray | None, depth: int,
               lap: Callable[[str], None], state: ReplayState | None,
-              local: LocalVectors | None, kw: KeywordIndex | None
+              local: LocalVectors | None, kw: KeywordIndex | None, direct: bool
               ) -> tuple[dict[str, Ranking], str]:
         if state is not None:
             replay = replay_legs(scope, self.indexer, mode, text, qvec, depth, state)
             lap("legs_ms")
             return replay, "exact"
+        if direct:
+            legs = direct_legs(scope, self.indexer, self.vectors,
+                               self.indexer.collection(scope.etype.key), mode, text, qvec,
+                               depth, self.settings.exact_threshold, self._unrelayed(scope))
+            lap("legs_ms")
+            return legs
         rankings: dict[str, Ranking] = {}
         plan = "exact"
         if mode != "keyword":

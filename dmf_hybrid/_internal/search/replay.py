@@ -106,22 +106,13 @@ def replay_legs(scope: Scope, indexer: Indexer, mode: str, text: str,
     rankings: dict[str, Ranking] = {}
     if mode != "keyword":
         assert qvec is not None
-        vectors = _vectors(etype, indexer, state, rows)
-        scored = [(r[0], r[TEXT_HASH]) for r in rows if r[TEXT_HASH] in vectors]
-        if scored:
-            matrix = normalise_rows(np.stack([vectors[h] for _, h in scored]))
-            rankings["vector"] = ranked([e for e, _ in scored],
-                                        precise_scores(matrix, unit64(qvec)), depth)
-        else:
-            rankings["vector"] = []
+        rankings["vector"] = vector_ranking(
+            rows, row_vectors(etype, indexer, rows, state.vectors), qvec, depth)
     if mode != "vector":
         # BM25 statistics come from all of the tenant's documents at that seq, as the live
         # per-tenant index had them, so a replay scores the same
         if state.keyword is None:
-            kw = KeywordIndex(analyzer=type_analysis(etype))
-            kw.upsert(entity_documents(
-                etype, [(r[0], _fields(etype, r)) for r in state.rows]))
-            state.keyword = kw
+            state.keyword = rows_index(etype, state.rows)
         rankings["keyword"] = (state.keyword.search(text, depth, candidates=[r[0] for r in rows])
                                if rows else [])
         if mode == "hybrid":
@@ -129,15 +120,33 @@ def replay_legs(scope: Scope, indexer: Indexer, mode: str, text: str,
     return rankings
 
 
+def vector_ranking(rows: list[Row], vectors: dict[str, np.ndarray], qvec: np.ndarray,
+                   depth: int) -> Ranking:
+    """The exact vector ranking of ``rows`` (those with a vector), from ``vectors`` by text
+    hash."""
+    scored = [(r[0], r[TEXT_HASH]) for r in rows if r[TEXT_HASH] in vectors]
+    if not scored:
+        return []
+    matrix = normalise_rows(np.stack([vectors[h] for _, h in scored]))
+    return ranked([e for e, _ in scored], precise_scores(matrix, unit64(qvec)), depth)
+
+
+def rows_index(etype: EntityType, rows: list[Row]) -> KeywordIndex:
+    """A BM25 index of the documents of ``rows`` (its statistics are theirs)."""
+    kw = KeywordIndex(analyzer=type_analysis(etype))
+    kw.upsert(entity_documents(etype, [(r[0], _fields(etype, r)) for r in rows]))
+    return kw
+
+
 def _fields(etype: EntityType, row: Row) -> dict[str, Any]:
     return field_values(etype, row[len(SYSTEM_COLUMNS):])
 
 
-def _vectors(etype: EntityType, indexer: Indexer, state: ReplayState, rows: list[Row]
-             ) -> dict[str, np.ndarray]:
-    """The vectors of ``rows`` by text hash: kept in ``state``, else from the embedding cache
-    (texts it lacks are embedded)."""
-    wanted = {r[TEXT_HASH] for r in rows if r[TEXT_HASH]} - set(state.vectors)
+def row_vectors(etype: EntityType, indexer: Indexer, rows: list[Row],
+                have: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The vectors of ``rows`` by text hash: those in ``have``, else from the embedding cache
+    (texts it lacks are embedded), added to ``have``, which is returned."""
+    wanted = {r[TEXT_HASH] for r in rows if r[TEXT_HASH]} - set(have)
     if wanted:
         found = indexer.cached_vectors(sorted(wanted))
         missing = {r[TEXT_HASH]: etype.embed_text(_fields(etype, r)) for r in rows
@@ -145,5 +154,5 @@ def _vectors(etype: EntityType, indexer: Indexer, state: ReplayState, rows: list
         if missing:
             found.update(indexer.embed_texts(
                 {h: t for h, t in missing.items() if t is not None}))
-        state.vectors.update(found)
-    return state.vectors
+        have.update(found)
+    return have

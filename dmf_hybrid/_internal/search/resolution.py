@@ -20,8 +20,11 @@ RESOLVE_SLACK = 0
 
 
 def resolve_hits(scope: Scope, store: Store, local: LocalVectors | None, fused: Ranking,
-                 rankings: dict[str, Ranking], k: int) -> tuple[list[Hit], int]:
-    """Hits for the fused ranking, each re-read from DuckDB; failing ones are dropped."""
+                 rankings: dict[str, Ranking], k: int, *, direct: bool = False
+                 ) -> tuple[list[Hit], int]:
+    """Hits for the fused ranking, each re-read from DuckDB; failing ones are dropped.
+    ``direct``: the legs scored the rows of this very state (:mod:`.direct`), so no score
+    can be stale."""
     positions = {leg: {eid: (rank, score) for rank, (eid, score) in enumerate(r, 1)}
                  for leg, r in rankings.items()}
     hits: list[Hit] = []
@@ -32,14 +35,15 @@ def resolve_hits(scope: Scope, store: Store, local: LocalVectors | None, fused: 
         batch = fused[start:start + k - len(hits) + RESOLVE_SLACK]
         start += len(batch)
         found = scope.fetch_rows([eid for eid, _ in batch])
-        indexed: list[str | None] = [] if scope.seq is not None or local is None else (
+        indexed: list[str | None] = [] if direct or scope.seq is not None or local is None else (
             local.text_hashes_of(scope.tenant, [eid for eid, _ in batch]))
         for at, (eid, score) in enumerate(batch):
             row = found.get(eid)
             if row is None or (scope.seq is None and expired(row[EXPIRES], now)):
                 dropped += 1
                 continue
-            if scope.seq is None and (local is None or indexed[at] != row[TEXT_HASH]):
+            if not direct and scope.seq is None and (
+                    local is None or indexed[at] != row[TEXT_HASH]):
                 dropped += 1  # the index has not caught up with this entity: stale
                 continue
             legs = {leg: LegScore(rank=pos[eid][0],

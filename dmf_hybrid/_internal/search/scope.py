@@ -154,6 +154,14 @@ class Scope:
         self.by_key = False
         self.count = len(rows)
 
+    def hold(self, rows: Sequence[Row]) -> None:
+        """Keep candidate rows this scope read itself (its own candidates, at its state), so
+        later steps fetch them from here."""
+        for row in rows:
+            self.rows[row[0]] = row
+        self._checked.update(row[0] for row in rows)
+        self.proven.update(row[0] for row in rows)
+
     def fetch_rows(self, ids: Sequence[str]) -> dict[str, Row]:
         """The full rows of those ``ids`` that are candidates (live, in tenant, filter holds)."""
         wanted = [i for i in dict.fromkeys(ids) if i not in self._checked]

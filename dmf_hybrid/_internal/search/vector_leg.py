@@ -55,7 +55,7 @@ def vector_leg(scope: Scope, local: LocalVectors | None, vectors: VectorIndex, c
     if fresh is None:
         return exact_ranking(scope, local, query, depth), "exact"
     while True:
-        hits = _proposals(vectors, collection, qvec, n)
+        hits = proposals(vectors, collection, qvec, n)
         if hits is None:
             scope.index_unavailable = True
             return exact_ranking(scope, local, query, depth), "exact"
@@ -97,7 +97,7 @@ def vector_leg(scope: Scope, local: LocalVectors | None, vectors: VectorIndex, c
     return ranked(*found, depth), "ann"
 
 
-def _proposals(vectors: VectorIndex, collection: str, qvec: np.ndarray, n: int
+def proposals(vectors: VectorIndex, collection: str, qvec: np.ndarray, n: int
                ) -> list[tuple[str, float]] | None:
     """The index's ``n`` nearest (none while the collection does not exist: a shared index
     the relay has not written yet; None: the index cannot be reached)."""

@@ -9,6 +9,7 @@ Nothing above the store holds the SQL: search composes its steps from these read
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,6 +71,54 @@ class Candidates:
         if by_key:
             return np.asarray(column, dtype=np.uint64)
         return [str(i) for i in column.tolist()]
+
+    def vectors(self, model_id: str) -> tuple[list[str], npt.NDArray[np.float32], list[str]]:
+        """Every candidate's cached vector of ``model_id``: (IDs, vectors), by ID, and the IDs
+        of candidates with a text whose vector is not cached."""
+        scoped = (f"SELECT id, text_hash FROM {self._source} WHERE {self.filter_sql} AND "
+                  "text_hash IS NOT NULL")
+        ids, matrix = self.dialect.vectors(
+            self.reader, f"SELECT t.id, e.vector FROM ({scoped}) AS t JOIN embeddings AS e ON "
+            "e.model_id = ? AND e.text_hash = t.text_hash ORDER BY t.id",
+            [*self._params, model_id])
+        missing = self.reader.execute(
+            f"SELECT t.id FROM ({scoped}) AS t WHERE NOT EXISTS (SELECT 1 FROM embeddings AS "
+            "e WHERE e.model_id = ? AND e.text_hash = t.text_hash)",
+            [*self._params, model_id]).fetchall()
+        return [str(i) for i in ids], matrix, [str(r[0]) for r in missing]
+
+    def containing(self, needles: Sequence[str], limit: int) -> list[Row]:
+        """At most ``limit`` candidate rows (live now) whose embedded fields hold any of the
+        lowercase ``needles``, the rarest first: a row scores log(1 + N / n) for each needle
+        it holds (N candidates, n of them hold it), ties by ID. Two scans of the candidates:
+        the counts, then the rows."""
+        assert self.seq is None
+        roots = self.etype.embed_roots()
+        if not needles or not roots:
+            return []
+        text = " || ' ' || ".join(f"coalesce(lower(CAST({q(r)} AS VARCHAR)), '')"
+                                  for r in roots)
+        held = ["position(CAST(? AS VARCHAR) IN dmf_text) > 0" for _ in needles]
+        scoped = (f"SELECT {self._columns}, {text} AS dmf_text FROM {self._source} "
+                  f"WHERE {self.filter_sql}")
+        counts = first_row(self.reader.execute(
+            f"SELECT count(*), {', '.join(f'sum(CASE WHEN {h} THEN 1 ELSE 0 END)' for h in held)}"
+            f" FROM ({scoped}) AS t", [*needles, *self._params]))
+        if counts is None or not counts[0]:
+            return []
+        total = int(counts[0])
+        weights = {n: math.log1p(total / int(c)) for n, c in zip(needles, counts[1:],
+                                                                   strict=True) if c}
+        if not weights:
+            return []
+        kept = list(weights)
+        score = " + ".join(f"(CASE WHEN position(CAST(? AS VARCHAR) IN dmf_text) > 0 THEN "
+                           f"{weights[n]!r} ELSE 0 END)" for n in kept)
+        rows: list[Row] = self.reader.execute(
+            f"SELECT {self._columns} FROM (SELECT *, {score} AS dmf_score FROM ({scoped}) AS t"
+            f") AS s WHERE dmf_score > 0 ORDER BY dmf_score DESC, id LIMIT {int(limit)}",
+            [*kept, *self._params]).fetchall()
+        return rows
 
     def ordered_rows(self, *, filtered: bool = True) -> list[Row]:
         """Every candidate row by ID (``filtered`` False: every row of the source, by ID)."""
