@@ -24,6 +24,7 @@ from typing import Any
 
 from dmf_hybrid import HashEmbedder, Memory
 from dmf_hybrid._internal.vector.exact import ExactIndex
+from evaluation.counting import CountingEmbedder
 from evaluation.plotting import environment, markdown_table, publish
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,19 +34,6 @@ TYPE = {"name": "Note", "identity": ["n"], "embed": "{title} {body}",
                    "tags": {"type": "list", "item": "str"}, "due": {"type": "date",
                                                                    "required": False}},
         "relations": {"next": {"target": "Note"}}}
-
-
-class _Counting(HashEmbedder):
-    """The hash embedder, counting the texts it embeds (what a read back costs with a real
-    model, which embeds some hundreds of texts a second here)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts = 0
-
-    def embed(self, texts: list[str]) -> Any:
-        self.texts += len(texts)
-        return super().embed(texts)
 
 
 def _open(path: Path) -> Memory:
@@ -95,7 +83,7 @@ def run(*, entities: int, tenants: int, repeat: int, workdir: Path | None) -> di
                 t0 = time.perf_counter()
                 mem.export(bundle)
                 t1 = time.perf_counter()
-                counting = {"import": _Counting(), "restore": _Counting()}
+                counting = {"import": CountingEmbedder(), "restore": CountingEmbedder()}
                 with Memory.import_bundle(bundle, root / f"imported{i}",
                                           embedder=counting["import"],
                                           vector_index=ExactIndex()) as imported:

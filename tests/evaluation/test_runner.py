@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from dmf_hybrid import HashEmbedder
 from dmf_hybrid._internal.errors import ValidationError
 from dmf_hybrid._internal.ids import entity_id
 from evaluation.__main__ import main
+from evaluation.counting import CountingEmbedder
 from evaluation.report import write_report
 from evaluation.runner import (
     MANIFEST,
@@ -128,18 +128,6 @@ def write_locomo(path: Path) -> Path:
     """A tiny LoCoMo file: two conversations, six questions with known faults."""
     path.write_text(json.dumps(LOCOMO))
     return path
-
-
-class CountingEmbedder(HashEmbedder):
-    """The hash embedder, counting the texts it embeds."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts = 0
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        self.texts += len(texts)
-        return super().embed(texts)
 
 
 def _options(tmp_path: Path, **kwargs: Any) -> RunOptions:

@@ -21,6 +21,7 @@ from dmf_hybrid._internal import indexer as indexer_module
 from dmf_hybrid._internal.store.postgres import _RELAY_LOCK
 from dmf_hybrid._internal.vector.chroma import ChromaIndex
 from evaluation.chromaserver import ChromaServer
+from evaluation.counting import CountingEmbedder
 from evaluation.pgserver import PgServer
 from tests.conftest import define_travel
 
@@ -30,18 +31,6 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Seconds within which another process leads after the leader died (the relay asks every
 #: second; a busy 2-core machine gets a margin).
 TAKEOVER = 15.0
-
-
-class CountingEmbedder(HashEmbedder):
-    """The test embedder, counting the texts it embeds."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts = 0
-
-    def embed(self, texts: list[str]) -> Any:
-        self.texts += len(texts)
-        return super().embed(texts)
 
 
 def wait_for(check: Callable[[], bool], timeout: float = TAKEOVER) -> float:

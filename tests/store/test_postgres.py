@@ -21,10 +21,10 @@ import pytest
 from dmf_hybrid import Conflict, HashEmbedder, Memory, Settings, ValidationError
 from dmf_hybrid._internal.errors import ServiceUnavailable
 from dmf_hybrid._internal.vector.exact import ExactIndex
+from evaluation.counting import CountingEmbedder
 from evaluation.pgserver import PgServer, binaries
 from evaluation.ports import free_port
 from tests.conftest import define_travel, tenant_like
-from tests.search.test_relay import CountingEmbedder
 from tests.store import dump_rows
 from tests.store.old_snapshot import write_format_1
 from tests.store.test_bundle import DERIVED, fill_mixed

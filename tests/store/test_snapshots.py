@@ -13,8 +13,8 @@ import pytest
 from dmf_hybrid import Conflict, Memory, ValidationError
 from dmf_hybrid._internal.store.snapshot import BUNDLE, MANIFEST
 from dmf_hybrid._internal.vector.exact import ExactIndex
+from evaluation.counting import CountingEmbedder
 from tests.conftest import tenant_like
-from tests.search.test_relay import CountingEmbedder
 from tests.store import dump_rows, open_memory
 from tests.store.old_snapshot import write_format_1
 from tests.store.test_bundle import DERIVED
