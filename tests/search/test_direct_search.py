@@ -59,7 +59,11 @@ def mirrored(tmp_path: Path, store_url: str | None) -> dict[str, Any]:
     return {"path": tmp_path / "m", "store_url": store_url, "answers": found}
 
 
-def test_a_type_over_the_budget_is_searched_from_the_store(mirrored: dict[str, Any]) -> None:
+@pytest.mark.parametrize("indexed_max", [1000, 50])
+def test_a_type_over_the_budget_is_searched_from_the_store(
+        mirrored: dict[str, Any], monkeypatch: pytest.MonkeyPatch, indexed_max: int) -> None:
+    """Candidates' vectors looked up by text hash (up to INDEXED_MAX) or joined (more)."""
+    monkeypatch.setattr("dmf_hybrid._internal.search.direct.INDEXED_MAX", indexed_max)
     mem = open_memory(mirrored["path"], mirrored["store_url"], TINY_MB)
     try:
         indexer = mem.engine.indexer
@@ -176,5 +180,22 @@ def test_over_http_the_receipt_says_direct(mirrored: dict[str, Any], tmp_path: P
                 assert over_http.receipt.direct
                 assert [h.model_dump(mode="json") for h in over_http.hits] \
                     == [h.model_dump(mode="json") for h in here.hits]
+    finally:
+        mem.close()
+
+
+@pytest.mark.parametrize("indexed_max", [1000, 50])
+def test_vectors_the_cache_lacks_are_embedded(mirrored: dict[str, Any],
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              indexed_max: int) -> None:
+    monkeypatch.setattr("dmf_hybrid._internal.search.direct.INDEXED_MAX", indexed_max)
+    mem = open_memory(mirrored["path"], mirrored["store_url"], TINY_MB)
+    try:
+        db = mem._store.db
+        with db.write() as con:  # a cache that lost vectors (it is derived: nothing else)
+            con.execute("DELETE FROM embeddings WHERE text_hash IN (SELECT text_hash FROM "
+                        '"ent_Note" WHERE id IN (SELECT id FROM "ent_Note" ORDER BY id '
+                        "LIMIT 150))")
+        assert answers(mem, "vector") == mirrored["answers"][("vector", "None")]
     finally:
         mem.close()

@@ -40,7 +40,11 @@ from .vector_leg import ANN_OVERFETCH, WIDEN, proposals
 
 #: Candidate rows read and scored at a time when every candidate of a large scope is scored.
 CHUNK = 20_000
-#: The most rows holding the query's words that the keyword leg of a large scope ranks.
+#: Candidates up to this many are looked up in the embedding cache by their text hashes,
+#: more joined with it (measured at 100,000 entities on DuckDB: 105 candidates 7.6 against
+#: 77 ms, 1,010 41 against 78 ms, 9,889 364 against 93 ms).
+INDEXED_MAX = 1000
+#: The most rows holding the query's words that the keyword leg ranks.
 KEYWORD_POOL = 1000
 
 
@@ -79,9 +83,20 @@ def direct_legs(scope: Scope, indexer: Indexer, index: VectorIndex, collection: 
 
 
 def _exact(scope: Scope, indexer: Indexer, qvec: np.ndarray, depth: int) -> Ranking:
-    """Every candidate scored exactly from its cached vector (one read of IDs and vectors;
-    the few texts the cache lacks are embedded)."""
-    ids, matrix, missing = scope.query.vectors(indexer.embedder.model_id)
+    """Every candidate scored exactly from its cached vector: up to :data:`INDEXED_MAX`
+    looked up by text hash, more in one join of the candidates with the cache (the few texts
+    the cache lacks are embedded)."""
+    model = indexer.embedder.model_id
+    listed = scope.query.text_hashes() if scope.count <= INDEXED_MAX else None
+    if listed is not None:
+        hashes, matrix = indexer.store.embedding_cache.by_index(
+            model, sorted({h for _, h in listed}))
+        row_of = {h: i for i, h in enumerate(hashes)}
+        ids = [eid for eid, h in listed if h in row_of]
+        matrix = matrix[[row_of[h] for eid, h in listed if h in row_of]] if ids else matrix
+        missing = [eid for eid, h in listed if h not in row_of]
+    else:
+        ids, matrix, missing = scope.query.vectors(model)
     if missing:
         rows = scope.query.rows_of(missing, check_filter=False)
         vectors = row_vectors(scope.etype, indexer, rows, {})

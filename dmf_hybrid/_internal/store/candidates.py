@@ -72,6 +72,12 @@ class Candidates:
             return np.asarray(column, dtype=np.uint64)
         return [str(i) for i in column.tolist()]
 
+    def text_hashes(self) -> list[tuple[str, str]]:
+        """(ID, text hash) of every candidate with a text to embed."""
+        return [(str(i), str(h)) for i, h in self.reader.execute(
+            f"SELECT id, text_hash FROM {self._source} WHERE {self.filter_sql} AND "
+            "text_hash IS NOT NULL", self._params).fetchall()]
+
     def vectors(self, model_id: str) -> tuple[list[str], npt.NDArray[np.float32], list[str]]:
         """Every candidate's cached vector of ``model_id``: (IDs, vectors), by ID, and the IDs
         of candidates with a text whose vector is not cached."""

@@ -15,6 +15,9 @@ import numpy as np
 from .sql import LOOKUP_CHUNK, POINT_LOOKUP_MAX
 from .txn import SHARED, Reader, Transactions
 
+#: Text hashes per lookup of :meth:`EmbeddingCache.by_index`.
+INDEXED_CHUNK = 1000
+
 
 class EmbeddingCache:
     """Cached vectors of the store's database."""
@@ -66,6 +69,26 @@ class EmbeddingCache:
             if m == model:
                 found[h] = self._db.dialect.vector(vector)
         return found
+
+    def by_index(self, model: str, hashes: Sequence[str]) -> tuple[list[str], np.ndarray]:
+        """The cached vectors of ``model`` for those text hashes (hashes, matrix), looked up
+        through the text-hash index :data:`INDEXED_CHUNK` at a time: for a few thousand (a
+        scan of the hash column, then the vectors' segments, costs more below that)."""
+        found: list[str] = []
+        parts: list[np.ndarray] = []
+        reader = self._db.reader()
+        for i in range(0, len(hashes), INDEXED_CHUNK):
+            part = list(hashes[i:i + INDEXED_CHUNK])
+            # `text_hash IN (...)` alone is answered from the index; the model is told by
+            # the first column (null: another model's vector of the same text)
+            names, matrix = self._db.dialect.vectors(
+                reader, "SELECT CASE WHEN model_id = ? THEN text_hash END, vector FROM "
+                f"embeddings WHERE text_hash IN ({', '.join('?' * len(part))})", [model, *part])
+            mine = [n is not None for n in names]
+            found += [n for n in names if n is not None]
+            if any(mine):
+                parts.append(matrix[np.asarray(mine)])
+        return found, np.vstack(parts) if parts else np.zeros((0, 0), dtype=np.float32)
 
     def models(self) -> list[str]:
         """The models with cached vectors."""
