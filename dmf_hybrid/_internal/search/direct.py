@@ -43,7 +43,7 @@ CHUNK = 20_000
 #: Candidates up to this many are looked up in the embedding cache by their text hashes,
 #: more joined with it (measured at 100,000 entities on DuckDB: 105 candidates 7.6 against
 #: 77 ms, 1,010 41 against 78 ms, 9,889 364 against 93 ms).
-INDEXED_MAX = 1000
+INDEXED_MAX = 1500
 #: The most rows holding the query's words that the keyword leg ranks.
 KEYWORD_POOL = 1000
 

@@ -9,7 +9,6 @@ Nothing above the store holds the SQL: search composes its steps from these read
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,36 +94,37 @@ class Candidates:
 
     def containing(self, needles: Sequence[str], limit: int) -> list[Row]:
         """At most ``limit`` candidate rows (live now) whose embedded fields hold any of the
-        lowercase ``needles``, the rarest first: a row scores log(1 + N / n) for each needle
-        it holds (N candidates, n of them hold it), ties by ID. Two scans of the candidates:
-        the counts, then the rows."""
-        assert self.seq is None
+        lowercase ``needles`` (at most 62), the rarest first: a row scores log(1 + N / n) for
+        each needle it holds (N candidates, n of them hold it), ties by ID. One scan of the
+        candidates (which needles each holds, as bits), then the chosen rows by ID."""
+        assert self.seq is None and len(needles) <= 62
         roots = self.etype.embed_roots()
         if not needles or not roots:
             return []
         text = " || ' ' || ".join(f"coalesce(lower(CAST({q(r)} AS VARCHAR)), '')"
                                   for r in roots)
-        held = ["position(CAST(? AS VARCHAR) IN dmf_text) > 0" for _ in needles]
-        scoped = (f"SELECT {self._columns}, {text} AS dmf_text FROM {self._source} "
-                  f"WHERE {self.filter_sql}")
-        counts = first_row(self.reader.execute(
-            f"SELECT count(*), {', '.join(f'sum(CASE WHEN {h} THEN 1 ELSE 0 END)' for h in held)}"
-            f" FROM ({scoped}) AS t", [*needles, *self._params]))
-        if counts is None or not counts[0]:
+        bits = " + ".join(f"(CASE WHEN position(CAST(? AS VARCHAR) IN dmf_text) > 0 THEN "
+                          f"{1 << i} ELSE 0 END)" for i in range(len(needles)))
+        found = self.reader.execute(
+            f"SELECT id, dmf_bits, dmf_total FROM (SELECT id, {bits} AS dmf_bits, count(*) "
+            f"OVER () AS dmf_total FROM (SELECT id, {text} AS dmf_text FROM {self._source} "
+            f"WHERE {self.filter_sql}) AS t) AS s WHERE dmf_bits > 0",
+            [*needles, *self._params]).fetchall()
+        if not found:
             return []
-        total = int(counts[0])
-        weights = {n: math.log1p(total / int(c)) for n, c in zip(needles, counts[1:],
-                                                                   strict=True) if c}
-        if not weights:
-            return []
-        kept = list(weights)
-        score = " + ".join(f"(CASE WHEN position(CAST(? AS VARCHAR) IN dmf_text) > 0 THEN "
-                           f"{weights[n]!r} ELSE 0 END)" for n in kept)
-        rows: list[Row] = self.reader.execute(
-            f"SELECT {self._columns} FROM (SELECT *, {score} AS dmf_score FROM ({scoped}) AS t"
-            f") AS s WHERE dmf_score > 0 ORDER BY dmf_score DESC, id LIMIT {int(limit)}",
-            [*kept, *self._params]).fetchall()
-        return rows
+        masks = np.asarray([r[1] for r in found], dtype=np.int64)
+        held = ((masks[:, None] >> np.arange(len(needles))) & 1).astype(bool)
+        weights = np.log1p(int(found[0][2]) / np.maximum(held.sum(axis=0), 1))
+        scores = held @ weights
+        ids = [str(r[0]) for r in found]
+        keep: Sequence[int] = range(len(ids))
+        if len(ids) > limit:  # those scoring at least the limit-th best (ties kept)
+            cut = np.partition(scores, len(ids) - limit)[len(ids) - limit]
+            keep = np.flatnonzero(scores >= cut).tolist()
+        order = sorted(keep, key=lambda i: (-scores[i], ids[i]))[:limit]
+        chosen = [ids[i] for i in order]
+        rank = {eid: i for i, eid in enumerate(chosen)}
+        return sorted(self.rows_of(chosen, check_filter=False), key=lambda r: rank[str(r[0])])
 
     def ordered_rows(self, *, filtered: bool = True) -> list[Row]:
         """Every candidate row by ID (``filtered`` False: every row of the source, by ID)."""

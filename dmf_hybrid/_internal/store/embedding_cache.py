@@ -16,7 +16,7 @@ from .sql import LOOKUP_CHUNK, POINT_LOOKUP_MAX
 from .txn import SHARED, Reader, Transactions
 
 #: Text hashes per lookup of :meth:`EmbeddingCache.by_index`.
-INDEXED_CHUNK = 1000
+INDEXED_CHUNK = 1500
 
 
 class EmbeddingCache:

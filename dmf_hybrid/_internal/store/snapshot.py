@@ -3,8 +3,8 @@
 A snapshot (format 2) is the engine-neutral bundle of :mod:`.bundle` (``store.jsonl.gz``: the
 types, rules, entities, relations and every audit event with its hashes, archived ones
 included), a copy of each audit archive file (``archived_events/``), the embedding cache (one
-``embeddings-<n>.npz`` per model: text hashes and float32 vectors, so a restore embeds
-nothing again) and the manifest ``dmf-snapshot.json``, written last and atomically: a
+``embeddings-<n>.npz`` per model: text hashes, hex in ASCII, and float32 vectors, so a restore
+embeds nothing again) and the manifest ``dmf-snapshot.json``, written last and atomically: a
 directory with a manifest is a complete snapshot. It is written from one consistent state
 (writes wait while it is read) on either engine, and restores into a new memory directory or
 an empty PostgreSQL database. A restore checks the manifest against the bundle's header and
@@ -63,7 +63,7 @@ def _write_embeddings(store: Store, directory: Path) -> dict[str, str]:
         hashes, vectors = cache.every(model)
         name = f"embeddings-{number}.npz"
         with (directory / name).open("wb") as out:
-            np.savez(out, model=np.array(model), hashes=np.array(hashes, dtype=str),
+            np.savez(out, model=np.array(model), hashes=np.array(hashes, dtype="S"),
                      vectors=np.ascontiguousarray(vectors, dtype=np.float32))
         files[name] = archive.file_sha256(directory / name)
     return files
@@ -127,9 +127,10 @@ def _load_embeddings(con: Connection, src: Path, manifest: SnapshotManifest) -> 
     for name in manifest.embeddings:
         with np.load(src / name, allow_pickle=False) as data:
             model, hashes, vectors = str(data["model"]), data["hashes"], data["vectors"]
-        if vectors.ndim != 2 or len(hashes) != len(vectors) or not len(hashes):
+        if (vectors.ndim != 2 or hashes.dtype.kind != "S" or len(hashes) != len(vectors)
+                or not len(hashes)):
             raise ValidationError(f"{src}: the embedding cache file {name} is malformed",
                                   field="src")
-        dialect_of(con).insert_vectors(con, model, [str(h) for h in hashes],
+        dialect_of(con).insert_vectors(con, model, [h.decode("ascii") for h in hashes],
                                        np.ascontiguousarray(vectors, dtype=np.float32),
                                        skip_existing=False)
