@@ -4,8 +4,9 @@ Nothing of such a type is held in memory (:meth:`Indexer.direct`); both legs rea
 rank from the store, at the search's one state, and score it the way the mirrors would:
 
 * vector leg, a scope of at most ``exact_threshold`` candidates: every candidate's vector is
-  read from the embedding cache in one join (:meth:`Candidates.vectors`) and scored exactly
-  (recall 1.0, the plan "exact");
+  read from the embedding cache, by text hash through its index for up to
+  :data:`INDEXED_MAX` candidates (:meth:`EmbeddingCache.by_index`), else in one join
+  (:meth:`Candidates.vectors`), and scored exactly (recall 1.0, the plan "exact");
 * vector leg, a larger scope: the vector index proposes about ``2 k / selectivity`` nearest
   neighbours (widened until enough of them are candidates), the store reads those that are,
   and they are scored exactly from their cached vectors (the plan "ann"). Entities a shared
@@ -32,9 +33,8 @@ from ..indexer import Indexer, own_ids
 from ..mirrors.keyword import exact_leg
 from ..mirrors.text import substring_needles, type_analysis
 from ..vector.base import VectorIndex
-from ..vector.exact import normalise_rows
-from .ranking import Ranking, precise_scores, ranked, unit64
-from .replay import row_vectors, rows_index, vector_ranking
+from .ranking import Ranking
+from .replay import matrix_ranking, row_vectors, rows_index, vector_ranking
 from .scope import TEXT_HASH, Row, Scope
 from .vector_leg import ANN_OVERFETCH, WIDEN, proposals
 
@@ -106,7 +106,7 @@ def _exact(scope: Scope, indexer: Indexer, qvec: np.ndarray, depth: int) -> Rank
                             *[vectors[r[TEXT_HASH]][None, :] for r in extra]])
     if not ids:
         return []
-    ranking = ranked(ids, precise_scores(normalise_rows(matrix), unit64(qvec)), depth)
+    ranking = matrix_ranking(ids, matrix, qvec, depth)
     scope.proven.update(eid for eid, _ in ranking)
     return ranking
 

@@ -127,8 +127,15 @@ def vector_ranking(rows: list[Row], vectors: dict[str, np.ndarray], qvec: np.nda
     scored = [(r[0], r[TEXT_HASH]) for r in rows if r[TEXT_HASH] in vectors]
     if not scored:
         return []
-    matrix = normalise_rows(np.stack([vectors[h] for _, h in scored]))
-    return ranked([e for e, _ in scored], precise_scores(matrix, unit64(qvec)), depth)
+    return matrix_ranking([e for e, _ in scored], np.stack([vectors[h] for _, h in scored]),
+                          qvec, depth)
+
+
+def matrix_ranking(ids: list[str], matrix: np.ndarray, qvec: np.ndarray, depth: int
+                   ) -> Ranking:
+    """The exact ranking of ``ids`` by their rows of ``matrix`` (normalised here) against the
+    query, scored in float64 row by row."""
+    return ranked(ids, precise_scores(normalise_rows(matrix), unit64(qvec)), depth)
 
 
 def rows_index(etype: EntityType, rows: list[Row]) -> KeywordIndex:
