@@ -466,11 +466,8 @@ class EntityType:
 
     def embed_roots(self) -> list[str]:
         """The fields the embed template reads, in the order it first names them."""
-        template = self.typedef.embed
-        if template is None:
-            return []
-        return list(dict.fromkeys(root for _, name, root, _ in _parsed_template(template)
-                                  if name is not None))
+        parsed = _parsed_template(self.typedef.embed) if self.typedef.embed else ()
+        return list(dict.fromkeys(root for _, name, root, _ in parsed if name is not None))
 
     def embed_parts(self, data: Mapping[str, Any]) -> list[tuple[str | None, str]] | None:
         """The rendered template as ``(field, text)`` pieces (``None`` for its own words)."""
