@@ -10,6 +10,11 @@ raw Chroma collection of the same vectors with the fields as metadata are built 
   every search reads the store (:mod:`dmf_hybrid._internal.search.direct`);
 * ``chroma``: Chroma's own ``query(where=...)``.
 
+For the sizes of ``--postgresql-sizes`` (default 100,000) the ``mirrored`` and ``direct`` arms
+also run on the PostgreSQL engine: a server of its own (Debian's binaries,
+:mod:`evaluation.pgserver`, PostgreSQL's durable defaults) holds a store built afresh for the
+run (the server lives as long as the run), with its vector index on local disk beside it.
+
 Each opens the store (or collection), warms it (the service's warm-up; Chroma's first query) and
 runs ``--queries`` vector searches (k=10) unfiltered and at 1 % and 10 % filters, and the same
 as hybrid searches (ours); it reports open and warm-up seconds, p50/p95 per cell, its resident
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,12 +40,15 @@ import numpy as np
 
 from dmf_hybrid import Memory, Settings
 from evaluation import bench_search as bs
+from evaluation.pgserver import PgServer, binaries
 from evaluation.plotting import environment, markdown_table, publish, save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "evaluation" / "results" / "bench_scale.json"
 SELECTIVITIES = ("1%", "10%", "100%")
 ARMS = ("mirrored", "direct", "chroma")
+#: The arms that also run on PostgreSQL, and the suffix of their names there.
+PG_ARMS, PG = ("mirrored", "direct"), " (postgresql)"
 #: The direct arm's budget: far below any of the sizes' vectors.
 DIRECT_BUDGET_MB = 1.0
 SEED, CLUSTERS, BATCH = 7, 1000, 50_000
@@ -56,23 +65,37 @@ def _data(n: int, queries: int) -> dict[str, Any]:
             "qvecs": bs.unit_vectors(rng, queries, CLUSTERS, centers)}
 
 
-def build(n: int, workdir: Path, data: Mapping[str, Any]) -> list[str]:
-    """The store and the Chroma collection of size ``n`` (once); the entity IDs in row order."""
-    ids_file = workdir / f"ids-{n}.json"
-    if ids_file.is_file():
-        ids: list[str] = json.loads(ids_file.read_text())
-        return ids
+def _store(workdir: Path, n: int, store_url: str | None) -> Path:
+    """The data directory of the size-``n`` store (its PostgreSQL one beside the DuckDB one)."""
+    return workdir / (f"mem-{n}" if store_url is None else f"pg-{n}")
+
+
+def _fill(path: Path, data: Mapping[str, Any], n: int, store_url: str | None) -> list[str]:
+    """A store of the ``n`` products at ``path`` (on PostgreSQL: in ``store_url``); their IDs."""
     cols, vectors = data["cols"], data["vectors"]
     rows = [bs.product(cols, i) for i in range(n)]
     embedder = bs.RandomEmbedder([bs.text_of(r) for r in rows], vectors, SEED)
     started = time.perf_counter()
-    with Memory.open(workdir / f"mem-{n}", embedder=embedder) as mem:
+    with Memory.open(path, embedder=embedder, settings=Settings(store_url=store_url)) as mem:
         mem.define(bs.Product, identity=["name"], embed=bs.EMBED_TEMPLATE)
         ids = []
         for at in range(0, n, BATCH):
             ids += [e.id for e in mem.create_many("Product", rows[at:at + BATCH])]
-    print(f"built {n:,} entities in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    bs.chroma_collection(workdir / f"chroma-{n}", ids, vectors, cols)
+    print(f"built {n:,} entities ({'PostgreSQL' if store_url else 'DuckDB'}) in "
+          f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return ids
+
+
+def build(n: int, workdir: Path, data: Mapping[str, Any]) -> list[str]:
+    """The DuckDB store and the Chroma collection of size ``n`` (once, kept in ``workdir``);
+    the entity IDs in row order."""
+    ids_file = workdir / f"ids-{n}.json"
+    if ids_file.is_file():
+        ids: list[str] = json.loads(ids_file.read_text())
+        return ids
+    ids = _fill(_store(workdir, n, None), data, n, None)
+    bs.chroma_collection(workdir / f"chroma-{n}", ids, vectors=data["vectors"],
+                         cols=data["cols"])
     ids_file.write_text(json.dumps(ids))
     return ids
 
@@ -84,8 +107,10 @@ def _rss_mb() -> tuple[float, float]:
     return (int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024)
 
 
-def arm(name: str, n: int, workdir: Path, queries: int) -> dict[str, Any]:
-    """One arm, in this process: timings, answers and memory."""
+def arm(name: str, n: int, workdir: Path, queries: int, store_url: str | None = None
+        ) -> dict[str, Any]:
+    """One arm, in this process: timings, answers and memory (``store_url``: the arm's store
+    is on PostgreSQL)."""
     data = _data(n, queries)
     filt = bs.filters(data["cols"])
     del data["cols"], data["vectors"]
@@ -98,14 +123,17 @@ def arm(name: str, n: int, workdir: Path, queries: int) -> dict[str, Any]:
         col.query(query_embeddings=[data["qvecs"][0]], n_results=bs.K)
     else:
         embedder = bs.RandomEmbedder(data["texts"], data["qvecs"], SEED)
-        settings = Settings(mirror_budget_mb=DIRECT_BUDGET_MB if name == "direct" else 0)
-        mem = Memory.open(workdir / f"mem-{n}", embedder=embedder, settings=settings)
+        settings = Settings(mirror_budget_mb=DIRECT_BUDGET_MB if name == "direct" else 0,
+                            store_url=store_url)
+        mem = Memory.open(_store(workdir, n, store_url), embedder=embedder, settings=settings)
         out["open_s"] = round(time.perf_counter() - t0, 2)
         t1 = time.perf_counter()
         mem.engine.warm()
     out["warm_s"] = round(time.perf_counter() - t1, 2)
     out["rss_warm_mb"] = round(_rss_mb()[0])
-    modes = ("vector",) if name == "chroma" else ("vector", "hybrid")
+    # Chroma answers IDs and distances; with "metadatas" it also returns the rows' fields,
+    # as every search of ours returns the entities (read back from the store)
+    modes = ("vector", "metadatas") if name == "chroma" else ("vector", "hybrid")
     for sel in SELECTIVITIES:
         where, cwhere, _ = filt[sel]
         for mode in modes:
@@ -114,7 +142,8 @@ def arm(name: str, n: int, workdir: Path, queries: int) -> dict[str, Any]:
                 start = time.perf_counter()
                 if name == "chroma":
                     got = col.query(query_embeddings=[qvec], n_results=bs.K, where=cwhere,
-                                    include=["distances"])
+                                    include=["distances", "metadatas"] if mode == "metadatas"
+                                    else ["distances"])
                     found = list(got["ids"][0])
                 else:
                     res = mem.search("Product", text, where=where, k=bs.K, mode=mode)
@@ -126,65 +155,106 @@ def arm(name: str, n: int, workdir: Path, queries: int) -> dict[str, Any]:
                                              "plans": sorted(set(plans))}
     out["rss_end_mb"], out["rss_peak_mb"] = (round(v) for v in _rss_mb())
     if name != "chroma":
+        # the memory budget and what the loaded mirrors hold by the product's own count
+        loaded = mem.engine.indexer.loaded
+        out["budget_mb"] = round(loaded.budget_bytes / 2**20)
+        out["mirrors_mb"] = round(sum(loaded.nbytes().values()) / 2**20)
         mem.close()
     return out
 
 
-def run(sizes: Sequence[int], queries: int, workdir: Path) -> dict[str, Any]:
-    """Build and measure every size; the JSON-able results."""
+def run(sizes: Sequence[int], queries: int, workdir: Path,
+        pg_sizes: Sequence[int] = ()) -> dict[str, Any]:
+    """Build and measure every size (and on PostgreSQL those of ``pg_sizes``); the JSON-able
+    results."""
     doc: dict[str, Any] = {"benchmark": "bench_scale", "environment": environment(),
                            "queries": queries, "k": bs.K, "sizes": {}}
-    for n in sizes:
-        data = _data(n, queries)
-        ids = build(n, workdir, data)
-        row_of = {eid: i for i, eid in enumerate(ids)}
-        filt = bs.filters(data["cols"])
-        truth = {sel: [bs.exact_top(data["vectors"], np.flatnonzero(filt[sel][2]), q, bs.K)
-                       for q in data["qvecs"]] for sel in SELECTIVITIES}
-        del data
-        entry: dict[str, Any] = {}
-        for name in ARMS:
-            done = subprocess.run(
-                [sys.executable, "-m", "evaluation.bench_scale", "--arm", name, "--sizes",
-                 str(n), "--queries", str(queries), "--workdir", str(workdir)],
-                cwd=ROOT, capture_output=True, text=True, check=True)
-            result = json.loads(done.stdout.splitlines()[-1])
-            for cell, got in result.pop("cells").items():
-                sel = cell.split()[0]
-                times = sorted(got["times"])
-                summary: dict[str, Any] = {
-                    "p50_ms": round(statistics.median(times) * 1000, 2),
-                    "p95_ms": round(times[int(round(0.95 * (len(times) - 1)))] * 1000, 2),
-                    "plans": got["plans"]}
-                if cell.endswith("vector"):
-                    summary["recall_at_10"] = round(float(np.mean([
-                        bs.recall([row_of[e] for e in found], t)
-                        for found, t in zip(got["answers"], truth[sel], strict=True)])), 4)
-                result[cell] = summary
-            entry[name] = result
-        doc["sizes"][str(n)] = entry
+    server = None
+    if set(pg_sizes) & set(sizes):
+        bin_dir = binaries()
+        if bin_dir is None:
+            doc["postgresql"] = "not run: PostgreSQL's server binaries are missing"
+        else:
+            server = PgServer(bin_dir, durable=True)
+    try:
+        for n in sizes:
+            data = _data(n, queries)
+            ids = build(n, workdir, data)
+            arms: list[tuple[str, str | None]] = [(name, None) for name in ARMS]
+            if server is not None and n in pg_sizes:
+                url = server.fresh()
+                shutil.rmtree(_store(workdir, n, url), ignore_errors=True)
+                if _fill(_store(workdir, n, url), data, n, url) != ids:
+                    raise RuntimeError("the PostgreSQL store's IDs differ from DuckDB's")
+                arms += [(name + PG, url) for name in PG_ARMS]
+            truth = _truth(data)
+            del data
+            doc["sizes"][str(n)] = {label: _measure(label, url, n, queries, workdir, ids, truth)
+                                    for label, url in arms}
+    finally:
+        if server is not None:
+            server.stop()
     return doc
+
+
+def _truth(data: Mapping[str, Any]) -> dict[str, list[list[int]]]:
+    """numpy's exact top ``k`` rows of each query, per selectivity."""
+    filt = bs.filters(data["cols"])
+    return {sel: [bs.exact_top(data["vectors"], np.flatnonzero(filt[sel][2]), q, bs.K)
+                  for q in data["qvecs"]] for sel in SELECTIVITIES}
+
+
+def _measure(label: str, store_url: str | None, n: int, queries: int, workdir: Path,
+             ids: Sequence[str], truth: Mapping[str, list[list[int]]]) -> dict[str, Any]:
+    """One arm run in a process of its own, summarised: p50/p95 and recall@10 per cell."""
+    name = label.removesuffix(PG)
+    command = [sys.executable, "-m", "evaluation.bench_scale", "--arm", name, "--sizes",
+               str(n), "--queries", str(queries), "--workdir", str(workdir)]
+    done = subprocess.run(command + (["--store-url", store_url] if store_url else []),
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    row_of = {eid: i for i, eid in enumerate(ids)}
+    for cell, got in result.pop("cells").items():
+        sel = cell.split()[0]
+        times = sorted(got["times"])
+        summary: dict[str, Any] = {
+            "p50_ms": round(statistics.median(times) * 1000, 2),
+            "p95_ms": round(times[int(round(0.95 * (len(times) - 1)))] * 1000, 2),
+            "plans": got["plans"]}
+        if not cell.endswith("hybrid"):
+            summary["recall_at_10"] = round(float(np.mean([
+                bs.recall([row_of[e] for e in found], t)
+                for found, t in zip(got["answers"], truth[sel], strict=True)])), 4)
+        result[cell] = summary
+    return result
 
 
 def markdown(doc: Mapping[str, Any]) -> str:
     rows = []
     for n, entry in doc["sizes"].items():
-        for name in ARMS:
-            r = entry[name]
-            cells = [f"{r[f'{s} vector']['p50_ms']} ({r[f'{s} vector']['recall_at_10']})"
-                     for s in SELECTIVITIES]
-            hybrid = [r[f"{s} hybrid"]["p50_ms"] if f"{s} hybrid" in r else "–"
-                      for s in SELECTIVITIES]
-            rows.append([f"{int(n):,}", name, *cells, *hybrid, r["warm_s"], r["rss_warm_mb"],
-                         r["rss_peak_mb"]])
+        for name, r in entry.items():
+            for mode, label in (("vector", name), ("metadatas", f"{name}, fields returned")):
+                if f"100% {mode}" not in r:
+                    continue
+                cells = [f"{r[f'{s} {mode}']['p50_ms']} ({r[f'{s} {mode}']['recall_at_10']})"
+                         for s in SELECTIVITIES]
+                hybrid = [r[f"{s} hybrid"]["p50_ms"] if f"{s} hybrid" in r else "–"
+                          for s in SELECTIVITIES]
+                rows.append([f"{int(n):,}", label, *cells, *hybrid, r["warm_s"],
+                             r["rss_warm_mb"], r["rss_peak_mb"],
+                             f"{r['mirrors_mb']:,} / {r['budget_mb']:,}" if "budget_mb" in r
+                             else "–"])
     header = ["entities", "process", *[f"vector {s} p50 ms (recall@10)" for s in SELECTIVITIES],
               *[f"hybrid {s} p50 ms" for s in SELECTIVITIES], "warm-up s", "RSS MB",
-              "peak RSS MB"]
+              "peak RSS MB", "mirrors / budget MB"]
     return (f"# One process from 10,000 to 1,000,000 entities ({doc['queries']} queries per "
             "cell, k=10, 384 dimensions)\n\n" + markdown_table(header, rows)
             + "\nmirrored: the default (the type's mirrors in memory); direct: a memory budget "
               "below the type's vectors (nothing loaded, every search reads the store); "
-              "chroma: Chroma's own `where`.\n")
+              "chroma: Chroma's own `where` (IDs and distances; \"fields returned\": with "
+            "its metadatas, as each of our searches returns the entities); (postgresql): "
+            "the same on the PostgreSQL engine.\n"
+            + (f"\nPostgreSQL: {doc['postgresql']}\n" if "postgresql" in doc else ""))
 
 
 def plot(doc: Mapping[str, Any], path: Path) -> Path | None:
@@ -194,18 +264,21 @@ def plot(doc: Mapping[str, Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     sizes = [int(n) for n in doc["sizes"]]
+    names = list(dict.fromkeys(name for entry in doc["sizes"].values() for name in entry))
     fig, axes = plt.subplots(1, len(SELECTIVITIES) + 1, figsize=(16, 4))
     for ax, sel in zip(axes, SELECTIVITIES, strict=False):
-        for name in ARMS:
-            ax.plot(sizes, [doc["sizes"][str(n)][name][f"{sel} vector"]["p50_ms"]
-                            for n in sizes], marker="o", label=name)
+        for name in names:
+            at = [n for n in sizes if name in doc["sizes"][str(n)]]
+            ax.plot(at, [doc["sizes"][str(n)][name][f"{sel} vector"]["p50_ms"] for n in at],
+                    marker="o", label=name)
         ax.set(xscale="log", yscale="log", xlabel="entities", ylabel="p50 ms",
                title=f"vector search, {sel} of the rows")
         ax.legend()
     ax = axes[-1]
-    for name in ARMS:
-        ax.plot(sizes, [doc["sizes"][str(n)][name]["rss_warm_mb"] for n in sizes],
-                marker="o", label=name)
+    for name in names:
+        at = [n for n in sizes if name in doc["sizes"][str(n)]]
+        ax.plot(at, [doc["sizes"][str(n)][name]["rss_warm_mb"] for n in at], marker="o",
+                label=name)
     ax.set(xscale="log", yscale="log", xlabel="entities", ylabel="MB",
            title="resident memory after warm-up")
     ax.legend()
@@ -219,14 +292,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path,
                         default=Path(tempfile.gettempdir()) / "dmf-bench-scale",
                         help="where the stores are built and kept between runs")
+    parser.add_argument("--postgresql-sizes", type=int, nargs="*", default=[100_000],
+                        help="sizes also measured on the PostgreSQL engine (default 100000)")
     parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)
+    parser.add_argument("--store-url", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     if args.arm is not None:  # one arm, in a process of its own
-        print(json.dumps(arm(args.arm, args.sizes[0], args.workdir, args.queries)))
+        print(json.dumps(arm(args.arm, args.sizes[0], args.workdir, args.queries,
+                             args.store_url)))
         return 0
-    doc = run(args.sizes, args.queries, args.workdir)
+    doc = run(args.sizes, args.queries, args.workdir, args.postgresql_sizes)
     publish(doc, args.out, markdown, plot)
     return 0
 

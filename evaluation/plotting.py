@@ -69,7 +69,9 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def environment() -> dict[str, Any]:
-    """Where and when a benchmark ran: Python, platform, CPUs, load average, UTC time."""
+    """Where and when a benchmark ran: Python, platform, CPUs (and their model and the vector
+    instructions int8 models run on, which can change a model's last digits), load average,
+    UTC time."""
     try:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:  # not available on every platform
@@ -78,9 +80,25 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "cpu": cpu_model(),
         "load_average": load,
         "utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def cpu_model() -> str:
+    """The CPU's model name and its int8-relevant instruction sets, from /proc/cpuinfo
+    ("" where there is none)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    first = info.split("\n\n", 1)[0].splitlines()  # the first processor's block
+    fields = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in first if ":" in ln)}
+    name = " ".join(fields.get("model name", "").split())
+    flags = set(fields.get("flags", "").split())
+    simd = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni") if f in flags]
+    return f"{name} ({' '.join(simd)})" if simd else name
 
 
 def write_json(path: Path, document: Mapping[str, Any]) -> Path:

@@ -313,23 +313,28 @@ def test_bench_bundle_smoke(tmp_path: Path) -> None:
     assert "bundle (export / import, checked)" in paths[1].read_text()
 
 
-def test_bench_scale_measures_three_processes(tmp_path: Path) -> None:
+def test_bench_scale_measures_each_arm_in_a_process(tmp_path: Path) -> None:
     from evaluation import bench_scale
 
     out = tmp_path / "scale.json"
     assert bench_scale.main(["--sizes", "2000", "--queries", "3", "--workdir",
-                             str(tmp_path / "work"), "--out", str(out)]) == 0
+                             str(tmp_path / "work"), "--postgresql-sizes", "2000",
+                             "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     arms = doc["sizes"]["2000"]
-    assert set(arms) == {"mirrored", "direct", "chroma"}
+    assert set(arms) == {"mirrored", "direct", "chroma", "mirrored (postgresql)",
+                         "direct (postgresql)"}
     for name, arm in arms.items():
         assert arm["rss_warm_mb"] > 0 and arm["1% vector"]["p50_ms"] > 0
         if name != "chroma":  # exact plans (2,000 rows, under the threshold): recall 1.0
             assert arm["10% vector"]["recall_at_10"] == 1.0
-    assert arms["direct"]["100% vector"]["plans"] == ["exact/direct"]
-    assert arms["mirrored"]["100% vector"]["plans"] == ["exact"]
-    assert out.with_suffix(".png").is_file() and "| 2,000 | direct |" in out.with_suffix(
-        ".md").read_text()
+            assert arm["1% vector"]["recall_at_10"] == 1.0
+    for engine in ("", " (postgresql)"):
+        assert arms["direct" + engine]["100% vector"]["plans"] == ["exact/direct"]
+        assert arms["mirrored" + engine]["100% vector"]["plans"] == ["exact"]
+    table = out.with_suffix(".md").read_text()
+    assert out.with_suffix(".png").is_file() and "| 2,000 | direct |" in table
+    assert "| 2,000 | direct (postgresql) |" in table
 
 
 def test_bench_engines_measures_both_engines_side_by_side(tmp_path: Path) -> None:
