@@ -329,6 +329,7 @@ def test_bench_scale_measures_each_arm_in_a_process(tmp_path: Path) -> None:
         if name != "chroma":  # exact plans (2,000 rows, under the threshold): recall 1.0
             assert arm["10% vector"]["recall_at_10"] == 1.0
             assert arm["1% vector"]["recall_at_10"] == 1.0
+            assert arm["1% new-filter"]["recall_at_10"] == 1.0  # a cache of its own each
     for engine in ("", " (postgresql)"):
         assert arms["direct" + engine]["100% vector"]["plans"] == ["exact/direct"]
         assert arms["mirrored" + engine]["100% vector"]["plans"] == ["exact"]
