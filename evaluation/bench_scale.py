@@ -108,6 +108,14 @@ def _rss_mb() -> tuple[float, float]:
     return (int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024)
 
 
+def _reset_peak() -> None:
+    """Linux: start this process's peak resident memory again from now (best effort)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
 def arm(name: str, n: int, workdir: Path, queries: int, store_url: str | None = None
         ) -> dict[str, Any]:
     """One arm, in this process: timings, answers and memory (``store_url``: the arm's store
@@ -115,6 +123,7 @@ def arm(name: str, n: int, workdir: Path, queries: int, store_url: str | None = 
     data = _data(n, queries)
     filt = bs.filters(data["cols"])
     del data["cols"], data["vectors"]
+    _reset_peak()  # the peak is then the arm's own, not the generated data's
     out: dict[str, Any] = {"arm": name, "cells": {}}
     t0 = time.perf_counter()
     if name == "chroma":
