@@ -343,3 +343,46 @@ def test_dmf_migrate_moves_a_store_to_postgresql_and_back(pg_server: PgServer,
                             env=env)
     assert missing.exit_code == 2 and "no memory directory" in missing.output
     assert not (tmp_path / "nothing").exists()
+
+
+def test_an_index_made_on_a_field_changes_no_answer(pg_server: PgServer) -> None:
+    """docs/postgresql.md tells users to index the fields they filter by: the store's writes,
+    type changes, searches and verify go on as before, and the index stays."""
+    import psycopg
+    from pydantic import BaseModel
+
+    class Place(BaseModel):
+        name: str
+        city: str
+
+    class PlaceV2(BaseModel):
+        name: str
+        city: str
+        stars: int = 0
+
+    url = pg_server.fresh()
+    mem = _open(url)
+    try:
+        mem.define(Place, identity=["name"], embed="{name} in {city}")
+        ids = [e.id for e in mem.create_many("Place", [
+            {"name": f"place {i}", "city": ("Paris", "Shanghai", "Lyon")[i % 3]}
+            for i in range(90)])]
+        before = [(h.entity.id, h.score) for h in
+                  mem.search("Place", "place in Lyon", where={"city": "Lyon"}, k=5).hits]
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute('CREATE INDEX place_city ON "ent_Place" (city)')
+        mem.close()
+        mem = _open(url)
+        assert [(h.entity.id, h.score) for h in mem.search(
+            "Place", "place in Lyon", where={"city": "Lyon"}, k=5).hits] == before
+        mem.define(PlaceV2, name="Place", identity=["name"], embed="{name} in {city}")
+        mem.update(ids[2], {"city": "Paris", "stars": 3})
+        mem.delete(ids[5])
+        lyon = mem.query("Place", {"city": "Lyon"}, limit=100).items
+        assert len(lyon) == 28 and ids[2] not in {e.id for e in lyon}
+        assert mem.get(ids[2]).data.stars == 3 and mem.verify_audit().ok
+        with psycopg.connect(url) as con:
+            assert con.execute("SELECT count(*) FROM pg_indexes WHERE indexname = "
+                               "'place_city'").fetchone() == (1,)
+    finally:
+        mem.close()
