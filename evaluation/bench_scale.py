@@ -156,9 +156,8 @@ def arm(name: str, n: int, workdir: Path, queries: int, store_url: str | None = 
                                     else ["distances"])
                     found = list(got["ids"][0])
                 else:
-                    res = mem.search("Product", text, where=where, k=bs.K, mode=mode)
-                    found = [h.entity.id for h in res.hits]
-                    plans.append(res.receipt.plan + ("/direct" if res.receipt.direct else ""))
+                    found, plan = _ours(mem, text, where, mode)
+                    plans.append(plan)
                 times.append(time.perf_counter() - start)
                 answers.append(found)
             out["cells"][f"{sel} {mode}"] = {"times": times, "answers": answers,
@@ -175,6 +174,14 @@ def arm(name: str, n: int, workdir: Path, queries: int, store_url: str | None = 
     return out
 
 
+def _ours(mem: Memory, text: str, where: Mapping[str, Any] | None, mode: str
+          ) -> tuple[list[str], str]:
+    """One of our searches: the IDs it found and its plan (``/direct`` when it read the store)."""
+    res = mem.search("Product", text, where=where, k=bs.K, mode=mode)
+    return ([h.entity.id for h in res.hits],
+            res.receipt.plan + ("/direct" if res.receipt.direct else ""))
+
+
 def _new_filter(mem: Memory, texts: Sequence[str], where: Mapping[str, Any]
                 ) -> dict[str, Any]:
     """Vector searches each with an empty candidate-list cache in place of the engine's (so
@@ -183,10 +190,10 @@ def _new_filter(mem: Memory, texts: Sequence[str], where: Mapping[str, Any]
     for text in texts:
         with bs.aside(mem.engine, filters=FilterCache(mem.engine.settings.exact_threshold)):
             start = time.perf_counter()
-            res = mem.search("Product", text, where=where, k=bs.K, mode="vector")
+            found, plan = _ours(mem, text, where, "vector")
             times.append(time.perf_counter() - start)
-        answers.append([h.entity.id for h in res.hits])
-        plans.append(res.receipt.plan + ("/direct" if res.receipt.direct else ""))
+        answers.append(found)
+        plans.append(plan)
     return {"times": times, "answers": answers, "plans": sorted(set(plans))}
 
 
@@ -216,8 +223,9 @@ def run(sizes: Sequence[int], queries: int, workdir: Path,
                 arms += [(name + PG, url) for name in PG_ARMS]
             truth = _truth(data)
             del data
-            doc["sizes"][str(n)] = {label: _measure(label, url, n, queries, workdir, ids, truth)
-                                    for label, url in arms}
+            doc["sizes"][str(n)] = {
+                label: _measure(label, store_url, n, queries, workdir, ids, truth)
+                for label, store_url in arms}
     finally:
         if server is not None:
             server.stop()
