@@ -53,9 +53,10 @@ NOTE_TYPEDEF: dict[str, Any] = {
     "name": TYPE_NAME,
     "description": "A note the crash workload writes.",
     "fields": {
-        "title": {"type": "str", "required": True, "nullable": False},
+        # indexed: every kill -9 then also replays and checks the writes of indexed columns
+        "title": {"type": "str", "required": True, "nullable": False, "indexed": True},
         "body": {"type": "str"},
-        "n": {"type": "int", "default": 0},
+        "n": {"type": "int", "default": 0, "indexed": True},
         "tags": {"type": "list", "item": "str", "default": []},
     },
     "identity": ["title"],

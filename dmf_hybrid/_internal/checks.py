@@ -59,6 +59,7 @@ MAX_AUDIT_TEXT = 10_000
 MAX_AUDIT_LABEL = 256
 #: Largest audit seq (DuckDB BIGINT).
 MAX_SEQ = 2**63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 #: How many links ``related`` may follow.
 MAX_DEPTH = 5
@@ -538,3 +539,11 @@ def reserved_reason(name: str) -> str | None:
     if name in MODEL_ATTRIBUTES or name.startswith("model_"):
         return "it would shadow an attribute of the entity's pydantic model"
     return None
+
+
+def fits_int64(value: Any) -> bool:
+    """False for an int (or a list holding one) that a BIGINT column cannot store."""
+    if isinstance(value, list):
+        return all(fits_int64(v) for v in value)
+    return not isinstance(value, int) or isinstance(value, bool) or (
+        INT64_MIN <= value <= INT64_MAX)

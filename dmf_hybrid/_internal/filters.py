@@ -14,10 +14,18 @@ from typing import Any, Literal, Union
 import pydantic
 from pydantic import TypeAdapter
 
-from .checks import MAX_ORDER_FIELDS, check_filter, check_order, identity_text
+from .checks import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_ORDER_FIELDS,
+    check_filter,
+    check_order,
+    fits_int64,
+    identity_text,
+)
 from .errors import FilterError, first_problem
 from .jsonpaths import split_path
-from .schema import INT64_MAX, INT64_MIN, PY_TYPES, EntityType, FieldSpec, fits_int64
+from .schema import PY_TYPES, EntityType, FieldSpec
 
 #: The filter language, described where a ``where`` is taken: in full (the wire models, so
 #: the OpenAPI document) and in brief (the tool schemas, where every token is paid for).

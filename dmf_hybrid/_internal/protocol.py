@@ -67,7 +67,8 @@ class MemoryAPI(Protocol):
         Its entities come back with ``data`` as instances of ``model``. ``analyzer`` names the
         keyword analyzer of its text (default ``"english"``, which also splits Chinese, Japanese and
         Korean runs into bigrams; see ``dmf_hybrid._internal.mirrors.text``); a field may name its
-        own with ``Field(json_schema_extra={"analyzer": ...})``. ``search`` is the type's search
+        own with ``Field(json_schema_extra={"analyzer": ...})``, and ask for an index on its
+        column with ``Field(json_schema_extra={"indexed": True})``. ``search`` is the type's search
         profile and ``context`` the preceding rows of a group each row embeds with
         (``dmf_hybrid._internal.profiles``). ``ttl`` is the default expiry of its new entities."""
         ...

@@ -32,6 +32,7 @@ from .checks import (
     check_enum_values,
     control_at,
     first_non_finite,
+    fits_int64,
     full_match,
     identity_text,
     reserved_reason,
@@ -75,6 +76,8 @@ class FieldSpec(BaseModel):
     description: str | None = None
     analyzer: str | None = Field(
         None, description="Keyword analyzer of this field's text; None = the type's.")
+    indexed: bool = Field(False, strict=True, description="Index the field's column, for "
+                          "filters on it (docs/types.md#indexed-fields).")
 
     def python_type(self) -> Any:
         """The Python annotation a value of this field has (without None)."""
@@ -184,7 +187,7 @@ class TypeDef(BaseModel):
                 if keys and self.fields[root].type != "json":
                     raise SchemaError(f"embed template path {placeholder!r}: only json fields "
                                       "have paths", field="embed")
-        self._check_analyzers()
+        self._check_field_options()
         kinds = {name: spec.type for name, spec in self.fields.items()}
         if self.search is not None:
             check_profile(self.search, kinds)
@@ -197,10 +200,13 @@ class TypeDef(BaseModel):
                               "(field, text, time)", field="search.time")
         return self
 
-    def _check_analyzers(self) -> None:
+    def _check_field_options(self) -> None:
         check_analyzer(self.analyzer)
         embedded = set(template_fields(self.embed)) if self.embed is not None else set()
         for name, spec in self.fields.items():
+            if spec.indexed and spec.type not in SCALAR_KINDS:
+                raise SchemaError(f"only single-valued fields can be indexed ({name!r} is "
+                                  f"{spec.type})", field=f"fields.{name}.indexed")
             if spec.analyzer is None:
                 continue
             where = f"fields.{name}.analyzer"
@@ -304,7 +310,8 @@ def typedef_from_model(
     """The TypeDef of a pydantic model class (fields from its annotations); ``ttl``: the
     type's default expiry (seconds or a timedelta).
 
-    A field names its own keyword analyzer with ``Field(json_schema_extra={"analyzer": ...})``.
+    A field names its own keyword analyzer with ``Field(json_schema_extra={"analyzer": ...})``
+    and asks for an index with ``Field(json_schema_extra={"indexed": True})``.
     """
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise SchemaError(f"define() takes a pydantic model class, not {model!r}")
@@ -324,13 +331,12 @@ def typedef_from_model(
         if not info.is_required():
             raw = info.get_default(call_default_factory=True)
             default = raw.value if isinstance(raw, enum.Enum) else raw
-        extra = info.json_schema_extra
-        field_analyzer = extra.get("analyzer") if isinstance(extra, dict) else None
-        fields[fname] = FieldSpec(
-            type=kind, item=item, values=values, required=info.is_required(),  # type: ignore[arg-type]
-            default=default, nullable=nullable, description=info.description,
-            analyzer=field_analyzer,  # type: ignore[arg-type]
-        )
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        fields[fname] = typing.cast(FieldSpec, _section(FieldSpec, {
+            "type": kind, "item": item, "values": values, "required": info.is_required(),
+            "default": default, "nullable": nullable, "description": info.description,
+            "analyzer": extra.get("analyzer"), "indexed": extra.get("indexed", False),
+        }, f"fields.{fname}"))
     rels = {k: v if isinstance(v, RelationSpec) else RelationSpec.model_validate(v)
             for k, v in (relations or {}).items()}
     profile = _section(SearchProfile, search, "search")
@@ -509,17 +515,6 @@ def _parsed_template(template: str) -> tuple[tuple[str, str | None, str, tuple[s
         root, keys = ("", ()) if name is None else split_path(name, "embed")
         out.append((literal, name, root, keys))
     return tuple(out)
-
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-def fits_int64(value: Any) -> bool:
-    """False for an int (or a list holding one) that a BIGINT column cannot store."""
-    if isinstance(value, list):
-        return all(fits_int64(v) for v in value)
-    return not isinstance(value, int) or isinstance(value, bool) or (
-        INT64_MIN <= value <= INT64_MAX)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -53,6 +53,13 @@ class PostgresDialect(Dialect):
         "CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE NOT done",
     )
 
+    def field_index(self, name: str, table: str, column: str, type_name: str) -> str:
+        """A B-tree for ranges and equality; for text a hash index (equality and IN, the text
+        filters an index can answer): a B-tree refuses an entry over ~2.7 KB, which would
+        refuse the write of a long text."""
+        method = "hash" if type_name == "str" else "btree"
+        return f"CREATE INDEX IF NOT EXISTS {q(name)} ON {table} USING {method} ({q(column)})"
+
     @staticmethod
     def _keys(keys: Sequence[str]) -> str:
         return "'{" + ",".join(keys) + "}'"

@@ -19,7 +19,14 @@ from ..checks import Limits, check_type_size
 from ..errors import NotFound, SchemaError, ValidationError
 from ..schema import EntityType, TypeDef, build_model
 from .chain import AuditLog
-from .tables import SPLIT_PENDING, add_columns, create_type_table, insert_definition
+from .tables import (
+    SPLIT_PENDING,
+    add_columns,
+    create_type_table,
+    indexed_fields,
+    insert_definition,
+    sync_field_indexes,
+)
 from .txn import Connection, Transactions
 from .type_split import split_shared_types
 
@@ -128,11 +135,16 @@ class TypeRegistry:
             added: list[str] = []
             if current is not None:
                 added = check_compatible(current.typedef, typedef)
-            if added and current is not None and current.key in self._modified:
+            reindexed = current is not None and indexed_fields(current) != {
+                n for n, s in typedef.fields.items() if s.indexed}
+            if (added or reindexed) and current is not None and current.key in self._modified:
                 # DuckDB 1.4 cannot commit ALTER TABLE after UPDATE/DELETE of the same table
-                # in one transaction (and its state is unreliable after that failed commit)
+                # in one transaction (and its state is unreliable after that failed commit);
+                # 2.0.1 refuses CREATE INDEX there ("Cannot create index with outstanding
+                # updates")
+                what = "adding fields to" if added else "indexing fields of"
                 raise SchemaError(
-                    f"adding fields to {typedef.name} cannot share a transaction with earlier "
+                    f"{what} {typedef.name} cannot share a transaction with earlier "
                     f"changes to {typedef.name} entities; migrate in a transaction of its own "
                     "(or first)", field="fields")
             version = 1 if current is None else current.version + 1
@@ -151,6 +163,7 @@ class TypeRegistry:
                 create_type_table(con, new)
             else:
                 add_columns(con, new, added)
+                sync_field_indexes(con, new, current)
                 self.mark_modified(new)
             previous = current
             self._types[key] = new

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..clock import to_naive_utc, utcnow
 from ..errors import DMFError
-from ..ids import DEFAULT_TENANT
+from ..ids import DEFAULT_TENANT, sha256_hex
 from ..schema import EntityType, FieldSpec, TypeDef
 from .audit import EVENTS_DDL, EVENTS_MIGRATION
 from .dialect import dialect_of
@@ -224,6 +224,32 @@ def create_type_table(con: Connection, etype: EntityType) -> None:
     )
     con.execute(f"CREATE INDEX IF NOT EXISTS {q(f'ent_{etype.key}_id')} "
                 f"ON {table_name(etype.key)} (id)")
+    sync_field_indexes(con, etype)
+
+
+def field_index_name(etype: EntityType, field: str) -> str:
+    """The name of the index of a field's column: ``ix_<type key>_<field>`` (a type key has no
+    "_", so no two pairs share a name); past PostgreSQL's 63 bytes, a prefix and a hash."""
+    name = f"ix_{etype.key}_{field}"
+    return name if len(name) <= 63 else f"ix_{etype.key[:24]}_{sha256_hex(name)[:24]}"
+
+
+def indexed_fields(etype: EntityType | None) -> set[str]:
+    """The fields a type marks ``indexed`` (none for no type)."""
+    return set() if etype is None else {n for n, s in etype.fields.items() if s.indexed}
+
+
+def sync_field_indexes(con: Connection, etype: EntityType, before: EntityType | None = None
+                       ) -> None:
+    """Index the columns of the fields ``etype`` marks ``indexed``, and drop the indexes of
+    those its previous version ``before`` marked and it no longer does."""
+    dialect, table = dialect_of(con), table_name(etype.key)
+    now, then = indexed_fields(etype), indexed_fields(before)
+    for name in sorted(now - then):
+        con.execute(dialect.field_index(field_index_name(etype, name), table, name,
+                                        etype.fields[name].type))
+    for name in sorted(then - now):
+        con.execute(f"DROP INDEX IF EXISTS {q(field_index_name(etype, name))}")
 
 
 def add_columns(con: Connection, etype: EntityType, added: list[str]) -> None:
