@@ -109,11 +109,18 @@ def new_notes(count: int, tag: str) -> list[dict[str, Any]]:
             for i, row in enumerate(make_rows(count))]
 
 
-def cell(kind: str, workers: int, clients: int, run: Any) -> dict[str, Any]:
+def cell(kind: str, workers: int, clients: int, run: Any, worker_cpu_s: float | None
+         ) -> dict[str, Any]:
+    """One cell's figures; ``worker_cpu_s``: the CPU seconds the workers used during it."""
     return {"kind": kind, "workers": workers, "clients": clients,
             "rps": round(run.ok / run.seconds, 1) if run.seconds else 0.0,
             "p50_ms": round(run.p50_ms, 2), "p95_ms": round(run.p95_ms, 2),
-            "errors": run.status_errors + run.socket_errors}
+            "errors": run.status_errors + run.socket_errors,
+            # cores busy on average: what one worker already takes of the machine bounds
+            # what more workers can add on it
+            "worker_cores": None if worker_cpu_s is None or not run.seconds
+            else round(worker_cpu_s / run.seconds, 2),
+            "wrk_cores": round(run.client_cpu_s / run.seconds, 2) if run.seconds else None}
 
 
 def drive(url: str, workers: int, clients: Sequence[int], seconds: int, pids: list[int]
@@ -127,16 +134,20 @@ def drive(url: str, workers: int, clients: Sequence[int], seconds: int, pids: li
 
     queries = make_queries(WRK_BODIES, seed=31 + workers)
     searches = [{"type": TYPE_NAME, "text": q, "k": 10, "mode": "hybrid"} for q in queries]
-    for c in clients:
+    def measured(kind: str, c: int, path: str, bodies: Sequence[Any]) -> None:
         wait_until_idle(idle)
-        rows.append(cell("search", workers, c, run_wrk(f"{url}/search", searches, c, seconds)))
+        before = idle()
+        run = run_wrk(f"{url}{path}", bodies, c, seconds)
+        after = idle()
+        used = None if before is None or after is None else after - before
+        rows.append(cell(kind, workers, c, run, used))
         log.info("%s", rows[-1])
+
     for c in clients:
-        wait_until_idle(idle)
-        bodies = new_notes(max(200, 400 * seconds), f"w{workers}c{c}-{uuid.uuid4().hex[:6]}")
-        rows.append(cell("create", workers, c,
-                         run_wrk(f"{url}/entities/{TYPE_NAME}", bodies, c, seconds)))
-        log.info("%s", rows[-1])
+        measured("search", c, "/search", searches)
+    for c in clients:
+        measured("create", c, f"/entities/{TYPE_NAME}",
+                 new_notes(max(200, 400 * seconds), f"w{workers}c{c}-{uuid.uuid4().hex[:6]}"))
     return rows
 
 
@@ -227,9 +238,12 @@ def markdown(doc: Mapping[str, Any]) -> str:
     lines = [f"# bench_workers: {config['n']} entities, embedder {config['embedder']}, "
              f"{config['cores']} cores, wrk {config['seconds']} s per cell", "",
              markdown_table(["kind", "workers", "clients", "requests/s", "p50 ms", "p95 ms",
-                             "errors"],
+                             "errors", "workers' cores", "wrk's cores"],
                             [[r["kind"], r["workers"], r["clients"], r["rps"], r["p50_ms"],
-                              r["p95_ms"], r["errors"]] for r in doc["results"]]), ""]
+                              r["p95_ms"], r["errors"], r.get("worker_cores", "–"),
+                              r.get("wrk_cores", "–")] for r in doc["results"]]), "",
+             "workers' cores: the CPU seconds the workers used over the cell's seconds (of "
+             f"{config['cores']}); PostgreSQL and Chroma use the rest with wrk.", ""]
     if doc["scaling"]:
         lines += ["Throughput against one worker: " + ", ".join(
             f"{k} {v}x" for k, v in doc["scaling"].items()), ""]

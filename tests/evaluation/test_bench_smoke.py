@@ -370,6 +370,8 @@ def test_bench_workers_smoke(tmp_path: Path) -> None:
     assert [(r["kind"], r["workers"], r["clients"]) for r in doc["results"]] == [
         ("search", 2, 2), ("create", 2, 2)]
     assert all(r["errors"] == 0 and r["rps"] > 0 for r in doc["results"])
+    # the workers did the work: their CPU over the cell, a share of the machine's cores
+    assert all(0 < r["worker_cores"] <= doc["config"]["cores"] + 0.5 for r in doc["results"])
     assert len(doc["rss_mb"]["2"]) == 2 and all(m > 0 for m in doc["rss_mb"]["2"])
     assert doc["lag"]["samples"] == 3 and doc["lag"]["search"]["p50_ms"] > 0
     assert "| create | 2 | 2 |" in out.with_suffix(".md").read_text()
