@@ -7,16 +7,22 @@ searches belong to a committed state, and an entity may expire without a commit.
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import TypeAdapter
+
 from ..clock import utcnow
 from ..mirrors.vectors import LocalVectors
-from ..models import Hit, LegScore
+from ..models import Hit
 from ..store import Store
 from ..store.expiry import expired
 from .ranking import SCORE_DIGITS, Ranking
-from .scope import EXPIRES, TEXT_HASH, Scope
+from .scope import EXPIRES, TEXT_HASH, Row, Scope
 
 #: IDs resolved beyond the ones still needed (a few proposals may fail resolution).
 RESOLVE_SLACK = 0
+#: A search's hits are validated in one call (one per hit and per leg score cost ~3x more).
+_HITS: TypeAdapter[list[Hit]] = TypeAdapter(list[Hit])
 
 
 def resolve_hits(scope: Scope, store: Store, local: LocalVectors | None, fused: Ranking,
@@ -27,12 +33,12 @@ def resolve_hits(scope: Scope, store: Store, local: LocalVectors | None, fused: 
     can be stale."""
     positions = {leg: {eid: (rank, score) for rank, (eid, score) in enumerate(r, 1)}
                  for leg, r in rankings.items()}
-    hits: list[Hit] = []
+    accepted: list[tuple[Row, float, dict[str, dict[str, Any]]]] = []
     dropped = 0
     start = 0
     now = utcnow()
-    while len(hits) < k and start < len(fused):
-        batch = fused[start:start + k - len(hits) + RESOLVE_SLACK]
+    while len(accepted) < k and start < len(fused):
+        batch = fused[start:start + k - len(accepted) + RESOLVE_SLACK]
         start += len(batch)
         found = scope.fetch_rows([eid for eid, _ in batch])
         indexed: list[str | None] = [] if direct or scope.seq is not None or local is None else (
@@ -46,11 +52,12 @@ def resolve_hits(scope: Scope, store: Store, local: LocalVectors | None, fused: 
                     local is None or indexed[at] != row[TEXT_HASH]):
                 dropped += 1  # the index has not caught up with this entity: stale
                 continue
-            legs = {leg: LegScore(rank=pos[eid][0],
-                                  score=round(float(pos[eid][1]), SCORE_DIGITS))
+            legs = {leg: {"rank": pos[eid][0], "score": round(float(pos[eid][1]), SCORE_DIGITS)}
                     for leg, pos in positions.items() if eid in pos}
-            hits.append(Hit(entity=store.rows.row_to_entity(scope.etype, row),
-                            score=round(float(score), SCORE_DIGITS), legs=legs))
-            if len(hits) == k:
+            accepted.append((row, round(float(score), SCORE_DIGITS), legs))
+            if len(accepted) == k:
                 break
-    return hits, dropped
+    entities = store.rows.rows_to_entities(scope.etype, [row for row, _, _ in accepted])
+    return _HITS.validate_python([
+        {"entity": entity, "score": score, "legs": legs}
+        for entity, (_, score, legs) in zip(entities, accepted, strict=True)]), dropped
