@@ -356,6 +356,19 @@ class LocalVectors:
             if found is not None:
                 return found
 
+    def precise(self, tenant: str, ids: Iterable[str], query: npt.NDArray[np.float64]
+                ) -> tuple[list[str], npt.NDArray[np.float64]]:
+        """Those of ``tenant``'s ``ids`` that are here and their float64 cosines: :meth:`top`
+        of a few IDs (up to ``PRECISE_ONLY_ROWS``, which it scores only in float64), with the
+        rows found and scored under one lock (a row's score does not depend on its batch)."""
+        with self._lock.read():
+            get = self._row.get
+            found = [(eid, row) for eid in ids
+                     if (row := get(vector_id(tenant, eid))) is not None]
+            unit = self._matrix[[row for _, row in found]].astype(np.float64)
+        precise: npt.NDArray[np.float64] = (unit * query).sum(axis=1)
+        return [eid for eid, _ in found], precise
+
     def rows_of_tenant(self, tenant: str) -> npt.NDArray[np.intp]:
         """Every row of one tenant, ascending."""
         with self._lock.read():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -10,6 +11,8 @@ import numpy.typing as npt
 Ranking = list[tuple[str, float]]
 #: Scores in hits and receipts are rounded to this many digits.
 SCORE_DIGITS = 6
+#: Up to this many scores are ranked by one sort, with no partition first.
+SORT_ALL_MAX = 64
 
 
 def precise_scores(unit_rows: npt.NDArray[np.float32], query: npt.NDArray[np.float64]
@@ -24,6 +27,10 @@ def precise_scores(unit_rows: npt.NDArray[np.float32], query: npt.NDArray[np.flo
 def ranked(ids: Sequence[str], scores: npt.ArrayLike, depth: int) -> Ranking:
     """The best ``depth`` (id, score): score descending, then entity ID ascending."""
     values = np.asarray(scores, dtype=np.float64)
+    if len(values) <= SORT_ALL_MAX:  # a few: sorting them all is the same cut, and cheaper
+        pairs = sorted(zip(ids, values.tolist(), strict=True),
+                       key=lambda item: (-item[1], item[0]))
+        return pairs[:depth]
     if len(values) > depth > 0:
         kth = np.partition(values, len(values) - depth)[len(values) - depth]
         keep = np.flatnonzero(values >= kth).tolist()  # ties at the cut stay, decided by ID
@@ -37,5 +44,5 @@ def ranked(ids: Sequence[str], scores: npt.ArrayLike, depth: int) -> Ranking:
 def unit64(vector: np.ndarray) -> npt.NDArray[np.float64]:
     """``vector`` as a float64 unit vector (a zero vector stays zero)."""
     query = np.asarray(vector, dtype=np.float64)
-    norm = float(np.linalg.norm(query))
+    norm = math.sqrt(float(query.dot(query)))  # what np.linalg.norm computes, with less ado
     return query if norm == 0.0 else query / norm

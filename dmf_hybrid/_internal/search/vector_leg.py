@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from ..errors import NotFound, ServiceUnavailable
 from ..indexer import own_ids
-from ..mirrors.vectors import SCORE_EPS, LocalVectors
+from ..mirrors.vectors import PRECISE_ONLY_ROWS, SCORE_EPS, LocalVectors
 from ..vector.base import VectorIndex
 from .ranking import Ranking, ranked, unit64
 from .scope import Scope
@@ -92,6 +92,8 @@ def vector_leg(scope: Scope, local: LocalVectors | None, vectors: VectorIndex, c
         # the index could not surface enough candidates (HNSW is approximate, or it is
         # behind DuckDB): score every candidate exactly instead
         return exact_ranking(scope, local, query, depth), "exact"
+    if len(keep) <= PRECISE_ONLY_ROWS:
+        return ranked(*local.precise(scope.tenant, keep, query), depth), "ann"
     found = local.top(query, depth, lambda: local.rows_of_ids(scope.tenant, keep))
     assert found is not None  # mapping by ID always succeeds
     return ranked(*found, depth), "ann"
