@@ -22,6 +22,7 @@ rows once (:meth:`Scope.fetch_rows`, the rows resolution reads anyway):
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -47,11 +48,23 @@ class QueryTime:
     asks_when: bool = False
 
 
+#: Query texts whose time phrases are kept (per reference day), as the query vectors are.
+QUERY_TIME_CACHE_SIZE = 1024
+
+
 def read_query_time(text: str, reference: dt.datetime | None) -> QueryTime:
     """The time phrases of ``text`` against ``reference`` (None: now)."""
     ref = reference if reference is not None else utcnow()
-    return QueryTime(text, ref, ground(text, ref.astimezone(dt.UTC).replace(tzinfo=None)),
-                     asks_when(text))
+    windows, when = _phrases(text, ref.astimezone(dt.UTC).date())
+    return QueryTime(text, ref, list(windows), when)
+
+
+@functools.lru_cache(maxsize=QUERY_TIME_CACHE_SIZE)
+def _phrases(text: str, day: dt.date) -> tuple[tuple[Grounded, ...], bool]:
+    """The windows of ``text``'s time phrases on ``day`` and whether it asks when: they read
+    only the reference's UTC day, so a repeated query finds them here (reading them costs
+    ~20 us a search, about as much as resolving its hits)."""
+    return tuple(ground(text, day)), asks_when(text)
 
 
 def rerank(scope: Scope, fused: Ranking, *, time: TimeBoost | None, sessions: Sessions | None,
