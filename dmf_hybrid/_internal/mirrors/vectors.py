@@ -158,6 +158,13 @@ class LocalVectors:
         """Whether the entity ``eid`` of ``tenant`` has a vector here."""
         return vector_id(tenant, eid) in self._row
 
+    def have(self, tenant: str, eids: Sequence[str]) -> list[bool]:
+        """:meth:`has` of each of several entities."""
+        rows = self._row
+        if tenant == DEFAULT_TENANT:  # its vector IDs are the entity IDs
+            return [eid in rows for eid in eids]
+        return [vector_id(tenant, eid) in rows for eid in eids]
+
     def text_hash_of(self, tenant: str, eid: str) -> str | None:
         """The text hash the stored vector of ``tenant``'s ``eid`` was made from (None: absent)."""
         return self.text_hashes_of(tenant, [eid])[0]

@@ -84,7 +84,8 @@ def vector_leg(scope: Scope, local: LocalVectors | None, vectors: VectorIndex, c
                 passing = scope.fetch_rows([eid for eid, _ in chunk])
                 keep.update(hit for hit in chunk if hit[0] in passing)
             else:
-                keep.update(hit for hit in chunk if local.has(scope.tenant, hit[0]))
+                held = local.have(scope.tenant, [eid for eid, _ in chunk])
+                keep.update(hit for hit, ok in zip(chunk, held, strict=True) if ok)
         if len(keep) >= depth or n >= total:
             break
         n = min(total, n * WIDEN)

@@ -364,9 +364,7 @@ class ChromaIndex:
                 result = col.query(query_embeddings=query, n_results=fetch, include=["distances"])
                 found_ids = result["ids"][0]
                 distances = (result.get("distances") or [[]])[0]
-                ranked = sorted(
-                    zip(distances, found_ids, strict=True), key=lambda hit: (hit[0], hit[1])
-                )
+                ranked = sorted(zip(distances, found_ids, strict=True))  # distance, then ID
                 exhausted = len(ranked) < fetch  # Chroma returns at most its count
                 if exhausted or len(ranked) <= n or ranked[-1][0] > ranked[n - 1][0]:
                     break
