@@ -43,20 +43,12 @@ class ReadWriteLock:
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self._reading = _Reading(self)
 
-    @contextmanager
-    def read(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
+    def read(self) -> _Reading:
+        """A context manager holding a read lock while it is entered (one object for every
+        reader: it keeps no state of its own, and is half the cost of a generator's)."""
+        return self._reading
 
     @contextmanager
     def write(self) -> Iterator[None]:
@@ -74,6 +66,29 @@ class ReadWriteLock:
             with self._cond:
                 self._writer = False
                 self._cond.notify_all()
+
+
+class _Reading:
+    """Entering it takes a read lock of its :class:`ReadWriteLock`; leaving gives it back."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: ReadWriteLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        lock = self._lock
+        with lock._cond:
+            while lock._writer or lock._writers_waiting:
+                lock._cond.wait()
+            lock._readers += 1
+
+    def __exit__(self, *exc: object) -> None:
+        lock = self._lock
+        with lock._cond:
+            lock._readers -= 1
+            if not lock._readers:
+                lock._cond.notify_all()
 
 
 class _Collection:
