@@ -400,9 +400,24 @@ def keyword_document(analysis: TypeAnalyzer, parts: Sequence[tuple[str | None, s
     return tuple(segments)
 
 
+#: Analyses by the (immutable) type definition they were read from: a search asks three
+#: times, and reading one checks every analyzer name again.
+_ANALYSES: dict[int, tuple[Any, TypeAnalyzer]] = {}
+#: Definitions whose analyses are kept before they are all read again.
+ANALYSES_MAX = 256
+
+
 def type_analysis(etype: EntityType) -> TypeAnalyzer:
     """The keyword analysis a type's definition declares (its analyzer, its fields')."""
-    return TypeAnalyzer.of(etype.typedef)
+    typedef = etype.typedef
+    known = _ANALYSES.get(id(typedef))
+    if known is not None and known[0] is typedef:  # the entry keeps the definition alive
+        return known[1]
+    analysis = TypeAnalyzer.of(typedef)
+    if len(_ANALYSES) >= ANALYSES_MAX:
+        _ANALYSES.clear()
+    _ANALYSES[id(typedef)] = (typedef, analysis)
+    return analysis
 
 
 def entity_document(analysis: TypeAnalyzer, etype: EntityType, data: Mapping[str, Any],
