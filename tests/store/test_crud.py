@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import json
 import os
 import re
@@ -261,3 +262,30 @@ def test_entities_serialise_to_json(mem: Memory) -> None:
                                "tags": [], "start": "2025-01-01"}
     assert isinstance(trip, Entity)
     assert canonical_json({"b": 1, "a": [dt.date(2025, 1, 1)]}) == '{"a":["2025-01-01"],"b":1}'
+
+
+class Colour(enum.Enum):
+    """A model's own Enum (stored as its values, an enum field of the type)."""
+
+    BLUE = "blue"
+    RED = "red"
+
+
+class Shirt(BaseModel):
+    name: str
+    colour: Colour = Colour.BLUE
+
+
+def test_a_model_with_an_enum_field_stores_its_values(mem: Any) -> None:
+    """Enum members are written as their values: create, update, filter, search, history."""
+    mem.define(Shirt, identity=["name"], embed="{name}, {colour}")
+    red = mem.create("Shirt", {"name": "oxford", "colour": Colour.RED})
+    plain = mem.create("Shirt", Shirt(name="linen"))
+    assert red.data.colour is Colour.RED and plain.data.colour is Colour.BLUE
+    assert mem.update(plain.id, {"colour": Colour.RED}).data.colour is Colour.RED
+    assert sorted(e.id for e in mem.query("Shirt", {"colour": "red"}).items) == sorted(
+        [red.id, plain.id])
+    assert {h.entity.id for h in mem.search("Shirt", "oxford red", k=2).hits} == {
+        red.id, plain.id}
+    assert mem.history(plain.id)[-1].after["data"]["colour"] == "red"
+    assert mem.verify_audit().ok

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import enum
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,6 +43,8 @@ def bind_value(value: Any) -> Any:
         return value.astimezone(dt.UTC).replace(tzinfo=None)
     if isinstance(value, (list, tuple)):
         return [bind_value(v) for v in value]
+    if isinstance(value, enum.Enum):  # a model's Enum field: its value is what is stored
+        return value.value
     return value
 
 
