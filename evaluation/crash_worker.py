@@ -53,10 +53,9 @@ NOTE_TYPEDEF: dict[str, Any] = {
     "name": TYPE_NAME,
     "description": "A note the crash workload writes.",
     "fields": {
-        # indexed: every kill -9 then also replays and checks the writes of indexed columns
-        "title": {"type": "str", "required": True, "nullable": False, "indexed": True},
+        "title": {"type": "str", "required": True, "nullable": False},
         "body": {"type": "str"},
-        "n": {"type": "int", "default": 0, "indexed": True},
+        "n": {"type": "int", "default": 0},
         "tags": {"type": "list", "item": "str", "default": []},
     },
     "identity": ["title"],

@@ -53,7 +53,7 @@ class PostgresDialect(Dialect):
         "CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE NOT done",
     )
 
-    def field_index(self, name: str, table: str, column: str, type_name: str) -> str:
+    def field_index(self, name: str, table: str, column: str, type_name: str) -> str | None:
         """A B-tree for ranges and equality; for text a hash index (equality and IN, the text
         filters an index can answer): a B-tree refuses an entry over ~2.7 KB, which would
         refuse the write of a long text."""

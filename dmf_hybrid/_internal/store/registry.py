@@ -140,8 +140,8 @@ class TypeRegistry:
             if (added or reindexed) and current is not None and current.key in self._modified:
                 # DuckDB 1.4 cannot commit ALTER TABLE after UPDATE/DELETE of the same table
                 # in one transaction (and its state is unreliable after that failed commit);
-                # 2.0.1 refuses CREATE INDEX there ("Cannot create index with outstanding
-                # updates")
+                # a change of indexes is refused there too, on both engines, so that a
+                # definition behaves the same on either
                 what = "adding fields to" if added else "indexing fields of"
                 raise SchemaError(
                     f"{what} {typedef.name} cannot share a transaction with earlier "

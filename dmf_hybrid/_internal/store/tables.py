@@ -241,13 +241,16 @@ def indexed_fields(etype: EntityType | None) -> set[str]:
 
 def sync_field_indexes(con: Connection, etype: EntityType, before: EntityType | None = None
                        ) -> None:
-    """Index the columns of the fields ``etype`` marks ``indexed``, and drop the indexes of
-    those its previous version ``before`` marked and it no longer does."""
+    """Index the columns of the fields ``etype`` marks ``indexed`` (where the engine indexes
+    them: PostgreSQL), and drop the indexes of those its previous version ``before`` marked
+    and it no longer does."""
     dialect, table = dialect_of(con), table_name(etype.key)
     now, then = indexed_fields(etype), indexed_fields(before)
     for name in sorted(now - then):
-        con.execute(dialect.field_index(field_index_name(etype, name), table, name,
-                                        etype.fields[name].type))
+        ddl = dialect.field_index(field_index_name(etype, name), table, name,
+                                  etype.fields[name].type)
+        if ddl is not None:
+            con.execute(ddl)
     for name in sorted(then - now):
         con.execute(f"DROP INDEX IF EXISTS {q(field_index_name(etype, name))}")
 
