@@ -75,6 +75,8 @@ from .vector_leg import WIDEN, vector_leg
 log = logging.getLogger(__name__)
 
 QUERY_CACHE_SIZE = 1024
+#: Passes of a search that hold off writes, after the optimistic one found a commit.
+LOCKED_PASSES = 3
 #: Entities a shared vector index may be behind on that an ANN search scores from the mirror
 #: beside the index's proposals; more than that, it scores every candidate exactly.
 UNRELAYED_MAX = 2000
@@ -296,8 +298,11 @@ class SearchEngine:
         qvec = self.embed_query(text) if mode != "keyword" else None
         lap("embed_ms")
         db = self.store.db
-        # first optimistically, then (if a commit got in) holding off writes
-        for locked in (False, True):
+        # first optimistically, then (if a commit got in) holding off writes; a pass that holds
+        # them off can still find the state brought forward (this process following commits
+        # it had not finished following), so it may run again, a bounded number of times
+        passes = (False,) + (True,) * LOCKED_PASSES
+        for attempt, locked in enumerate(passes):
             try:
                 with db.no_writes() if locked else nullcontext():
                     stamp = db.stable()
@@ -359,7 +364,7 @@ class SearchEngine:
                         remember()
                 break
             except Moved:
-                if locked:  # pragma: no cover - nothing commits while writes are held off
+                if attempt == len(passes) - 1:  # pragma: no cover - the state keeps moving
                     raise
                 lap("retry_ms")
         timings["total_ms"] = round(sum(timings.values()), 3)
