@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..ids import DEFAULT_TENANT, vector_id
-from ..vector.exact import ReadWriteLock, normalise_rows
+from ..vector.exact import ReadWriteLock, normalise_rows, precise_scores
 from .keys import KeyIndex, distinct, key_index, locate, positions_of
 
 log = logging.getLogger(__name__)
@@ -372,9 +372,8 @@ class LocalVectors:
             get = self._row.get
             found = [(eid, row) for eid in ids
                      if (row := get(vector_id(tenant, eid))) is not None]
-            unit = self._matrix[[row for _, row in found]].astype(np.float64)
-        precise: npt.NDArray[np.float64] = (unit * query).sum(axis=1)
-        return [eid for eid, _ in found], precise
+            unit = self._matrix[[row for _, row in found]]
+        return [eid for eid, _ in found], precise_scores(unit, query)
 
     def rows_of_tenant(self, tenant: str) -> npt.NDArray[np.intp]:
         """Every row of one tenant, ascending."""
@@ -411,10 +410,9 @@ class LocalVectors:
                 rows = np.arange(size, dtype=np.intp)
             if len(rows) > PRECISE_ONLY_ROWS:
                 rows = self._rough(rows, q32, depth, memo)
-            unit = np.take(self._matrix, rows, axis=0).astype(np.float64)
+            unit = np.take(self._matrix, rows, axis=0)
             ids = [self._ids[r] for r in rows.tolist()]
-        precise: npt.NDArray[np.float64] = (unit * query).sum(axis=1)
-        return ids, precise
+        return ids, precise_scores(unit, query)
 
     def _rough(self, rows: npt.NDArray[np.intp], q32: FloatMatrix, depth: int,
                memo: dict[str, Any] | None) -> npt.NDArray[np.intp]:

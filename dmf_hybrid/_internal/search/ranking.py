@@ -15,15 +15,6 @@ SCORE_DIGITS = 6
 SORT_ALL_MAX = 64
 
 
-def precise_scores(unit_rows: npt.NDArray[np.float32], query: npt.NDArray[np.float64]
-                   ) -> npt.NDArray[np.float64]:
-    """Cosine of each unit row with a unit query in float64, independent of the row's batch."""
-    if not len(unit_rows):
-        return np.zeros(0, dtype=np.float64)
-    scores: npt.NDArray[np.float64] = (unit_rows.astype(np.float64) * query).sum(axis=1)
-    return scores
-
-
 def ranked(ids: Sequence[str], scores: npt.ArrayLike, depth: int) -> Ranking:
     """The best ``depth`` (id, score): score descending, then entity ID ascending."""
     values = np.asarray(scores, dtype=np.float64)

@@ -25,8 +25,8 @@ from ..mirrors.text import entity_documents, type_analysis
 from ..schema import EntityType
 from ..store.sql import field_values
 from ..store.tables import SYSTEM_COLUMNS
-from ..vector.exact import normalise_rows
-from .ranking import Ranking, precise_scores, ranked, unit64
+from ..vector.exact import normalise_rows, precise_scores
+from .ranking import Ranking, ranked, unit64
 from .scope import TEXT_HASH, Row, Scope
 
 #: States kept, and the rows they may hold in all (a larger state is rebuilt every time).

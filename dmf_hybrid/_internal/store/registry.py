@@ -135,8 +135,8 @@ class TypeRegistry:
             added: list[str] = []
             if current is not None:
                 added = check_compatible(current.typedef, typedef)
-            reindexed = current is not None and indexed_fields(current) != {
-                n for n, s in typedef.fields.items() if s.indexed}
+            reindexed = current is not None and (
+                indexed_fields(current.typedef) != indexed_fields(typedef))
             if (added or reindexed) and current is not None and current.key in self._modified:
                 # DuckDB 1.4 cannot commit ALTER TABLE after UPDATE/DELETE of the same table
                 # in one transaction (and its state is unreliable after that failed commit);

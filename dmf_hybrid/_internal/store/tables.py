@@ -234,9 +234,9 @@ def field_index_name(etype: EntityType, field: str) -> str:
     return name if len(name) <= 63 else f"ix_{etype.key[:24]}_{sha256_hex(name)[:24]}"
 
 
-def indexed_fields(etype: EntityType | None) -> set[str]:
-    """The fields a type marks ``indexed`` (none for no type)."""
-    return set() if etype is None else {n for n, s in etype.fields.items() if s.indexed}
+def indexed_fields(typedef: TypeDef | None) -> set[str]:
+    """The fields a type's definition marks ``indexed`` (none for no type)."""
+    return set() if typedef is None else {n for n, s in typedef.fields.items() if s.indexed}
 
 
 def sync_field_indexes(con: Connection, etype: EntityType, before: EntityType | None = None
@@ -245,7 +245,8 @@ def sync_field_indexes(con: Connection, etype: EntityType, before: EntityType | 
     them: PostgreSQL), and drop the indexes of those its previous version ``before`` marked
     and it no longer does."""
     dialect, table = dialect_of(con), table_name(etype.key)
-    now, then = indexed_fields(etype), indexed_fields(before)
+    now = indexed_fields(etype.typedef)
+    then = indexed_fields(None if before is None else before.typedef)
     for name in sorted(now - then):
         ddl = dialect.field_index(field_index_name(etype, name), table, name,
                                   etype.fields[name].type)

@@ -150,6 +150,15 @@ def normalise_rows(matrix: FloatMatrix) -> FloatMatrix:
     return unit
 
 
+def precise_scores(unit_rows: npt.NDArray[np.float32], query: npt.NDArray[np.float64]
+                   ) -> npt.NDArray[np.float64]:
+    """Cosine of each unit row with a unit query in float64, independent of the row's batch."""
+    if not len(unit_rows):
+        return np.zeros(0, dtype=np.float64)
+    scores: npt.NDArray[np.float64] = (unit_rows.astype(np.float64) * query).sum(axis=1)
+    return scores
+
+
 def top_k(
     scores: FloatMatrix, ids: Sequence[str], k: int, rows: npt.NDArray[np.intp] | None = None
 ) -> list[tuple[str, float]]:
