@@ -77,7 +77,7 @@ class FieldSpec(BaseModel):
     analyzer: str | None = Field(
         None, description="Keyword analyzer of this field's text; None = the type's.")
     indexed: bool = Field(False, strict=True, description="Index the field's column, for "
-                          "filters on it (docs/types.md#indexed-fields).")
+                          "filters on it (docs/concepts.md; PostgreSQL).")
 
     def python_type(self) -> Any:
         """The Python annotation a value of this field has (without None)."""

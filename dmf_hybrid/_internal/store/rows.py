@@ -52,6 +52,22 @@ def _data_list(model: type[BaseModel]) -> TypeAdapter[list[Any]]:
     return TypeAdapter(list[model])  # type: ignore[valid-type]
 
 
+def _row_data(etype: EntityType, row: Sequence[Any]) -> dict[str, Any]:
+    """The fields of an entity row as its type's model takes them."""
+    return aware_datetimes(etype, field_values(etype, row[_FIELDS_AT:]))
+
+
+def _entity_fields(etype: EntityType, row: Sequence[Any], data: Any, created: bool = False
+                   ) -> dict[str, Any]:
+    """What an Entity is made of: a row's system columns and its validated ``data``."""
+    return {"id": row[_ID_AT], "type": etype.name, "tenant": row[_TENANT_AT],
+            "version": row[_VERSION_AT], "data": data,
+            "created_at": to_aware_utc(row[_CREATED_AT]),
+            "updated_at": to_aware_utc(row[_UPDATED_AT]),
+            "deleted_at": to_aware_utc(row[_DELETED_AT]),
+            "expires_at": to_aware_utc(row[_EXPIRES_AT]), "created": created}
+
+
 def jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
     """Data as plain JSON values (UTC ISO datetimes), as snapshots store it."""
     return dict(json.loads(canonical_json(dict(data))))
@@ -85,30 +101,16 @@ class RowReader:
 
     def row_to_entity(self, etype: EntityType, row: Sequence[Any], created: bool = False
                        ) -> Entity:
-        data = aware_datetimes(etype, field_values(etype, row[_FIELDS_AT:]))
-        return Entity(
-            id=row[_ID_AT], type=etype.name, tenant=row[_TENANT_AT], version=row[_VERSION_AT],
-            data=etype.model.model_validate(data),
-            created_at=to_aware_utc(row[_CREATED_AT]),
-            updated_at=to_aware_utc(row[_UPDATED_AT]),
-            deleted_at=to_aware_utc(row[_DELETED_AT]),
-            expires_at=to_aware_utc(row[_EXPIRES_AT]), created=created,
-        )
+        data = etype.model.model_validate(_row_data(etype, row))
+        return Entity(**_entity_fields(etype, row, data, created))
 
     def rows_to_entities(self, etype: EntityType, rows: Sequence[Sequence[Any]]
                          ) -> list[Entity]:
         """:meth:`row_to_entity` of each of ``rows``: the same entities, validated in two calls
         (the rows' data, then the entities) rather than two a row."""
-        datas = _data_list(etype.model).validate_python(
-            [aware_datetimes(etype, field_values(etype, row[_FIELDS_AT:])) for row in rows])
-        return _ENTITIES.validate_python([
-            {"id": row[_ID_AT], "type": etype.name, "tenant": row[_TENANT_AT],
-             "version": row[_VERSION_AT], "data": data,
-             "created_at": to_aware_utc(row[_CREATED_AT]),
-             "updated_at": to_aware_utc(row[_UPDATED_AT]),
-             "deleted_at": to_aware_utc(row[_DELETED_AT]),
-             "expires_at": to_aware_utc(row[_EXPIRES_AT]), "created": False}
-            for row, data in zip(rows, datas, strict=True)])
+        datas = _data_list(etype.model).validate_python([_row_data(etype, r) for r in rows])
+        return _ENTITIES.validate_python([_entity_fields(etype, row, data)
+                                          for row, data in zip(rows, datas, strict=True)])
 
     @staticmethod
     def point_row(con: Connection, table: str, cols: str, eid: str,
