@@ -327,12 +327,13 @@ def drive(send: Send, bodies: Sequence[Mapping[str, Any]], concurrency: int,
     lock = threading.Lock()
     next_index = 0
     barrier = threading.Barrier(concurrency + 1)
+    stop = threading.Event()  # the run is being stopped (SIGTERM from bench_all, Ctrl-C)
 
     def client_loop() -> list[tuple[float, int, float | None]]:
         nonlocal next_index
         samples: list[tuple[float, int, float | None]] = []
         barrier.wait()
-        while True:
+        while not stop.is_set():
             with lock:
                 index = next_index
                 next_index += 1
@@ -348,12 +349,20 @@ def drive(send: Send, bodies: Sequence[Mapping[str, Any]], concurrency: int,
                     if len(cell.failures) < FAILURES_KEPT:
                         cell.failures.append(f"{type(exc).__name__}: {exc}"[:400])
             samples.append((time.perf_counter() - start, status, server))
+        return samples
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(client_loop) for _ in range(concurrency)]
-        barrier.wait()
-        start = time.perf_counter()
-        results = [f.result() for f in futures]
+        try:
+            futures = [pool.submit(client_loop) for _ in range(concurrency)]
+            barrier.wait()
+            start = time.perf_counter()
+            results = [f.result() for f in futures]
+        except BaseException:
+            # interrupted (bench_all's SIGTERM raises SystemExit here): the clients must end,
+            # or the pool's shutdown waits for them forever, those still at the barrier too
+            stop.set()
+            barrier.abort()
+            raise
         wall = time.perf_counter() - start
     ok = 0
     for samples in results:

@@ -221,6 +221,32 @@ def test_bench_all_timeout_stops_the_server_too(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("dmf-bench-http-*"))  # its finally block ran
 
 
+def test_an_interrupted_load_cell_ends_its_clients_at_once() -> None:
+    """SIGTERM (bench_all's time-out) raises SystemExit in the main thread while clients send:
+    the cell stops them instead of waiting for its bodies or its deadline to run out (it used
+    to: a step stopped before its clients passed their barrier never exited)."""
+    def send(_body: Any) -> tuple[int, float | None]:
+        time.sleep(0.01)
+        return 200, None
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    cell = bench_http.Cell("vector", 4)
+    bodies = [{"text": str(i)} for i in range(20_000)]
+    start = time.perf_counter()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(SystemExit):
+            bench_http.drive(send, bodies, 4, time.perf_counter() + 120, cell)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    # 20,000 sends of 10 ms over 4 clients would take 50 s
+    assert time.perf_counter() - start < 10
+
+
 def test_bench_search_smoke(tmp_path: Path) -> None:
     out = tmp_path / "search.json"
     assert bench_search.main(["--n", "2000", "--queries", "3", "--skip-model",
