@@ -78,9 +78,12 @@ class AuditLog:
         self._base: int | None = None
         self._events: list[tuple[str, str | None, str, str | None]] = []
         self._changes: list[tuple[str, str, str, str]] = []
+        self._newest: audit.Head | None = None  # the open transaction's newest event
+        self._newest_tenant = ""
         self.follow()
         db.visible_pos = self._pos
         db.publish = self._publish
+        db.landed = self._landed
         if db.shared:
             db.number = self._number
 
@@ -160,6 +163,10 @@ class AuditLog:
         for tenant in heads_before:
             self.db.join_tenant(tenant)
         pos_before, positions = self._pos, self._positions(len(events))
+        # the heads move back on rollback: registered before they move, so that a failure
+        # anywhere below (a statement DuckDB stops because Ctrl-C came) cannot leave them on
+        # seqs no committed event has, which every later event would then chain after
+        self.db.on_rollback(lambda: self._reset(pos_before, heads_before, written_before))
         rows: list[tuple[Any, ...]] = []
         for fields, pos in zip(events, positions, strict=True):
             tenant = fields["tenant"]
@@ -167,9 +174,13 @@ class AuditLog:
             row = audit.make_event(pos=pos, seq=seq + 1, ts=ts, prev_hash=prev, **fields)
             self._heads[tenant] = (seq + 1, row[audit.HASH_INDEX])
             rows.append(row)
-        audit.insert_events(con, rows)
+        if rows:
+            if self._newest is None:  # the transaction's first events
+                self.db.after_commit(self._forget_newest)
+                self.db.on_rollback(self._forget_newest)
+            self._newest_tenant, self._newest = tenant, self._heads[tenant]
         self._written.update(heads_before)
-        self.db.on_rollback(lambda: self._reset(pos_before, heads_before, written_before))
+        audit.insert_events(con, rows)
         subjects = [(r[_OP], r[_TYPE], r[_TENANT], r[_ENTITY]) for r in rows]
         if self._base is not None:  # numbered at the commit
             self._events.extend(subjects)
@@ -190,10 +201,10 @@ class AuditLog:
         return [-(self._base + done + i) for i in range(1, count + 1)]
 
     def _begin_numbering(self) -> None:
-        if self._base is None:
-            self._base = self.db.temporary_base()
+        if self._base is None:  # (the hooks first: see append_many)
             self.db.on_rollback(self._end_numbering)
             self.db.after_commit(self._end_numbering)
+            self._base = self.db.temporary_base()
 
     def _end_numbering(self) -> None:
         self._base, self._events, self._changes = None, [], []
@@ -213,6 +224,18 @@ class AuditLog:
             self._pos = head + count
         if changes:
             self._queue([(first + j, *c) for j, c in enumerate(changes, 1)])
+
+    def _forget_newest(self) -> None:
+        self._newest = None
+
+    def _landed(self, con: Connection) -> bool:
+        """Whether the transaction whose COMMIT raised is in the database all the same: its
+        newest event is (the database's ``landed`` probe)."""
+        if self._newest is None:
+            return False
+        seq, digest = self._newest
+        return con.execute("SELECT count(*) FROM events WHERE tenant = ? AND seq = ? AND "
+                           "hash = ?", [self._newest_tenant, seq, digest]).fetchone()[0] > 0
 
     def _reset(self, pos: int, heads: dict[str, audit.Head | None], written: set[str]) -> None:
         self._pos = pos
@@ -243,8 +266,8 @@ class AuditLog:
         else:
             first = self._outbox_key
             rows = [(first + i, *change) for i, change in enumerate(changes, 1)]
-            self._outbox_key = first + len(rows)
             self.db.on_rollback(lambda: setattr(self, "_outbox_key", first))
+            self._outbox_key = first + len(rows)
         if len(rows) < 8:
             con.executemany("INSERT INTO outbox (seq, tenant, entity_id, type, op) "
                             "VALUES (?,?,?,?,?)", rows)
@@ -258,10 +281,10 @@ class AuditLog:
         let the write lock go: one call per transaction, with every row it queued."""
         if self._queued is None:  # the transaction's first: a list of its own
             batch: list[OutboxEntry] = []
-            self._queued = batch
             self.db.after_release(lambda: self._notify(batch))
             self.db.after_commit(self._end_queue)
             self.db.on_rollback(self._end_queue)
+            self._queued = batch
         self._queued.extend(rows)
 
     def _end_queue(self) -> None:

@@ -9,7 +9,7 @@ which it is through :func:`dialect_of`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import numpy as np
@@ -124,8 +124,13 @@ class Dialect:
              for c, v in columns.items()}))
         try:
             con.execute(f"INSERT INTO {table} ({names}) SELECT {select or names} FROM _batch")
-        finally:
-            con.unregister("_batch")
+        except BaseException:
+            # the transaction is aborted now: DuckDB refuses the unregister too, and its
+            # error must not hide the insert's (the rollback drops the registration)
+            with suppress(Exception):
+                con.unregister("_batch")
+            raise
+        con.unregister("_batch")
 
     def insert_vectors(self, con: Any, model: str, hashes: list[str],
                        matrix: npt.NDArray[np.float32], skip_existing: bool) -> None:

@@ -80,6 +80,7 @@ class PgConnection:
         self._replace = replace
 
     def execute(self, query: str, parameters: Any = None) -> psycopg.Cursor[Any]:
+        self._check_not_busy()
         idle = self.raw.info.transaction_status == TransactionStatus.IDLE
         try:
             return self._execute(query, parameters)
@@ -91,6 +92,20 @@ class PgConnection:
             self.raw = self._replace(self.raw)
             return self._execute(query, parameters)
 
+    def _check_not_busy(self) -> None:
+        """A statement stopped half-way (a signal's handler, Ctrl-C, raised between psycopg's
+        steps) leaves the connection busy with it, and it cannot run another: a reader's is
+        replaced; the writer's is closed (the server rolls its transaction back) and the next
+        write transaction connects again."""
+        if self.raw.info.transaction_status != TransactionStatus.ACTIVE:
+            return
+        log.warning("a statement was interrupted half-way on a PostgreSQL connection: "
+                    "the connection is replaced")
+        if self._replace is not None:
+            self.raw = self._replace(self.raw)
+        else:
+            self.raw.close()
+
     def _execute(self, query: str, parameters: Any) -> psycopg.Cursor[Any]:
         cur = self.raw.cursor()
         if parameters:
@@ -100,6 +115,7 @@ class PgConnection:
         return cur
 
     def executemany(self, query: str, parameters: Any = None) -> psycopg.Cursor[Any]:
+        self._check_not_busy()
         cur = self.raw.cursor()
         cur.executemany(translate(query), parameters or [])  # type: ignore[arg-type]
         return cur

@@ -166,7 +166,6 @@ class TypeRegistry:
                 sync_field_indexes(con, new, current)
                 self.mark_modified(new)
             previous = current
-            self._types[key] = new
 
             def undo() -> None:
                 if previous is None:
@@ -174,7 +173,8 @@ class TypeRegistry:
                 else:
                     self._types[key] = previous
 
-            self._db.on_rollback(undo)
+            self._db.on_rollback(undo)  # before the change, so nothing can come between
+            self._types[key] = new
             if any(rel.target not in ("*", typedef.name) and (tenant, rel.target)
                    not in self._types for rel in typedef.relations.values()):
                 self._db.before_commit(lambda: self._check_targets(typedef, tenant))

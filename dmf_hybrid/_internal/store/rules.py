@@ -267,7 +267,6 @@ class RuleEngine:
                         "created_at) VALUES (?, ?, ?, ?, ?, ?)",
                         [tenant, rule.name, version, rule.model_dump_json(), seq,
                          to_naive_utc(utcnow())])
-            self._rules[(tenant, rule.name)] = compiled
 
             def undo() -> None:
                 if current is None:
@@ -275,7 +274,8 @@ class RuleEngine:
                 else:
                     self._rules[(tenant, rule.name)] = current
 
-            self.store.db.on_rollback(undo)
+            self.store.db.on_rollback(undo)  # before the change, so nothing can come between
+            self._rules[(tenant, rule.name)] = compiled
             self._back_fill(con, compiled, principal)
         return compiled
 

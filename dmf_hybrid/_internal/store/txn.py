@@ -98,6 +98,10 @@ class Transactions:
         #: run last before a commit (after the checks): the audit log numbers what the
         #: transaction appended, on an engine where that waits for the commit
         self.number: Callable[[], None] | None = None
+        #: after a COMMIT that raised, given the writer: whether the transaction is in the
+        #: database all the same (a signal's handler, Ctrl-C, can interrupt the statement
+        #: after the commit went through); the audit log looks for its newest event
+        self.landed: Callable[[Connection], bool] | None = None
 
     def reader(self) -> Connection:
         """The connection this thread reads with (the writer inside its own transaction)."""
@@ -194,22 +198,26 @@ class Transactions:
         with self._lock:
             if self.closed:
                 raise DMFError("the memory is closed")
-            outer = self._depth == 0
-            if outer:
-                self._begin_write(tenant)
-                self._owner = threading.get_ident()
-                self._doomed = False
-            elif tenant:
-                self.join_tenant(tenant)
-            self._depth += 1
+            depth = self._depth
+            outer = depth == 0
             try:
+                if outer:
+                    self._begin_write(tenant)
+                    self._owner = threading.get_ident()
+                    self._doomed = False
+                elif tenant:
+                    self.join_tenant(tenant)
+                self._depth += 1
                 yield self._writer
             except BaseException:
-                self._doomed = True
+                # the outermost block rolls back even when its BEGIN was what failed: one
+                # interrupted (Ctrl-C) may have begun the transaction all the same
                 if outer:
+                    self._doomed = True
                     self._finish(commit=False)
-                else:
-                    self._depth -= 1
+                elif self._depth > depth:
+                    self._doomed = True
+                    self._depth = depth
                 raise
             if outer:
                 if self._doomed:
@@ -224,40 +232,80 @@ class Transactions:
                 except BaseException:
                     self._finish(commit=False)
                     raise
-                released.extend(self._finish(commit=True))
+                self._finish(commit=True, released=released)
             else:
                 self._depth -= 1
 
-    def _finish(self, commit: bool) -> list[Callable[[], None]]:
-        """Commit or roll back; the ``after_release`` hooks to run (none on rollback)."""
+    def _finish(self, commit: bool, released: list[Callable[[], None]] | None = None) -> None:
+        """Commit or roll back, and run the transaction's hooks: ``after_commit`` ones (with
+        ``after_release`` ones added to ``released``, to run once the lock is let go) when it
+        committed, ``on_rollback`` ones otherwise.
+
+        A COMMIT that raised is rolled back, unless the transaction is in the database all the
+        same (:attr:`landed`): then it counts as committed, so that what this process holds
+        (the log's heads, the mirrors) is what the database holds, and the error still
+        reaches the caller. A ROLLBACK interrupted by a signal still runs the hooks."""
         after_commit, on_rollback = self._after_commit, self._on_rollback
         after_release = self._after_release
         self._after_commit, self._on_rollback, self._after_release = [], [], []
         self._before_commit = []
+        committed, failure = False, None
         try:
             if commit:
                 self.generation += 1  # odd: readers cannot tell which state they see
                 try:
-                    self._writer.execute("COMMIT")
-                except BaseException:
                     try:
-                        self._writer.execute("ROLLBACK")
-                    except Exception:  # noqa: BLE001 - a failed COMMIT has usually rolled back
-                        pass
-                    self._run(on_rollback[::-1])
-                    raise
-                else:
+                        self._writer.execute("COMMIT")
+                    except BaseException as exc:
+                        self._roll_back()
+                        if not self._landed():
+                            raise
+                        failure = exc
+                    committed = True
                     if self.publish is not None:
                         self.publish()
                 finally:
                     self.generation += 1
             else:
-                self._writer.execute("ROLLBACK")
+                failure = self._roll_back()
         finally:
             self._depth = 0
             self._owner = None
-        self._run(after_commit if commit else on_rollback[::-1])
-        return after_release if commit else []
+            if not committed:
+                self._run(on_rollback[::-1])
+        if committed:
+            self._run(after_commit)
+            if released is not None:
+                released.extend(after_release)
+        if failure is not None:
+            raise failure
+
+    def _landed(self) -> bool:
+        """Whether the transaction whose COMMIT raised is in the database all the same (no:
+        when that cannot be read)."""
+        if self.landed is None:
+            return False
+        try:
+            return self.landed(self._writer)
+        except Exception:  # noqa: BLE001 - the connection is gone with the outcome
+            log.warning("cannot tell whether a failed COMMIT went through", exc_info=True)
+            return False
+
+    def _roll_back(self) -> BaseException | None:
+        """ROLLBACK, made sure of; the interruption that stopped it, if one did. A failed
+        COMMIT has usually rolled back already (nothing to roll back: not an error here, the
+        COMMIT's is the caller's); a statement stopped by a signal (Ctrl-C: DuckDB reports
+        "Query interrupted", psycopg cancels it) is sent once more, so that the connection is
+        not left inside the transaction."""
+        try:
+            self._writer.execute("ROLLBACK")
+        except BaseException as exc:
+            try:
+                self._writer.execute("ROLLBACK")
+            except Exception as again:  # noqa: BLE001 - most likely nothing left to roll back
+                log.debug("second ROLLBACK: %s (first: %s)", again, exc)
+            return None if isinstance(exc, Exception) else exc
+        return None
 
     @staticmethod
     def _run(hooks: list[Callable[[], None]]) -> None:
