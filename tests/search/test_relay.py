@@ -180,6 +180,11 @@ def test_a_search_finds_what_the_index_does_not_have_yet(
         mem.update(museum.id, {"name": "National gallery"})
         res = mem.search("Poi", "National gallery", mode="vector", k=3)
         assert res.hits[0].entity.id == museum.id and res.hits[0].entity.version == 2
+        # the same search at the same state: the pending rows were kept for it, and nothing
+        # else is read from the database but the log's head, before
+        before = mem._store.db.reads()
+        assert mem.search("Poi", "National gallery", mode="vector", k=3).hits == res.hits
+        assert mem._store.db.reads() - before == 1
     # the lock is free: this process takes the lead and catches up
     wait_for(lambda: mem.engine.indexer.leading and pending(mem) == 0)
     assert index_state(mem) == live_state(mem)

@@ -12,6 +12,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,6 +76,32 @@ def test_a_process_sees_what_another_committed(two: tuple[Memory, Memory]) -> No
     assert b.search("Poi", "Bund", mode="keyword").hits == []  # gone from b's mirrors
     assert a.verify_audit().ok and b.verify_audit().ok
     assert a.last_seq() == b.last_seq()
+
+
+def test_a_search_answered_from_the_process_state_reads_the_head_once(
+        two: tuple[Memory, Memory]) -> None:
+    """A search that reads nothing from the database (its candidates and rows all kept in the
+    process) answers one committed state, the one the process followed to: it reads the log's
+    head once, before, not again after; another process's commit is still followed by the next
+    search."""
+    a, b = two
+    define_travel(a)
+    b.last_seq()
+    rows = a.create_many("Poi", [{"name": f"stop {i}", "city": "上海"} for i in range(30)])
+
+    def search() -> list[tuple[str, float, Any]]:
+        hits = b.search("Poi", "stop 7", where={"city": "上海"}, k=5, mode="vector").hits
+        return [(h.entity.id, h.score, h.entity.data.cost) for h in hits]
+
+    first = search()  # loads the mirrors, lists the candidates, reads the rows
+    db = b._store.db
+    before = db.reads()
+    assert search() == first
+    assert db.reads() - before == 1  # the head, before the search
+    a.update(rows[7].id, {"cost": 7})
+    score = {eid: score for eid, score, _ in first}[rows[7].id]
+    assert (rows[7].id, score, 7) in search()
+    assert b.search("Poi", "stop 7", k=1).receipt.resolved_at_seq == a.last_seq()
 
 
 def test_a_type_and_a_rule_one_process_defines_apply_in_the_other(

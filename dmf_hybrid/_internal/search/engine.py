@@ -113,6 +113,9 @@ class SearchEngine:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.query_batcher = make_query_batcher(embedder, settings)
         self._cache_lock = threading.Lock()
+        #: relayed: (type, tenant) -> (log position, IDs with outbox rows pending then)
+        self._pending: OrderedDict[tuple[str, str], tuple[int, list[str] | None]] = (
+            OrderedDict())
         self._previous_model: str | None = None  # a model change not yet caught up with
         #: states ``as_of`` searches rebuilt from the log (an erase rewrites history: empty it)
         self.replayed = ReplayCache()
@@ -308,6 +311,7 @@ class SearchEngine:
                     stamp = db.stable()
                     if stamp is None:  # a commit is becoming visible right now
                         raise Moved
+                    reads = db.reads()
                     generation, visible = stamp
                     log = self.store.log
                     at = ((log.position(tenant, seq), seq) if seq is not None
@@ -358,7 +362,7 @@ class SearchEngine:
                         if len(hits) >= k or not truncated or depth >= scope.count:
                             break
                         depth *= WIDEN  # resolution dropped stale proposals: look deeper
-                    if seq is None and not db.unchanged(generation):
+                    if seq is None and not db.unchanged(generation, reads):
                         raise Moved
                     for remember in scope.on_valid:
                         remember()
@@ -417,8 +421,29 @@ class SearchEngine:
         leader): the entities of the scope's type and tenant with outbox rows pending."""
         if not self.indexer.relayed:
             return None
-        return lambda: self.store.outbox.pending_ids(scope.etype.name, scope.tenant,
-                                                     UNRELAYED_MAX)
+        name, tenant = scope.etype.name, scope.tenant
+        if self.store.db.in_transaction or scope.seq is not None:
+            return lambda: self.store.outbox.pending_ids(name, tenant, UNRELAYED_MAX)
+        key, pos = (name, tenant), scope.pos
+
+        def pending() -> list[str] | None:
+            # kept per log position: rows are added to the outbox only by commits, which
+            # move it; the relay marking rows done makes the kept list a superset, whose
+            # extra entities the mirror scores as the index would (no round trip, and a
+            # search with nothing else to read from the database reads nothing)
+            with self._cache_lock:
+                held = self._pending.get(key)
+            if held is not None and held[0] == pos:
+                return held[1]
+            ids = self.store.outbox.pending_ids(name, tenant, UNRELAYED_MAX)
+            with self._cache_lock:
+                self._pending[key] = (pos, ids)
+                self._pending.move_to_end(key)
+                while len(self._pending) > QUERY_CACHE_SIZE:
+                    self._pending.popitem(last=False)
+            return ids
+
+        return pending
 
     def forget_candidates(self) -> None:
         """Drop the cached candidate counts, lists and rows (they are rebuilt on demand)."""

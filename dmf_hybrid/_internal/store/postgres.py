@@ -78,9 +78,12 @@ class PgConnection:
         self.raw = raw
         #: gives a new connection for one the server dropped (readers only)
         self._replace = replace
+        #: statements sent (a reader's tell whether its thread read the database lately)
+        self.statements = 0
 
     def execute(self, query: str, parameters: Any = None) -> psycopg.Cursor[Any]:
         self._check_not_busy()
+        self.statements += 1
         idle = self.raw.info.transaction_status == TransactionStatus.IDLE
         try:
             return self._execute(query, parameters)
@@ -116,6 +119,7 @@ class PgConnection:
 
     def executemany(self, query: str, parameters: Any = None) -> psycopg.Cursor[Any]:
         self._check_not_busy()
+        self.statements += 1
         cur = self.raw.cursor()
         cur.executemany(translate(query), parameters or [])  # type: ignore[arg-type]
         return cur
@@ -309,12 +313,22 @@ class PgDatabase(Transactions):
                 if self._depth == 0:
                     self._follow(self.reader())
 
-    def unchanged(self, generation: int) -> bool:
+    def reads(self) -> int:
+        """How many statements this thread's read connection has sent (-1: it has none)."""
+        lease: _Lease | None = getattr(self._local, "lease", None)
+        return -1 if lease is None else lease.con.statements
+
+    def unchanged(self, generation: int, reads: int | None = None) -> bool:
         """No commit of this process started since ``generation``, and none of another
-        process moved the log's head."""
+        process moved the log's head, or none could matter: given ``reads`` (:meth:`reads`
+        when ``generation`` was taken), a thread that has read nothing from the database
+        since then read only this process's state at ``visible_pos``, one committed state
+        (saves the head's round trip)."""
         if not super().unchanged(generation):
             return False
-        return self.in_transaction or self._head(self.reader()) == self.visible_pos
+        if self.in_transaction or (reads is not None and reads == self.reads()):
+            return True
+        return self._head(self.reader()) == self.visible_pos
 
     @contextmanager
     def no_writes(self) -> Iterator[None]:

@@ -325,8 +325,14 @@ class Transactions:
         pos = self.visible_pos
         return None if generation % 2 else (generation, pos)
 
-    def unchanged(self, generation: int) -> bool:
-        """True if no commit has started since :meth:`stable` returned ``generation``."""
+    def reads(self) -> int:
+        """How many statements this thread has read the database with, as far as
+        :meth:`unchanged` needs to know (an engine no other process writes: none)."""
+        return 0
+
+    def unchanged(self, generation: int, reads: int | None = None) -> bool:
+        """True if no commit has started since :meth:`stable` returned ``generation``
+        (``reads``: :meth:`reads` then; an engine other processes write may need it)."""
         return self.generation == generation
 
     @contextmanager
