@@ -184,6 +184,8 @@ def arm(name: str, n: int, workdir: Path, queries: int, store_url: str | None = 
     if name != "chroma":  # the 1 % filter never seen before: each search with no kept list
         out["cells"]["1% new-filter"] = _new_filter(mem, data["texts"], filt["1%"][0])
     out["rss_end_mb"], out["rss_peak_mb"] = (round(v) for v in _rss_mb())
+    if name == "mirrored":  # (after the memory figures: this opens Chroma's collection too)
+        out["cells"].update(_side_by_side(mem, workdir / f"chroma-{n}", data))
     if name != "chroma":
         # the memory budget and what the loaded mirrors hold by the product's own count
         loaded = mem.engine.indexer.loaded
@@ -199,6 +201,30 @@ def _ours(mem: Memory, text: str, where: Mapping[str, Any] | None, mode: str
     res = mem.search("Product", text, where=where, k=bs.K, mode=mode)
     return ([h.entity.id for h in res.hits],
             res.receipt.plan + ("/direct" if res.receipt.direct else ""))
+
+
+def _side_by_side(mem: Memory, chroma_dir: Path, data: Mapping[str, Any]
+                  ) -> dict[str, dict[str, Any]]:
+    """Our unfiltered vector search and raw Chroma's query of the same vector, in turns in
+    this one process (who goes first alternates): each runs after the other's cache traffic,
+    as searches in a service do, where the separate arms each run back to back."""
+    col = bs.chroma_client(chroma_dir).get_collection("bench")
+    col.query(query_embeddings=[data["qvecs"][0]], n_results=bs.K)
+    cells: dict[str, dict[str, Any]] = {
+        f"100% side-by-side {who}": {"times": [], "answers": [], "plans": []}
+        for who in ("ours", "chroma")}
+    for i, (text, qvec) in enumerate(zip(data["texts"], data["qvecs"], strict=True)):
+        for who in ("ours", "chroma") if i % 2 == 0 else ("chroma", "ours"):
+            start = time.perf_counter()
+            if who == "ours":
+                found = _ours(mem, text, None, "vector")[0]
+            else:
+                found = list(col.query(query_embeddings=[qvec], n_results=bs.K,
+                                       include=["distances"])["ids"][0])
+            cell = cells[f"100% side-by-side {who}"]
+            cell["times"].append(time.perf_counter() - start)
+            cell["answers"].append(found)
+    return cells
 
 
 def _new_filter(mem: Memory, texts: Sequence[str], where: Mapping[str, Any]
@@ -311,7 +337,25 @@ def markdown(doc: Mapping[str, Any]) -> str:
             "its metadatas, as each of our searches returns the entities); (postgresql): "
             "the same on the PostgreSQL engine. The type's `city` (the 1 % filter) and "
             "`category` (the 10 % filter) are declared `indexed`.\n"
-            + (f"\nPostgreSQL: {doc['postgresql']}\n" if "postgresql" in doc else ""))
+            + (f"\nPostgreSQL: {doc['postgresql']}\n" if "postgresql" in doc else "")
+            + side_by_side(doc))
+
+
+def side_by_side(doc: Mapping[str, Any]) -> str:
+    """The unfiltered search against raw Chroma's in turns in one process, per size and
+    engine (the mirrored arms)."""
+    rows = [[f"{int(n):,}", name, r[ours]["p50_ms"], r[theirs]["p50_ms"],
+             f"{r[ours]['p50_ms'] / r[theirs]['p50_ms']:.2f}x", r[ours]["recall_at_10"],
+             r[theirs]["recall_at_10"]]
+            for n, entry in doc["sizes"].items() for name, r in entry.items()
+            for ours, theirs in [("100% side-by-side ours", "100% side-by-side chroma")]
+            if ours in r]
+    if not rows:
+        return ""
+    return ("\nUnfiltered, side by side in one process (the two take turns, who goes first "
+            "alternating):\n\n" + markdown_table(
+                ["entities", "process", "ours p50 ms", "raw Chroma p50 ms", "ratio",
+                 "ours recall@10", "Chroma recall@10"], rows))
 
 
 def plot(doc: Mapping[str, Any], path: Path) -> Path | None:

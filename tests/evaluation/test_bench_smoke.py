@@ -359,9 +359,14 @@ def test_bench_scale_measures_each_arm_in_a_process(tmp_path: Path) -> None:
     for engine in ("", " (postgresql)"):
         assert arms["direct" + engine]["100% vector"]["plans"] == ["exact/direct"]
         assert arms["mirrored" + engine]["100% vector"]["plans"] == ["exact"]
+    for engine in ("", " (postgresql)"):  # the unfiltered search and Chroma's, in turns
+        side = arms["mirrored" + engine]
+        assert side["100% side-by-side ours"]["recall_at_10"] == 1.0
+        assert side["100% side-by-side chroma"]["p50_ms"] > 0
     table = out.with_suffix(".md").read_text()
     assert out.with_suffix(".png").is_file() and "| 2,000 | direct |" in table
     assert "| 2,000 | direct (postgresql) |" in table
+    assert "| 2,000 | mirrored (postgresql) |" in table.split("side by side")[1]
 
 
 def test_bench_engines_measures_both_engines_side_by_side(tmp_path: Path) -> None:
