@@ -163,3 +163,33 @@ def test_a_commit_interrupted_counts_as_what_the_database_did(mem: Memory, after
     else:
         assert mem.last_seq() == seq and found == []
     _assert_whole(mem, acknowledged)
+
+
+def _interrupt() -> None:
+    raise Interrupt
+
+
+def test_an_interruption_inside_a_rollback_hook_leaves_the_others_to_run(mem: Memory) -> None:
+    kept = mem.create("Poi", {"name": "kept", "city": "Paris"})
+    seq = mem.last_seq()
+    with pytest.raises(Interrupt):
+        with mem.transaction():
+            mem.create("Poi", {"name": "rolled back", "city": "上海"})
+            mem._store.db.on_rollback(_interrupt)  # the newest: it runs first
+            raise ValueError("a step failed")
+    assert mem.last_seq() == seq
+    assert mem.query("Poi", {"name": "rolled back"}).items == []
+    _assert_whole(mem, {kept.id: _text(kept.data)})
+
+
+def test_an_interruption_inside_a_commit_hook_leaves_the_others_to_run(mem: Memory) -> None:
+    kept = mem.create("Poi", {"name": "kept", "city": "Paris"})
+    seq = mem.last_seq()
+    with pytest.raises(Interrupt):
+        with mem.transaction():
+            mem._store.db.after_commit(_interrupt)  # the first: it runs first
+            mem.create("Poi", {"name": "committed", "city": "上海"})
+    assert mem.last_seq() == seq + 1
+    found = mem.query("Poi", {"name": "committed"}).items
+    assert len(found) == 1  # and the mirrors heard of it: the search below finds it
+    _assert_whole(mem, {kept.id: _text(kept.data), found[0].id: _text(found[0].data)})

@@ -274,9 +274,9 @@ class Transactions:
             if not committed:
                 self._run(on_rollback[::-1])
         if committed:
-            self._run(after_commit)
             if released is not None:
                 released.extend(after_release)
+            self._run(after_commit)
         if failure is not None:
             raise failure
 
@@ -309,11 +309,19 @@ class Transactions:
 
     @staticmethod
     def _run(hooks: list[Callable[[], None]]) -> None:
+        """Run every hook: one that fails is logged (a hook must never turn a committed
+        write into an error), and an interruption (Ctrl-C) during one is raised only once
+        the others have run, which undo or publish the rest of the transaction's state."""
+        interrupted: BaseException | None = None
         for hook in hooks:
             try:
                 hook()
-            except Exception:  # a hook must never turn a committed write into an error
+            except Exception:
                 log.exception("transaction hook failed")
+            except BaseException as exc:
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
 
     def stable(self) -> tuple[int, int] | None:
         """``(generation, visible_pos)`` to read optimistically at, or None during a commit.
