@@ -25,16 +25,17 @@ class Claims:
         free ones at once; yields what was claimed, released on exit. A claim is made while
         holding no other, so two drains never wait on each other."""
         me = threading.get_ident()
-        with self._cond:
-            if self._exclusive == me:  # a repair's own drains: it holds every entity
-                got: set[tuple[str, str, str]] = set()
-                claimed = keys
-            else:
-                while self._exclusive is not None or (wait and not keys.isdisjoint(self._held)):
-                    self._cond.wait()
-                got = claimed = keys if wait else keys - self._held
-                self._held |= got
-        try:
+        got: set[tuple[str, str, str]] = set()
+        try:  # (from before the claim: an interruption, Ctrl-C, cannot leave it claimed)
+            with self._cond:
+                if self._exclusive == me:  # a repair's own drains: it holds every entity
+                    claimed = keys
+                else:
+                    while self._exclusive is not None or (
+                            wait and not keys.isdisjoint(self._held)):
+                        self._cond.wait()
+                    got = claimed = keys if wait else keys - self._held
+                    self._held |= got
             yield claimed
         finally:
             if got:
@@ -46,17 +47,22 @@ class Claims:
     def exclusive(self) -> Iterator[None]:
         """Hold every entity: wait for running drains, keep new ones out (re-entrant)."""
         me = threading.get_ident()
-        with self._cond:
-            if self._exclusive != me:
-                while self._exclusive is not None or self._held:
-                    self._cond.wait()
-                self._exclusive = me
-            self._depth += 1
-        try:
+        depth: int | None = None
+        try:  # (from before the claim, as in hold)
+            with self._cond:
+                if self._exclusive != me:
+                    while self._exclusive is not None or self._held:
+                        self._cond.wait()
+                    depth = 0
+                    self._exclusive = me
+                else:
+                    depth = self._depth
+                self._depth = depth + 1
             yield
         finally:
             with self._cond:
-                self._depth -= 1
-                if self._depth == 0:
+                if depth is not None:  # (back to what this block found)
+                    self._depth = depth
+                if self._depth == 0 and self._exclusive == me:
                     self._exclusive = None
                     self._cond.notify_all()

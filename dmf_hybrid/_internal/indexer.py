@@ -64,6 +64,9 @@ CACHE_CHUNK = 2048
 #: Entities per step of a drain: each step reads their rows, embeds, and writes the indexes, so
 #: a large batch's drain never holds a read or a write for long.
 DRAIN_PIECE = 256
+DRAIN_ALL = 100_000  # rows one drain applies at most
+#: Seconds between searches' tries at rows a failed application left pending, while it fails.
+CATCH_UP_RETRY_S = 1.0
 #: Seconds the relay leaves a write whose text is not cached yet to its writer (which embeds
 #: it right after its commit) before it embeds the text itself (the writer died, or failed).
 EMBED_GRACE = 5.0
@@ -87,6 +90,8 @@ class Indexer:
         self._lock = self.loaded.lock
         self._building = threading.Lock()  # held by the one snapshot load at a time
         self.fault: FaultHook | None = None
+        #: an application of outbox rows failed or was interrupted (:meth:`catch_up`)
+        self.behind, self._retry_at = False, 0.0
         #: What commits changed, to bring a snapshot forward; None: mirrors load holding
         #: off writes
         self.changes = changes
@@ -373,7 +378,7 @@ class Indexer:
 
     # ------------------------------------------------------------------ outbox
 
-    def drain(self, limit: int = 100_000) -> int:
+    def drain(self, limit: int = DRAIN_ALL) -> int:
         """Apply pending outbox rows (oldest first); returns how many were applied.
 
         No store lock is held while it embeds or writes the vector index: it claims the
@@ -386,16 +391,13 @@ class Indexer:
         """
         if not self.leading:
             return 0
-        rows = self._pending(limit)
+        rows = self.store.outbox.pending(limit)
         if not rows:
             return 0
         keys = {(type_name, tenant, eid) for _seq, type_name, tenant, eid in rows}
         with self._claims.hold(keys, wait=not self.store.db.holds_lock) as held:
             return self._apply_rows(self._still_pending(
                 [r for r in rows if (r[1], r[2], r[3]) in held]))
-
-    def _pending(self, limit: int) -> list[OutboxRow]:
-        return self.store.outbox.pending(limit)
 
     def _still_pending(self, rows: list[OutboxRow]) -> list[OutboxRow]:
         """Those of ``rows`` another drain has not applied meanwhile."""
@@ -443,6 +445,7 @@ class Indexer:
         row nobody is applying (errors leave rows pending and will be replayed); relayed,
         only to this process's mirrors (the relay writes the index)."""
         own = {seq: (seq, type_name, tenant, eid) for seq, tenant, eid, type_name, _op in batch}
+        applied = False
         try:
             with self._claims.hold({(t, tn, e) for _s, t, tn, e in own.values()},
                                    wait=not self.store.db.holds_lock) as held:
@@ -453,14 +456,34 @@ class Indexer:
             if self.relayed:  # their texts are in the shared cache now: wake the relay
                 self.store.db.announce_outbox()
             others = [] if self.relayed else [
-                r for r in self._pending(DRAIN_PIECE) if r[0] not in own]
+                r for r in self.store.outbox.pending(DRAIN_PIECE) if r[0] not in own]
             if others:
                 with self._claims.hold({(t, tn, e) for _s, t, tn, e in others},
                                        wait=False) as held:
                     self._apply_rows(self._still_pending(
                         [r for r in others if (r[1], r[2], r[3]) in held]))
+            applied = True
         except Exception:
             log.exception("indexing failed; outbox rows stay pending and will be replayed")
+        finally:
+            if not applied:  # (an interruption too: Ctrl-C while it embedded)
+                self.behind = True
+
+    def catch_up(self) -> None:
+        """Apply the outbox rows a failed application left pending (else only a later
+        commit would), before a search reads the mirrors; while it keeps failing, at most
+        once per :data:`CATCH_UP_RETRY_S`; never holding the write lock."""
+        if not self.behind or self.store.db.holds_lock or time.monotonic() < self._retry_at:
+            return
+        self.behind, done = False, False
+        try:
+            done = self.drain() < DRAIN_ALL
+        except Exception:
+            log.exception("applying pending outbox rows failed; they stay pending")
+            self._retry_at = time.monotonic() + CATCH_UP_RETRY_S
+        finally:
+            if not done:
+                self.behind = True
 
     # ------------------------------------------------------------------ repair
 

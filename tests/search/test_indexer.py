@@ -95,6 +95,44 @@ def test_a_failed_upsert_leaves_the_write_committed_and_the_outbox_pending(
     mem.close()
 
 
+class DownEmbedder(CountingEmbedder):
+    """An embedder that fails while ``down`` (a model server that is away)."""
+
+    down = False
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if self.down:
+            self.calls += 1
+            raise RuntimeError("the embedder is down")
+        return super().embed(texts)
+
+
+def test_a_search_applies_what_a_failed_indexing_left_pending(tmp_path: Path) -> None:
+    """A write whose indexing failed is committed and its outbox row waits; the next search
+    applies it first (no later commit needed), so the entity is found by search too. While the
+    failure lasts, searches still answer, and try again at most once a second."""
+    embedder = DownEmbedder(HashEmbedder())
+    mem = Memory.open(tmp_path / "mem", embedder=embedder, vector_index=ExactIndex())
+    define_travel(mem)
+    mem.create("Poi", {"name": "Colosseum", "city": "Rome"})
+    assert ids_of(mem, "Colosseum in Rome")  # the mirrors are loaded
+    embedder.down = True
+    trevi = mem.create("Poi", {"name": "Trevi fountain", "city": "Rome"})
+    assert mem.get(trevi.id).version == 1 and mem.engine.indexer.pending() == 1
+    calls = embedder.calls
+    # the query's own vector cannot be made either: a keyword search still answers (from
+    # the mirrors as they were: the pending row needs its vector too), and the searches of
+    # the next second do not try the pending row again
+    for _ in range(5):
+        assert ids_of(mem, "Colosseum", "keyword")
+    assert embedder.calls - calls == 1 and mem.engine.indexer.pending() == 1
+    embedder.down = False
+    mem.engine.indexer._retry_at = 0.0  # (the second has passed)
+    assert ids_of(mem, "Trevi fountain in Rome")[0] == trevi.id
+    assert mem.engine.indexer.pending() == 0
+    mem.close()
+
+
 def test_a_process_killed_between_commit_and_upsert_converges_on_reopen(tmp_path: Path) -> None:
     path = tmp_path / "mem"
     mem = Memory.open(path, embedder=HashEmbedder())

@@ -59,8 +59,10 @@ def _assert_whole(mem: Memory, acknowledged: dict[str, str]) -> None:
             break
     assert set(acknowledged) <= listed
     for eid, text in acknowledged.items():
-        hits = mem.search("Poi", text, k=1, mode="vector").hits
-        assert [h.entity.id for h in hits] == [eid], text
+        # its own text's vector scores highest (the test embedder's 64 hashed dimensions
+        # give a few texts the same vector: those tie with it)
+        hits = mem.search("Poi", text, k=10, mode="vector").hits
+        assert eid in [h.entity.id for h in hits if h.score >= hits[0].score - 1e-6], text
 
 
 @pytest.fixture
@@ -78,31 +80,41 @@ def alarm() -> Iterator[None]:
 
 
 def test_writes_interrupted_at_every_moment_lose_nothing_acknowledged(
-        mem: Memory, alarm: None) -> None:
-    # a first write uninterrupted: what a process imports on its first write (pyarrow) is
-    # not this test's subject
+        memory: Memory, alarm: None) -> None:
+    """On the embedded engine, where Ctrl-C reaches the store's own code (a PostgreSQL store
+    is served by processes that stop on signals between requests; the interruptions that
+    matter there, at a statement or a commit, are the deterministic tests below, on both)."""
+    mem = memory
+    # a first write uninterrupted (what a process imports on its first write, pyarrow, is
+    # not this test's subject), then a round timed: the interruptions are spread over it
     first = mem.create_many("Poi", _rows(0, 20))
+    started = time.perf_counter()
+    first += [e for chunk in (_rows(20, 20), _rows(40, 20))
+              for e in mem.create_many("Poi", chunk)]
+    round_s = time.perf_counter() - started
     acknowledged = {e.id: _text(e.data) for e in first}
-    interrupted = 0
-    at = 20
-    for trial in range(60):
+    inside = 0  # interruptions that came while a round wrote
+    at = 60
+    trials = 60
+    for trial in range(trials):
         rows = _rows(at, 40)
         at += 40
-        # the interruption comes ever later, so it lands in every part of a write (request
-        # checks, the events' insert, the commit, the hooks after it) in one run or another
-        signal.setitimer(signal.ITIMER_REAL, 0.0005 + trial * 0.0015)
+        # the interruption comes ever later, from the start of a round to past its end, so
+        # it lands in every part of a write (request checks, the events' insert, the commit,
+        # the hooks after it) in one run or another, on a fast machine or a slow one
+        signal.setitimer(signal.ITIMER_REAL, 0.0005 + 1.5 * round_s * trial / trials)
+        writing = True
         try:
             for chunk in (rows[:20], rows[20:]):
                 done = mem.create_many("Poi", chunk)
                 acknowledged.update((e.id, _text(e.data)) for e in done)
-            time.sleep(0.05)  # the alarm goes off outside the writes
-        except Interrupt:
-            interrupted += 1
-        except Exception:  # noqa: BLE001 - DuckDB reports the stopped statement as an error
-            interrupted += 1
+            writing = False
+            time.sleep(round_s + 0.05)  # the alarm goes off outside the writes
+        except (Interrupt, Exception):  # DuckDB reports a statement it stopped as an error
+            inside += writing
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-    assert interrupted >= 10 and len(acknowledged) > 20
+    assert inside >= 10, inside
     _assert_whole(mem, acknowledged)
 
 

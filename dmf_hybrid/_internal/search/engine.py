@@ -294,6 +294,8 @@ class SearchEngine:
         node = scope_to_conversation(etype, parse_filter(etype, where), conversation)
         seq = self.store.timetravel.resolve_as_of(tenant, as_of)
         related = None if rel is None else related_ids(self.store, tenant, etype, rel, seq)
+        if seq is None and not self.store.db.in_transaction:
+            self.indexer.catch_up()  # rows an indexing that failed left pending
         # a type whose mirrors would not fit the memory budget is read from the store
         direct = seq is None and self.indexer.direct(etype)
         if seq is None and not direct:

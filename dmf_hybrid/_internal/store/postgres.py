@@ -99,11 +99,14 @@ class PgConnection:
         """A statement stopped half-way (a signal's handler, Ctrl-C, raised between psycopg's
         steps) leaves the connection busy with it, and it cannot run another: a reader's is
         replaced; the writer's is closed (the server rolls its transaction back) and the next
-        write transaction connects again."""
-        if self.raw.info.transaction_status != TransactionStatus.ACTIVE:
+        write transaction connects again. A reader's closed by a replacement that was itself
+        interrupted is replaced too."""
+        busy = self.raw.info.transaction_status == TransactionStatus.ACTIVE
+        if not busy and not (self.raw.closed and self._replace is not None):
             return
-        log.warning("a statement was interrupted half-way on a PostgreSQL connection: "
-                    "the connection is replaced")
+        if busy:
+            log.warning("a statement was interrupted half-way on a PostgreSQL connection: "
+                        "the connection is replaced")
         if self._replace is not None:
             self.raw = self._replace(self.raw)
         else:
@@ -381,8 +384,10 @@ class PgDatabase(Transactions):
     def _swap(self, dropped: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         """Give back a read connection the server dropped (the pool discards it); a new one."""
         with self._held_lock:
+            held = any(h is dropped for h in self._held)
             self._held = [h for h in self._held if h is not dropped]
-        self._pool.putconn(dropped)
+        if held:  # (not when a swap interrupted after giving it back is run again)
+            self._pool.putconn(dropped)
         return self._take()
 
     def lead(self) -> bool:
