@@ -221,20 +221,17 @@ class PgDatabase(Transactions):
             self._connect_writer()
             super()._begin_write(tenant)
         self._exclusive, self._tenants = tenant is None, set()
-        try:
-            if tenant is None:
-                self._writer.execute("SELECT pg_advisory_xact_lock(?, ?)", _WRITE_LOCK)
-            elif tenant:  # one statement, one round trip: the store-wide lock shared, then
-                self._writer.execute(  # the tenant's
-                    "SELECT pg_advisory_xact_lock_shared(?, ?), "
-                    "pg_advisory_xact_lock(?, hashtext(?))", [*_WRITE_LOCK, _TENANT_LOCK, tenant])
-                self._tenants.add(tenant)
-            else:
-                self._writer.execute("SELECT pg_advisory_xact_lock_shared(?, ?)", _WRITE_LOCK)
-            self._follow(self._writer, writing=True)
-        except BaseException:
-            self._writer.execute("ROLLBACK")
-            raise
+        # (a failure from here on is rolled back by the write block, as any of its BEGIN's)
+        if tenant is None:
+            self._writer.execute("SELECT pg_advisory_xact_lock(?, ?)", _WRITE_LOCK)
+        elif tenant:  # one statement, one round trip: the store-wide lock shared, then
+            self._writer.execute(  # the tenant's
+                "SELECT pg_advisory_xact_lock_shared(?, ?), "
+                "pg_advisory_xact_lock(?, hashtext(?))", [*_WRITE_LOCK, _TENANT_LOCK, tenant])
+            self._tenants.add(tenant)
+        else:
+            self._writer.execute("SELECT pg_advisory_xact_lock_shared(?, ?)", _WRITE_LOCK)
+        self._follow(self._writer, writing=True)
 
     def join_tenant(self, tenant: str) -> None:
         """Take ``tenant``'s lock if the open transaction does not hold it (nor the whole
